@@ -1,0 +1,159 @@
+"""Configuration: the values, their defaults, and where the file is looked for.
+
+Inputs are parameters (``load_config(path, environ=...)``) so tests pass dicts instead of
+patching the process. The file is only parsed when one exists: a machine with no config pays
+nothing for the schema machinery. A ``stockade.toml`` in the working directory is never read
+on its own, since an agent can write there; name it with ``--config`` or ``STOCKADE_CONFIG``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import field, frozen
+
+from .errors import ConfigError
+from .types import MODES, Mode
+
+
+def _positive(_inst: object, attr: Any, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"{attr.name} must be greater than 0, got {value!r}")
+
+
+def _mode(_inst: object, _attr: object, value: str) -> None:
+    if value not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {value!r}")
+
+
+@frozen
+class TimeoutConfig:
+    """Time bounds, in seconds.
+
+    Attributes:
+        default: applied when a request names no timeout.
+        max: the cap; a longer request is cut to it (and the result says so).
+        kill_grace: between SIGTERM and SIGKILL when the timeout fires.
+    """
+
+    default: float = field(default=30.0, validator=_positive)
+    max: float = field(default=600.0, validator=_positive)
+    kill_grace: float = field(default=2.0, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.default > self.max:
+            raise ValueError(f"default ({self.default}) is above max ({self.max})")
+
+
+@frozen
+class OutputConfig:
+    """Output bounds.
+
+    Attributes:
+        limit: bytes of each stream kept in memory (head and tail); the rest is spilled.
+        spill_dir: where the private spill directories are made (the temp dir by default).
+    """
+
+    limit: int = field(default=1024 * 1024, validator=_positive)
+    spill_dir: str | None = None
+
+
+@frozen
+class PluginsConfig:
+    """Which plugins load, and their settings.
+
+    Attributes:
+        disable: plugin names never loaded (added to ``STOCKADE_DISABLE_PLUGINS``).
+        settings: per-plugin tables, handed to the executor or provider of that name.
+    """
+
+    disable: tuple[str, ...] = ()
+    settings: Mapping[str, Mapping[str, Any]] = field(factory=dict)
+
+
+@frozen
+class EnvConfig:
+    """The child environment.
+
+    Attributes:
+        allow: extra ambient variable names passed through (secret-looking names never are).
+    """
+
+    allow: tuple[str, ...] = ()
+
+
+@frozen
+class Config:
+    """Everything configurable, with the embedded defaults.
+
+    Attributes:
+        executor: the executor plugin to run commands with.
+        sandbox: a sandbox provider name, or ``auto`` for the strongest usable one.
+        mode: the mode when a request names none.
+        timeout: time bounds.
+        output: output bounds.
+        plugins: plugin selection and settings.
+        env: environment passing.
+        source: the file this was read from, if any (not a key in the file).
+    """
+
+    executor: str = "local"
+    sandbox: str = "auto"
+    mode: Mode = field(default="workspace-write", validator=_mode)
+    timeout: TimeoutConfig = field(factory=TimeoutConfig)
+    output: OutputConfig = field(factory=OutputConfig)
+    plugins: PluginsConfig = field(factory=PluginsConfig)
+    env: EnvConfig = field(factory=EnvConfig)
+    source: str | None = field(default=None, kw_only=True)
+
+
+def config_path(environ: Mapping[str, str]) -> str | None:
+    """The file to read: ``STOCKADE_CONFIG``, else the user's XDG config, else none."""
+    explicit = environ.get("STOCKADE_CONFIG")
+    if explicit:
+        return explicit
+    base = environ.get("XDG_CONFIG_HOME") or (
+        os.path.join(environ["HOME"], ".config") if environ.get("HOME") else None
+    )
+    if base:
+        candidate = os.path.join(base, "stockade", "config.toml")
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def load_config(path: str | None = None, *, environ: Mapping[str, str]) -> Config:
+    """Read the configuration from ``path`` (or where :func:`config_path` finds it).
+
+    Raises:
+        ConfigError: the file is missing, is not TOML, or does not match the schema; the
+            message lists every bad key with its path, e.g. ``unknown key 'timout' @ $``.
+    """
+    path = path or config_path(environ)
+    if path is None:
+        return Config()
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as error:
+        raise ConfigError(
+            f"cannot read config file {path}: {error.strerror}",
+            hint="fix the path given by --config or STOCKADE_CONFIG",
+        ) from None
+    return parse_config(raw, source=path)
+
+
+def parse_config(raw: bytes | str, *, source: str = "<string>") -> Config:
+    """Parse TOML text into a :class:`Config`, with readable errors."""
+    import tomllib
+
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source} is not valid TOML: {error}") from None
+    from .wire import structure_config
+
+    return structure_config(data, source=source)

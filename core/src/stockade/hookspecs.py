@@ -1,0 +1,113 @@
+"""The six seams of Stockade, as pluggy hook specifications.
+
+Each docstring ends with the calling convention. Plugins implement these with
+:data:`stockade.hookimpl`; the host calls them only through :class:`stockade.plugins.Hooks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pluggy
+
+from . import NAME
+from .executor import Executor
+from .sandbox import SandboxProvider
+from .types import Classification, Decision, Event, ExecSpec, PendingApproval, Profile
+
+hookspec = pluggy.HookspecMarker(NAME)
+
+# --- executor ----------------------------------------------------------------------------
+
+
+@hookspec
+def stockade_register_executors(register: Callable[[type[Executor]], None]) -> None:
+    """Register executor classes by calling ``register(cls)`` for each.
+
+    Each class carries a unique ``PLUGIN_NAME``; configuration (``executor = "local"``)
+    selects one. A name registered twice is an error.
+
+    Convention: all implementations are called; the return value is ignored.
+    """
+
+
+# --- sandbox provider --------------------------------------------------------------------
+
+
+@hookspec
+def stockade_register_sandboxes(register: Callable[[type[SandboxProvider]], None]) -> None:
+    """Register sandbox provider classes by calling ``register(cls)`` for each.
+
+    Configuration (``sandbox = "bubblewrap"``) selects one by ``PLUGIN_NAME``; ``auto``
+    picks the usable provider with the highest ``PRIORITY`` that supports the mode.
+
+    Convention: all implementations are called; the return value is ignored.
+    """
+
+
+# --- classifier --------------------------------------------------------------------------
+
+
+@hookspec
+def stockade_classify(spec: ExecSpec) -> Classification | None:
+    """Judge what the command may affect: ``reads``, ``writes``, ``network``, ``destroys``.
+
+    Return ``None`` to abstain. With no votes at all the command counts as ``writes``.
+
+    Convention: all results are merged: the most severe kind wins, every reason is kept.
+    """
+
+
+# --- approval ----------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def stockade_decide(
+    spec: ExecSpec, classification: Classification, profile: Profile
+) -> Decision | None:
+    """Decide ``allow``, ``ask`` or ``deny`` for the command under the agent's profile.
+
+    The built-in policy runs last (``trylast``): it allows what a person typed at the CLI
+    and denies everything else.
+
+    Convention: firstresult: the first non-None wins.
+    """
+
+
+@hookspec(firstresult=True)
+def stockade_ask(pending: PendingApproval) -> Decision | None:
+    """Ask a person about a held command; return their ``allow`` or ``deny``.
+
+    Return ``None`` when this approver cannot reach a person; with no answer at all the
+    command is held (:class:`~stockade.errors.PolicyHeld`) and does not run.
+
+    Convention: firstresult: the first non-None wins.
+    """
+
+
+# --- credential broker -------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def stockade_resolve_credential(handle: str, spec: ExecSpec) -> str | None:
+    """Turn a credential handle into its secret value, at spawn time only.
+
+    The value goes into the child's environment and is redacted from the kept output; it
+    never appears in the spec, the events or the result.
+
+    Convention: firstresult: the first non-None wins.
+    """
+
+
+# --- recorder ----------------------------------------------------------------------------
+
+
+@hookspec
+def stockade_record(event: Event) -> None:
+    """Receive every event: action, permission, result and error, paired by ``action_id``.
+
+    A recorder that raises before the command runs stops it from running; one that raises
+    afterwards is reported with the result kept.
+
+    Convention: observer: every implementation sees every event; the return value is ignored.
+    """

@@ -1,0 +1,355 @@
+"""The host: sequences the stages of one command and nothing else.
+
+    resolve -> classify -> decide -> credentials -> confine -> execute -> record
+
+Each stage is a hook call (or a plain function of its inputs); the host owns no policy, no
+confinement and no process handling of its own. Read :meth:`Host.run` top to bottom to see
+the whole path of a command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Mapping, Sequence
+
+import attrs
+import pluggy
+
+from .config import Config, load_config
+from .errors import (
+    CredentialUnavailable,
+    PolicyDenied,
+    PolicyHeld,
+    RecorderFailed,
+    SandboxUnavailable,
+    StockadeError,
+)
+from .executor import AbortToken, Executor
+from .plugins import Hooks, get_plugin_manager
+from .resolve import resolve
+from .sandbox import SandboxProvider
+from .types import (
+    ActionEvent,
+    Classification,
+    CollectedOutput,
+    Decision,
+    ErrorEvent,
+    Event,
+    ExecRequest,
+    ExecSpec,
+    LaunchPlan,
+    PendingApproval,
+    PermissionEvent,
+    ProcessOutcome,
+    Probe,
+    Profile,
+    ResultEvent,
+    RunResult,
+)
+
+UNCLASSIFIED = Classification(
+    "writes", ("no classifier is installed, so every command counts as writes",), by=("host",)
+)
+
+
+@attrs.frozen
+class Admitted:
+    """A command that passed every stage before execution.
+
+    Attributes:
+        spec: the resolved command.
+        classification: what it may affect.
+        decision: why it may run.
+        plan: how the executor must start it.
+        secrets: credential values injected into the plan, redacted from the result.
+    """
+
+    spec: ExecSpec
+    classification: Classification
+    decision: Decision
+    plan: LaunchPlan
+    secrets: tuple[str, ...]
+
+
+class Host:
+    """Runs commands through the plugins that configuration selects.
+
+    Args:
+        config: the configuration (embedded defaults when omitted).
+        environ: the ambient environment children are filtered from (``os.environ``).
+        plugins: extra plugin objects, registered after the installed ones.
+        load_entry_points: load installed plugins from the ``stockade`` entry points.
+    """
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        plugins: Sequence[object] = (),
+        load_entry_points: bool = True,
+    ) -> None:
+        self.config = config if config is not None else Config()
+        self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
+        self.pm: pluggy.PluginManager = get_plugin_manager(
+            self.config, environ=self.environ, plugins=plugins,
+            load_entry_points=load_entry_points,
+        )
+        self.hooks = Hooks(self.pm)
+        self.executors = self.hooks.executors()
+        self.sandboxes = self.hooks.sandboxes()
+        self._lock = threading.Lock()
+        self._executor: Executor | None = None
+        self._providers: dict[str, SandboxProvider] = {}
+        self._probes: dict[str, Probe] = {}
+
+    @classmethod
+    def from_environment(
+        cls,
+        config_path: str | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        plugins: Sequence[object] = (),
+    ) -> Host:
+        """A host configured from ``config_path``, ``STOCKADE_CONFIG`` or the XDG config."""
+        env = dict(os.environ if environ is None else environ)
+        return cls(load_config(config_path, environ=env), environ=env, plugins=plugins)
+
+    # --- the path of one command ---------------------------------------------------------
+
+    def run(self, request: ExecRequest, *, abort: AbortToken | None = None) -> RunResult:
+        """Run one command through every stage and return its structured result.
+
+        Raises:
+            StockadeError: a stage refused the command (it did not run), or it could not be
+                started; see :mod:`stockade.errors` for the codes.
+        """
+        admitted = self.admit(request)
+        try:
+            outcome = self.executor.run(admitted.plan, abort=abort)
+        except StockadeError as error:
+            self._record_error(admitted.spec, error)
+            raise
+        return self._finish(admitted, outcome)
+
+    async def run_async(
+        self, request: ExecRequest, *, abort: AbortToken | None = None
+    ) -> RunResult:
+        """:meth:`run` for asyncio: cancelling the awaiting task kills the command."""
+        admitted = await asyncio.to_thread(self.admit, request)
+        try:
+            outcome = await self.executor.run_async(admitted.plan, abort=abort)
+        except StockadeError as error:
+            self._record_error(admitted.spec, error)
+            raise
+        return self._finish(admitted, outcome)
+
+    def admit(self, request: ExecRequest) -> Admitted:
+        """Every stage before execution: resolve, classify, decide, credentials, confine."""
+        spec = resolve(request, self.config, self.environ)
+        self._record(
+            ActionEvent(
+                spec.action_id, spec.argv, cwd=spec.cwd, mode=spec.mode,
+                origin=spec.origin, profile=spec.profile,
+            )
+        )
+        classification = self.classify(spec)
+        decision = self.decide(spec, classification)
+        secrets = self.credentials(spec)
+        plan = self.confine(spec)
+        if secrets:
+            plan = attrs.evolve(plan, env={**plan.env, **secrets})
+        return Admitted(spec, classification, decision, plan, tuple(secrets.values()))
+
+    def classify(self, spec: ExecSpec) -> Classification:
+        """Every classifier votes; the most severe kind wins and all reasons are kept."""
+        votes = self.hooks.classify(spec)
+        if not votes:
+            return UNCLASSIFIED
+        worst = max(votes, key=lambda vote: vote.severity)
+        return Classification(
+            worst.kind,
+            tuple(reason for vote in votes for reason in vote.reasons),
+            by=tuple(name for vote in votes for name in vote.by),
+        )
+
+    def decide(self, spec: ExecSpec, classification: Classification) -> Decision:
+        """The policy's decision, a person's answer when it asks; recorded, then enforced.
+
+        Raises:
+            PolicyDenied: the command is denied.
+            PolicyHeld: the command needs a person and none answered.
+        """
+        decision = self.hooks.decide(spec, classification, Profile(spec.profile)) or Decision(
+            "deny", "no policy plugin is loaded (the built-in one is blocked)", by="host"
+        )
+        if decision.verdict == "ask":
+            if spec.preapproved:
+                decision = Decision("allow", f"approved in advance: {decision.reason}",
+                                    by="preapproved")
+            else:
+                pending = PendingApproval(spec, classification, decision)
+                decision = self.hooks.ask(pending) or decision
+        self._record(PermissionEvent(spec.action_id, classification, decision=decision))
+        if decision.verdict == "deny":
+            raise PolicyDenied(
+                f"denied by {decision.by or 'policy'}: {decision.reason}",
+                details={"action_id": spec.action_id, "kind": classification.kind},
+            )
+        if decision.verdict == "ask":
+            raise PolicyHeld(
+                f"held for a person's approval: {decision.reason}",
+                hint="no approver could reach a person; run it yourself with --yes",
+                details={"action_id": spec.action_id, "kind": classification.kind},
+            )
+        return decision
+
+    def credentials(self, spec: ExecSpec) -> dict[str, str]:
+        """Each requested handle resolved to its value by a broker, at spawn time only.
+
+        Raises:
+            CredentialUnavailable: no broker resolved a handle.
+        """
+        values = {}
+        for variable, handle in spec.credentials.items():
+            value = self.hooks.resolve_credential(handle, spec)
+            if value is None:
+                raise CredentialUnavailable(
+                    f"no credential broker resolved {handle!r} (for {variable})",
+                    hint="install or configure a credential broker plugin that knows it",
+                )
+            values[variable] = value
+        return values
+
+    def confine(self, spec: ExecSpec) -> LaunchPlan:
+        """The selected sandbox provider's launch plan for ``spec``.
+
+        Raises:
+            SandboxUnavailable: no usable provider can enforce the mode; never runs unconfined.
+        """
+        return self.provider_for(spec).confine(spec)
+
+    # --- selection -----------------------------------------------------------------------
+
+    @property
+    def executor(self) -> Executor:
+        """The configured executor, created on first use."""
+        if self._executor is None:
+            with self._lock:
+                if self._executor is None:
+                    cls = self.executors.get(self.config.executor)
+                    self._executor = cls(self.config.plugins.settings.get(cls.PLUGIN_NAME))
+        return self._executor
+
+    def probe(self, cls: type[SandboxProvider]) -> Probe:
+        """``cls.probe()``, asked once per host."""
+        name = cls.PLUGIN_NAME
+        if name not in self._probes:
+            try:
+                self._probes[name] = cls.probe()
+            except Exception as error:  # noqa: BLE001 - a broken probe means unusable, not a crash
+                self._probes[name] = Probe(False, f"probe failed: {error}")
+        return self._probes[name]
+
+    def provider_for(self, spec: ExecSpec) -> SandboxProvider:
+        """The provider that confines ``spec``: the named one, or ``auto``'s pick."""
+        name = spec.sandbox
+        if name == "auto":
+            name = "none" if spec.mode == "danger-full-access" else self._pick(spec)
+        cls = self.sandboxes.get(name)
+        if spec.mode not in cls.MODES:
+            raise SandboxUnavailable(
+                f"sandbox {name!r} cannot enforce mode {spec.mode} "
+                f"(it supports {', '.join(sorted(cls.MODES))})",
+                hint="pick another --sandbox or --mode",
+            )
+        probe = self.probe(cls)
+        if not probe.usable:
+            raise SandboxUnavailable(f"sandbox {name!r} is not usable here: {probe.detail}",
+                                     hint="run `stockade doctor` to see what this machine lacks")
+        with self._lock:
+            provider = self._providers.get(name)
+            if provider is None:
+                provider = cls(self.config.plugins.settings.get(name))
+                self._providers[name] = provider
+        return provider
+
+    def _pick(self, spec: ExecSpec) -> str:
+        why = []
+        candidates = sorted(self.sandboxes.classes(), key=lambda c: -c.PRIORITY)
+        for cls in candidates:
+            if cls.PLUGIN_NAME == "none" or spec.mode not in cls.MODES:
+                continue
+            probe = self.probe(cls)
+            if probe.usable:
+                return cls.PLUGIN_NAME
+            why.append(f"{cls.PLUGIN_NAME}: {probe.detail}")
+        found = "; ".join(why) if why else "no sandbox provider plugin is installed"
+        raise SandboxUnavailable(
+            f"cannot confine mode {spec.mode}: {found}",
+            hint="install stockade-bubblewrap or stockade-landlock, or pass "
+            "--mode danger-full-access to run unconfined on purpose",
+            details={"mode": spec.mode, "tried": why},
+        )
+
+    # --- recording -----------------------------------------------------------------------
+
+    def _finish(self, admitted: Admitted, outcome: ProcessOutcome) -> RunResult:
+        spec, plan = admitted.spec, admitted.plan
+        result = RunResult(
+            spec.action_id,
+            spec.argv,
+            exit_code=outcome.exit_code,
+            signal=outcome.signal,
+            timed_out=outcome.timed_out,
+            aborted=outcome.aborted,
+            duration_ms=round(outcome.duration * 1000, 3),
+            timeout_s=plan.timeout,
+            stdout=_redact(outcome.stdout, admitted.secrets),
+            stderr=_redact(outcome.stderr, admitted.secrets),
+            sandbox=plan.facts,
+            classification=admitted.classification,
+            decision=admitted.decision,
+        )
+        try:
+            self.hooks.record(ResultEvent(spec.action_id, result))
+        except Exception as error:
+            raise RecorderFailed(
+                f"the command ran, but a recorder failed to record its result: {error}",
+                hint="the result is attached to this error; check the recorder's storage",
+                result=result,
+            ) from error
+        return result
+
+    def _record(self, event: Event) -> None:
+        try:
+            self.hooks.record(event)
+        except Exception as error:
+            raise RecorderFailed(
+                f"a recorder failed, so the command was not run: {error}",
+                hint="check the recorder's storage, or block the recorder plugin",
+            ) from error
+
+    def _record_error(self, spec: ExecSpec, error: StockadeError) -> None:
+        self._record(ErrorEvent(spec.action_id, error.code, message=error.message))
+
+    def close(self) -> None:
+        """Release the executor's helpers."""
+        if self._executor is not None:
+            self._executor.close()
+
+    def __enter__(self) -> Host:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+
+def _redact(output: CollectedOutput, secrets: tuple[str, ...]) -> CollectedOutput:
+    text = output.text
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return output if text == output.text else attrs.evolve(output, text=text)

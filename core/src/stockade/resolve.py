@@ -1,0 +1,120 @@
+"""The resolve stage: a request plus config becomes a spec with every field explicit.
+
+The child's environment is decided here, once, for every executor: an allowlist of ambient
+names (PATH, HOME, LANG, LC_*, TZ and the config's extras), never a name that looks like a
+secret, then fixed non-interactive settings, then the caller's explicit entries, which win.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+from .config import Config
+from .errors import BadCwd, ProgramNotFound, UsageError
+from .types import ExecRequest, ExecSpec, new_action_id
+
+AMBIENT_ALLOW = ("PATH", "HOME", "LANG", "TZ")
+SECRET_PATTERN = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+FIXED_ENV = {"CI": "1", "PAGER": "cat", "GIT_PAGER": "cat", "NO_COLOR": "1", "TERM": "dumb"}
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an ambient variable's name looks like it holds a secret."""
+    return SECRET_PATTERN.search(name) is not None
+
+
+def child_env(
+    ambient: Mapping[str, str], explicit: Mapping[str, str], extra_allow: Iterable[str] = ()
+) -> dict[str, str]:
+    """The environment a child gets: allowlisted ambient names, fixed settings, explicit entries."""
+    allow = set(AMBIENT_ALLOW).union(extra_allow)
+    env = {
+        name: value
+        for name, value in ambient.items()
+        if (name in allow or name.startswith("LC_")) and not is_secret_name(name)
+    }
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(FIXED_ENV)
+    for name, value in explicit.items():
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"invalid environment variable name {name!r}")
+        if "\0" in value:
+            raise UsageError(f"environment variable {name} contains a NUL byte")
+        env[name] = value
+    return env
+
+
+def find_program(name: str, search_path: str, cwd: str) -> str:
+    """The absolute path of the executable ``name`` names, searched like ``execvp`` would.
+
+    Raises:
+        ProgramNotFound: naming the program and the PATH searched.
+    """
+    if "/" in name:
+        candidate = os.path.normpath(os.path.join(cwd, name))
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+        raise ProgramNotFound(
+            f"program not found: {name} (no executable file at {candidate})",
+            hint="check the path, or name a program on PATH",
+            details={"program": name, "path": candidate},
+        )
+    for directory in search_path.split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate if os.path.isabs(candidate) else os.path.join(cwd, candidate)
+    raise ProgramNotFound(
+        f"program not found: {name} (searched PATH={search_path})",
+        hint="install it, name it by path, or pass a PATH that contains it with --env PATH=...",
+        details={"program": name, "searched": search_path},
+    )
+
+
+def resolve(request: ExecRequest, config: Config, ambient: Mapping[str, str]) -> ExecSpec:
+    """The spec for ``request``: defaults filled, caps applied, cwd and program checked.
+
+    Raises:
+        UsageError: a timeout or limit is out of range, or an env entry is invalid.
+        BadCwd: the working directory does not exist or is not a directory.
+        ProgramNotFound: ``argv[0]`` names no executable.
+    """
+    cwd = os.path.abspath(request.cwd if request.cwd is not None else os.getcwd())
+    if not os.path.isdir(cwd):
+        what = "is not a directory" if os.path.exists(cwd) else "does not exist"
+        raise BadCwd(
+            f"working directory {cwd} {what}",
+            hint="pass an existing directory with --cwd",
+            details={"cwd": cwd},
+        )
+    timeout = config.timeout.default if request.timeout is None else float(request.timeout)
+    if not timeout > 0 or math.isinf(timeout):
+        raise UsageError(f"timeout must be a positive number of seconds, got {request.timeout!r}")
+    if request.memory_mb is not None and request.memory_mb <= 0:
+        raise UsageError(f"memory_mb must be a positive number, got {request.memory_mb!r}")
+    for name in request.credentials:
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"invalid environment variable name for a credential: {name!r}")
+    env = child_env(ambient, request.env, config.env.allow)
+    return ExecSpec(
+        new_action_id(),
+        request.argv,
+        program=find_program(request.argv[0], env["PATH"], cwd),
+        cwd=cwd,
+        env=env,
+        stdin=request.stdin or b"",
+        timeout=min(timeout, config.timeout.max),
+        kill_grace=config.timeout.kill_grace,
+        mode=request.mode or config.mode,
+        sandbox=request.sandbox or config.sandbox,
+        output_limit=config.output.limit,
+        memory_mb=request.memory_mb,
+        credentials=request.credentials,
+        origin=request.origin,
+        profile=request.profile,
+        preapproved=request.preapproved,
+    )

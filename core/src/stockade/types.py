@@ -1,0 +1,439 @@
+"""The values that travel along the path of one command, from request to result.
+
+All are frozen attrs classes; the wire format (JSON, config) is built in :mod:`stockade.wire`.
+Orthogonal outcomes stay separate fields: a run can time out *and* exit 0.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Literal
+
+from attrs import field, frozen
+
+Mode = Literal["read-only", "workspace-write", "danger-full-access"]
+Kind = Literal["reads", "writes", "network", "destroys"]
+Verdict = Literal["allow", "ask", "deny"]
+Origin = Literal["cli", "api", "mcp"]
+Enforcement = Literal["full", "partial"]
+
+MODES: tuple[Mode, ...] = ("read-only", "workspace-write", "danger-full-access")
+KINDS: tuple[Kind, ...] = ("reads", "writes", "network", "destroys")
+"""Classes of effect, least severe first: the order in which votes are ranked."""
+ORIGINS: tuple[Origin, ...] = ("cli", "api", "mcp")
+
+
+def _frozen_map(value: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(value))
+
+
+def _argv(value: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise TypeError("argv must be a sequence of strings, not one string: no shell parses it")
+    return tuple(value)
+
+
+def _check_argv(_inst: object, _attr: object, value: tuple[str, ...]) -> None:
+    if not value:
+        raise ValueError("argv is empty: name a program")
+    for arg in value:
+        if not isinstance(arg, str):
+            raise TypeError(f"argv items must be strings, got {type(arg).__name__}")
+        if "\0" in arg:
+            raise ValueError("argv items cannot contain NUL bytes")
+    if not value[0]:
+        raise ValueError("argv[0] is empty: name a program")
+
+
+def _one_of(choices: tuple[str, ...]) -> object:
+    def check(_inst: object, attr: object, value: str | None) -> None:
+        if value is not None and value not in choices:
+            name = getattr(attr, "name", "value")
+            raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+    return check
+
+
+def new_action_id() -> str:
+    """A random identifier pairing the events of one command."""
+    return os.urandom(8).hex()
+
+
+@frozen
+class ExecRequest:
+    """What a caller asks for. Unset fields are filled from configuration by the host.
+
+    Attributes:
+        argv: the program and its arguments, passed literally (never through a shell).
+        cwd: working directory; the caller's current directory when unset.
+        env: entries the caller names explicitly; they win over the scrub.
+        stdin: bytes written to the command's stdin, then closed; empty when unset.
+        timeout: seconds before the process group is terminated; config default when unset.
+        mode: ``read-only``, ``workspace-write`` or ``danger-full-access``.
+        sandbox: a sandbox provider name, or ``auto`` for the strongest usable one.
+        memory_mb: a memory limit in MiB, refused by backends that cannot enforce it.
+        credentials: environment variable name -> credential handle, resolved by a broker.
+        origin: who typed the command: ``cli`` (a person), ``api`` or ``mcp`` (an agent).
+        profile: the agent profile whose policy applies.
+        preapproved: a person approved in advance what would otherwise ask (``--yes``).
+    """
+
+    argv: tuple[str, ...] = field(converter=_argv, validator=_check_argv)
+    cwd: str | None = None
+    env: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
+    stdin: bytes | None = field(kw_only=True, default=None)
+    timeout: float | None = field(kw_only=True, default=None)
+    mode: Mode | None = field(kw_only=True, default=None, validator=_one_of(MODES))  # type: ignore[arg-type]
+    sandbox: str | None = field(kw_only=True, default=None)
+    memory_mb: int | None = field(kw_only=True, default=None)
+    credentials: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
+    origin: Origin = field(kw_only=True, default="api", validator=_one_of(ORIGINS))  # type: ignore[arg-type]
+    profile: str = field(kw_only=True, default="default")
+    preapproved: bool = field(kw_only=True, default=False)
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str], **fields: object) -> ExecRequest:
+        """Build a request from an argv list and keyword fields."""
+        return cls(argv, **fields)  # type: ignore[arg-type]
+
+
+@frozen
+class ExecSpec:
+    """The fully resolved command: every field explicit, nothing implicit downstream.
+
+    Attributes:
+        action_id: pairs every event recorded for this command.
+        argv: the argv as requested; ``argv[0]`` is the name the caller used.
+        program: the absolute path of the executable that ``argv[0]`` resolved to.
+        cwd: the absolute working directory, known to exist.
+        env: the complete environment of the child, before credentials are added.
+        stdin: bytes for stdin (empty: stdin is ``/dev/null``).
+        timeout: the effective timeout in seconds, after defaulting and capping.
+        kill_grace: seconds between SIGTERM and SIGKILL when the timeout fires.
+        mode: the effective sandbox mode.
+        sandbox: the provider name asked for (``auto`` lets the host pick).
+        output_limit: bytes of each stream kept in memory; the rest is spilled.
+        memory_mb: the memory limit asked for, if any.
+        credentials: environment variable name -> handle, resolved at spawn time.
+        origin: who typed the command.
+        profile: the agent profile whose policy applies.
+        preapproved: whether a person approved in advance what would ask.
+    """
+
+    action_id: str
+    argv: tuple[str, ...]
+    program: str = field(kw_only=True)
+    cwd: str = field(kw_only=True)
+    env: Mapping[str, str] = field(kw_only=True, converter=_frozen_map)
+    stdin: bytes = field(kw_only=True)
+    timeout: float = field(kw_only=True)
+    kill_grace: float = field(kw_only=True)
+    mode: Mode = field(kw_only=True)
+    sandbox: str = field(kw_only=True)
+    output_limit: int = field(kw_only=True)
+    memory_mb: int | None = field(kw_only=True, default=None)
+    credentials: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
+    origin: Origin = field(kw_only=True, default="api")
+    profile: str = field(kw_only=True, default="default")
+    preapproved: bool = field(kw_only=True, default=False)
+
+
+@frozen
+class Classification:
+    """What a command may affect, with the reasons the classifiers gave.
+
+    Attributes:
+        kind: ``reads`` < ``writes`` < ``network`` < ``destroys``.
+        reasons: human-readable reasons, from every voter.
+        by: the names of the classifiers that voted.
+    """
+
+    kind: Kind = field(validator=_one_of(KINDS))  # type: ignore[arg-type]
+    reasons: tuple[str, ...] = field(default=(), converter=tuple)
+    by: tuple[str, ...] = field(kw_only=True, default=(), converter=tuple)
+
+    @property
+    def severity(self) -> int:
+        """The rank of :attr:`kind`: 0 for ``reads`` up to 3 for ``destroys``."""
+        return KINDS.index(self.kind)
+
+
+@frozen
+class Profile:
+    """The agent profile a decision is made for.
+
+    Attributes:
+        name: the profile's name from the request (``default`` when unnamed).
+    """
+
+    name: str = "default"
+
+
+@frozen
+class Decision:
+    """Whether a command may run.
+
+    Attributes:
+        verdict: ``allow``, ``ask`` (a person must answer) or ``deny``.
+        reason: why, in one sentence a person can act on.
+        by: who decided: a policy plugin, a person, or ``preapproved``.
+    """
+
+    verdict: Verdict = field(validator=_one_of(("allow", "ask", "deny")))  # type: ignore[arg-type]
+    reason: str
+    by: str = field(kw_only=True, default="")
+
+
+@frozen
+class PendingApproval:
+    """A command waiting for a person: exactly what would run, and why it is held.
+
+    Attributes:
+        spec: the resolved command.
+        classification: what it may affect.
+        decision: the ``ask`` decision that held it.
+    """
+
+    spec: ExecSpec
+    classification: Classification
+    decision: Decision
+
+
+@frozen
+class SandboxFacts:
+    """How a command was confined.
+
+    Attributes:
+        provider: the sandbox provider's name (``none`` when unconfined).
+        mode: the mode the command ran under.
+        enforcement: ``full`` or ``partial``; ``None`` under ``danger-full-access``.
+        denied: the run failed in a way the provider attributes to its own denial.
+        runner_failed: the sandbox runner failed and the command never ran.
+    """
+
+    provider: str
+    mode: Mode
+    enforcement: Enforcement | None = field(kw_only=True, default=None)
+    denied: bool = field(kw_only=True, default=False)
+    runner_failed: bool = field(kw_only=True, default=False)
+
+
+@frozen
+class Probe:
+    """Whether a backend works on this machine, and why not.
+
+    Attributes:
+        usable: the backend can run commands here.
+        detail: what was checked, or what is missing and how to fix it.
+    """
+
+    usable: bool
+    detail: str
+
+
+@frozen
+class LaunchPlan:
+    """What an executor runs: the sandbox provider's translation of a spec.
+
+    Attributes:
+        executable: the path passed to ``execve`` (a sandbox runner, or the program).
+        argv: the full argv, with any runner prefix.
+        cwd: the working directory for the process.
+        env: the complete environment of the process, credentials included.
+        stdin: bytes for stdin (empty: ``/dev/null``).
+        timeout: seconds before the process group is terminated.
+        kill_grace: seconds between SIGTERM and SIGKILL.
+        output_limit: bytes of each stream kept in memory.
+        memory_mb: a memory limit the executor must enforce, or refuse.
+        pass_fds: descriptors the runner needs inherited (a seccomp filter, ...).
+        facts: how the provider confines this plan.
+    """
+
+    executable: str
+    argv: tuple[str, ...] = field(converter=tuple)
+    cwd: str = field(kw_only=True)
+    env: Mapping[str, str] = field(kw_only=True, converter=_frozen_map)
+    stdin: bytes = field(kw_only=True, default=b"")
+    timeout: float = field(kw_only=True)
+    kill_grace: float = field(kw_only=True)
+    output_limit: int = field(kw_only=True)
+    memory_mb: int | None = field(kw_only=True, default=None)
+    pass_fds: tuple[int, ...] = field(kw_only=True, default=(), converter=tuple)
+    facts: SandboxFacts = field(kw_only=True)
+
+
+@frozen
+class CollectedOutput:
+    """One captured stream: the kept text plus what is needed to recover the rest.
+
+    Attributes:
+        text: the stream decoded as UTF-8; when truncated, head and tail with the middle marked.
+        truncated: bytes were dropped from :attr:`text`.
+        total_bytes: the length of the whole stream.
+        sha256: hex digest of the whole stream.
+        spill_path: a private file holding the whole stream, when truncated.
+    """
+
+    text: str
+    truncated: bool
+    total_bytes: int = field(kw_only=True)
+    sha256: str = field(kw_only=True)
+    spill_path: str | None = field(kw_only=True, default=None)
+
+
+@frozen
+class ProcessOutcome:
+    """What an executor observed: how the process ended and what it printed.
+
+    Attributes:
+        exit_code: the exit status; ``None`` when a signal killed the process.
+        signal: the name of the signal that killed it (``SIGKILL``), or ``None``.
+        timed_out: the executor's timeout fired.
+        aborted: the caller cancelled the run.
+        duration: seconds from spawn to exit.
+        stdout: the captured standard output.
+        stderr: the captured standard error.
+    """
+
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool = field(kw_only=True)
+    aborted: bool = field(kw_only=True)
+    duration: float = field(kw_only=True)
+    stdout: CollectedOutput = field(kw_only=True)
+    stderr: CollectedOutput = field(kw_only=True)
+
+
+@frozen
+class RunResult:
+    """The structured result of one command.
+
+    Attributes:
+        action_id: pairs this result with its recorded events.
+        argv: the argv as requested.
+        exit_code: the exit status; ``None`` when a signal killed the process.
+        signal: the name of the killing signal, or ``None``.
+        timed_out: Stockade's timeout fired (even if the command then exited 0).
+        aborted: the caller cancelled the run.
+        duration_ms: milliseconds from spawn to exit.
+        timeout_s: the effective timeout that applied.
+        stdout: the captured standard output.
+        stderr: the captured standard error.
+        sandbox: how the command was confined.
+        classification: what the command was judged to affect.
+        decision: why it was allowed.
+    """
+
+    action_id: str
+    argv: tuple[str, ...]
+    exit_code: int | None = field(kw_only=True)
+    signal: str | None = field(kw_only=True)
+    timed_out: bool = field(kw_only=True)
+    aborted: bool = field(kw_only=True)
+    duration_ms: float = field(kw_only=True)
+    timeout_s: float = field(kw_only=True)
+    stdout: CollectedOutput = field(kw_only=True)
+    stderr: CollectedOutput = field(kw_only=True)
+    sandbox: SandboxFacts = field(kw_only=True)
+    classification: Classification = field(kw_only=True)
+    decision: Decision = field(kw_only=True)
+
+    @property
+    def ok(self) -> bool:
+        """The command exited 0 on its own: not signalled, timed out or aborted."""
+        return self.exit_code == 0 and not (self.timed_out or self.aborted)
+
+
+def _now() -> float:
+    return time.time()
+
+
+@frozen
+class ActionEvent:
+    """A command was requested and resolved (recorded before anything runs).
+
+    Attributes:
+        action_id: pairs the events of one command.
+        argv: the argv as requested.
+        cwd: the resolved working directory.
+        mode: the effective sandbox mode.
+        origin: who typed it.
+        profile: the profile whose policy applies.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    argv: tuple[str, ...]
+    cwd: str = field(kw_only=True)
+    mode: Mode = field(kw_only=True)
+    origin: Origin = field(kw_only=True)
+    profile: str = field(kw_only=True)
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["action"] = field(kw_only=True, default="action")
+
+
+@frozen
+class PermissionEvent:
+    """The decision that admitted, held or refused a command.
+
+    Attributes:
+        action_id: pairs the events of one command.
+        classification: what it was judged to affect.
+        decision: the final decision.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    classification: Classification
+    decision: Decision = field(kw_only=True)
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["permission"] = field(kw_only=True, default="permission")
+
+
+@frozen
+class ResultEvent:
+    """How a command ended; output is referenced by digest, not copied.
+
+    Attributes:
+        action_id: pairs the events of one command.
+        result: the full result.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    result: RunResult
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["result"] = field(kw_only=True, default="result")
+
+
+@frozen
+class ErrorEvent:
+    """A command that was admitted but could not be run (spawn failure, sandbox missing).
+
+    Attributes:
+        action_id: pairs the events of one command.
+        code: the error's machine-readable code.
+        message: the error's message.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    code: str
+    message: str = field(kw_only=True)
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["error"] = field(kw_only=True, default="error")
+
+
+Event = ActionEvent | PermissionEvent | ResultEvent | ErrorEvent
+"""Everything a recorder sees, tagged by its ``kind`` field."""

@@ -1,0 +1,137 @@
+"""The one converter: every JSON and config conversion in Stockade goes through here.
+
+Extra keys are refused, bytes travel as UTF-8 text, events are told apart by their ``kind``
+field, and config errors come out as readable paths (``unknown key 'timout' @ $``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import cache
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.errors import ClassValidationError, CattrsError, ForbiddenExtraKeysError
+from cattrs.v import format_exception as _cattrs_format
+
+from .config import Config
+from .errors import ConfigError, UsageError
+
+T = TypeVar("T")
+
+
+def _format(error: BaseException, type_: type | None) -> str:
+    if isinstance(error, ForbiddenExtraKeysError):
+        keys = ", ".join(repr(k) for k in sorted(error.extra_fields))
+        return f"unknown key {keys}" if len(error.extra_fields) == 1 else f"unknown keys {keys}"
+    if isinstance(error, KeyError):
+        return "required key missing"
+    if isinstance(error, CattrsError) and " not in literal " in str(error):
+        value, _, literal = str(error).partition(" not in literal ")
+        choices = literal.removeprefix("typing.Literal[").removesuffix("]")
+        return f"invalid value {value!r}: must be one of {choices}"
+    if isinstance(error, ValueError | TypeError) and not str(error).startswith("invalid value"):
+        return f"invalid value: {error}"
+    return _cattrs_format(error, type_)
+
+
+@cache
+def converter() -> cattrs.Converter:
+    """The shared converter (built once, on first use)."""
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(bytes, _structure_bytes)
+    # Refuse coercions that would hide a typo: 3 is not a plugin name, "30" is not a number.
+    conv.register_structure_hook(str, _strict(str))
+    conv.register_structure_hook(bool, _strict(bool))
+    conv.register_structure_hook(int, _strict(int))
+    conv.register_structure_hook(float, _structure_float)
+    conv.register_unstructure_hook(bytes, lambda b: b.decode("utf-8", "replace"))
+    return conv
+
+
+def _strict(kind: type[T]) -> Any:
+    def structure(value: object, _type: type) -> T:
+        if type(value) is not kind:
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
+        return value  # type: ignore[return-value]
+
+    return structure
+
+
+def _structure_float(value: object, _type: type) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {type(value).__name__} {value!r}")
+    return float(value)
+
+
+def _structure_bytes(value: object, _type: type) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise TypeError(f"expected text, got {type(value).__name__}")
+
+
+def unstructure(obj: object) -> Any:
+    """Plain data (dicts, lists, strings) for ``obj``."""
+    return converter().unstructure(obj)
+
+
+def to_json(obj: object, *, indent: int | None = None) -> str:
+    """``obj`` as JSON text."""
+    return json.dumps(unstructure(obj), indent=indent, sort_keys=indent is not None)
+
+
+def structure(data: object, cls: type[T]) -> T:
+    """Build a ``cls`` from plain data.
+
+    Raises:
+        UsageError: listing every bad field with its path.
+    """
+    try:
+        return converter().structure(data, cls)
+    except ClassValidationError as error:
+        problems = cattrs.transform_error(error, path="$", format_exception=_format)
+        raise UsageError(
+            f"malformed {cls.__name__}: " + "; ".join(problems),
+            details={"problems": problems},
+        ) from None
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"malformed {cls.__name__}: {error}") from None
+
+
+def from_json(text: str | bytes, cls: type[T]) -> T:
+    """Parse JSON text into a ``cls``, with readable errors."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"not valid JSON: {error}") from None
+    return structure(data, cls)
+
+
+def structure_config(data: Mapping[str, Any], *, source: str) -> Config:
+    """Build a :class:`Config` from parsed TOML.
+
+    Raises:
+        ConfigError: naming the file and every bad key with its path.
+    """
+    if "source" in data:
+        data = dict(data)
+        problems = ["unknown key 'source' @ $"]
+    else:
+        problems = []
+    try:
+        config = converter().structure(data, Config)
+    except ClassValidationError as error:
+        problems += cattrs.transform_error(error, path="$", format_exception=_format)
+    except (ValueError, TypeError) as error:
+        problems.append(f"invalid value: {error} @ $")
+    if problems:
+        raise ConfigError(
+            f"invalid config {source}: " + "; ".join(problems),
+            hint="fix or remove those keys; see the configuration reference",
+            details={"source": source, "problems": problems},
+        )
+    return attrs.evolve(config, source=source)

@@ -1,0 +1,1 @@
+"""stockade-local: the executor that runs launch plans as local process trees."""

@@ -1,0 +1,292 @@
+"""The local executor: runs a launch plan as a bounded, captured, fully reaped process tree.
+
+One run, in order: mark the environment, spawn the program in a new process group with no
+shell, feed stdin, drain stdout and stderr into bounded captures, wait on a pidfd for the
+leader, and on timeout or abort SIGTERM the group then SIGKILL it after the grace. When the
+leader is gone, whatever it left (group members, daemons that left the group) is swept, and
+only then are the pipes drained to their end. Everything happens on the calling thread with
+``poll``; no helper thread per run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from stockade.errors import ProgramNotFound, SpawnFailed, Unsupported
+from stockade.executor import AbortToken, Executor
+from stockade.types import LaunchPlan, ProcessOutcome, Probe
+
+from . import reaper
+from .capture import SpillDir, StreamCapture
+from .warden import Warden
+
+_CHUNK = 1 << 16
+_DRAIN_AFTER_EXIT = 1.0  # seconds to read what is buffered in the pipes once all is killed
+_POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
+
+
+class LocalExecutor(Executor):
+    """Runs plans as local processes. Settings: ``spill_dir``, ``reap`` (default true)."""
+
+    PLUGIN_NAME = "local"
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self._spill = SpillDir(self.options.get("spill_dir"))
+        self._reap = bool(self.options.get("reap", True))
+        self._warden = Warden()
+        self._lock = threading.Lock()
+        self._live: set[str] = set()
+        self._leaders: set[int] = set()
+
+    @classmethod
+    def probe(cls) -> Probe:
+        """Needs Linux pidfds, /proc child lists and the subreaper prctl."""
+        if not hasattr(os, "pidfd_open"):
+            return Probe(False, "os.pidfd_open is missing (needs Linux 5.3 and Python 3.9)")
+        if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
+            return Probe(False, "/proc/*/children is missing (kernel without CONFIG_PROC_CHILDREN)")
+        return Probe(True, "process groups, pidfds, child subreaper, warden for host death")
+
+    def run(self, plan: LaunchPlan, *, abort: AbortToken | None = None) -> ProcessOutcome:
+        """Run ``plan`` to completion (or timeout, or abort) and report what happened."""
+        if plan.memory_mb is not None:
+            raise Unsupported(
+                "the local executor cannot enforce a memory limit yet",
+                hint="drop --memory-mb, or use a backend that enforces resource limits",
+                details={"option": "memory_mb"},
+            )
+        run_id = os.urandom(8).hex()
+        env = dict(plan.env)
+        env[reaper.MARKER] = run_id
+        with self._lock:
+            self._live.add(run_id)  # before the spawn, so no sweep can mistake it for a leftover
+        start = time.monotonic()
+        try:
+            proc = self._spawn(plan, env)
+        except BaseException:
+            with self._lock:
+                self._live.discard(run_id)
+            raise
+        with self._lock:
+            self._leaders.add(proc.pid)
+        self._warden.watch(run_id, proc.pid)
+        try:
+            sweep = self._reap_tree(run_id, proc.pid)
+            return _Run(plan, proc, start, abort, self._spill, sweep).wait()
+        finally:
+            with self._lock:
+                self._live.discard(run_id)
+                self._leaders.discard(proc.pid)
+            self._warden.release(run_id)
+
+    def _spawn(self, plan: LaunchPlan, env: dict[str, str]) -> subprocess.Popen[bytes]:
+        if self._reap:
+            reaper.ensure_subreaper()
+        try:
+            return subprocess.Popen(
+                plan.argv,
+                executable=plan.executable,
+                cwd=plan.cwd,
+                env=env,
+                stdin=subprocess.PIPE if plan.stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                close_fds=True,
+                pass_fds=plan.pass_fds,
+                process_group=0,
+            )
+        except FileNotFoundError:
+            raise ProgramNotFound(
+                f"program not found: {plan.executable}",
+                hint="it was removed after it was resolved; check the path",
+                details={"program": plan.executable},
+            ) from None
+        except OSError as error:
+            why = errno.errorcode.get(error.errno or 0, "error")
+            raise SpawnFailed(
+                f"cannot start {plan.executable}: {error.strerror} ({why})",
+                hint="check that it is an executable file you may run",
+                details={"program": plan.executable, "errno": why},
+            ) from None
+
+    def _reap_tree(self, run_id: str, pgid: int) -> Any:
+        def finish() -> None:
+            if not self._reap:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pgid, signal.SIGKILL)
+                return
+            with self._lock:
+                live = set(self._live)
+                live.discard(run_id)
+                exclude = set(self._leaders)
+            if self._warden.pid is not None:
+                exclude.add(self._warden.pid)
+            reaper.sweep(run_id, pgid, live, exclude)
+
+        return finish
+
+    def close(self) -> None:
+        """Stop the warden."""
+        self._warden.close()
+
+
+class _Run:
+    """The poll loop of one running process."""
+
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        proc: subprocess.Popen[bytes],
+        start: float,
+        abort: AbortToken | None,
+        spill: SpillDir,
+        sweep: Any,
+    ) -> None:
+        self.plan = plan
+        self.proc = proc
+        self.abort = abort
+        self.sweep = sweep
+        self.start = start
+        self.deadline = self.start + plan.timeout
+        assert proc.stdout is not None and proc.stderr is not None
+        self.captures = {
+            proc.stdout.fileno(): StreamCapture("stdout", plan.output_limit, spill),
+            proc.stderr.fileno(): StreamCapture("stderr", plan.output_limit, spill),
+        }
+        self.stdin_data = memoryview(plan.stdin)
+        self.stdin_fd = proc.stdin.fileno() if proc.stdin is not None else -1
+        self.pidfd = os.pidfd_open(proc.pid)
+        self.poller = select.poll()
+        for fd in self.captures:
+            self.poller.register(fd, select.POLLIN)
+        self.poller.register(self.pidfd, select.POLLIN)
+        if self.stdin_fd >= 0:
+            os.set_blocking(self.stdin_fd, False)
+            self.poller.register(self.stdin_fd, select.POLLOUT)
+        if abort is not None:
+            self.poller.register(abort.fileno(), select.POLLIN)
+        self.timed_out = False
+        self.aborted = False
+        self.kill_at: float | None = None
+
+    def wait(self) -> ProcessOutcome:
+        try:
+            returncode = self._until_exit()
+            end = time.monotonic()
+            self.sweep()
+            self._drain(time.monotonic() + _DRAIN_AFTER_EXIT)
+        except BaseException:
+            self._kill(signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                self.proc.wait()
+            self.sweep()
+            for capture in self.captures.values():
+                capture.abandon()
+            raise
+        finally:
+            self._close()
+        stdout, stderr = (capture.finish() for capture in self.captures.values())
+        return ProcessOutcome(
+            returncode if returncode >= 0 else None,
+            signal.Signals(-returncode).name if returncode < 0 else None,
+            timed_out=self.timed_out,
+            aborted=self.aborted,
+            duration=end - self.start,
+            stdout=stdout,
+            stderr=stderr,
+        )
+
+    def _until_exit(self) -> int:
+        while True:
+            now = time.monotonic()
+            if self.kill_at is None and not (self.timed_out or self.aborted):
+                if now >= self.deadline:
+                    self.timed_out = True
+                    self._terminate(now)
+                elif self.abort is not None and self.abort.aborted:
+                    self.aborted = True
+                    self._terminate(now)
+            elif self.kill_at is not None and now >= self.kill_at:
+                self._kill(signal.SIGKILL)
+                self.kill_at = float("inf")
+            wake = self.kill_at if self.kill_at is not None else self.deadline
+            timeout_ms = max(0, int((wake - now) * 1000) + 1) if wake != float("inf") else None
+            for fd, events in self.poller.poll(timeout_ms):
+                if fd == self.pidfd:
+                    return self.proc.wait()
+                if fd in self.captures:
+                    self._read(fd)
+                elif fd == self.stdin_fd:
+                    self._write_stdin(events)
+                elif self.abort is not None and fd == self.abort.fileno():
+                    self.poller.unregister(fd)
+
+    def _terminate(self, now: float) -> None:
+        self._kill(signal.SIGTERM)
+        self.kill_at = now + self.plan.kill_grace
+
+    def _kill(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, sig)
+
+    def _read(self, fd: int) -> bool:
+        try:
+            chunk = os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return True
+        if not chunk:
+            self.poller.unregister(fd)
+            return False
+        self.captures[fd].feed(chunk)
+        return True
+
+    def _write_stdin(self, events: int) -> None:
+        if events & select.POLLOUT and self.stdin_data:
+            try:
+                written = os.write(self.stdin_fd, self.stdin_data[:_CHUNK])
+            except BlockingIOError:
+                return
+            except (BrokenPipeError, OSError):
+                written = len(self.stdin_data)
+            self.stdin_data = self.stdin_data[written:]
+            if self.stdin_data:
+                return
+        self._close_stdin()
+
+    def _close_stdin(self) -> None:
+        if self.stdin_fd >= 0:
+            self.poller.unregister(self.stdin_fd)
+            assert self.proc.stdin is not None
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            self.stdin_fd = -1
+
+    def _drain(self, until: float) -> None:
+        """Read the pipes to their end now that every writer was killed (bounded in time)."""
+        self._close_stdin()
+        self.poller.unregister(self.pidfd)
+        open_fds = set(self.captures)
+        while open_fds:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            for fd, _events in self.poller.poll(int(left * 1000) + 1):
+                if fd in open_fds and not self._read(fd):
+                    open_fds.discard(fd)
+
+    def _close(self) -> None:
+        self._close_stdin()
+        os.close(self.pidfd)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()

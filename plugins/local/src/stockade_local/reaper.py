@@ -1,0 +1,120 @@
+"""Find and kill what a command left behind, including descendants that left its group.
+
+The executor makes the host a *child subreaper* (``PR_SET_CHILD_SUBREAPER``): a descendant
+whose parent dies (a double fork, a ``setsid`` daemon) is re-parented to the host instead of
+init, so it stays in reach. Each run marks its environment with ``STOCKADE_RUN_ID``; after the
+command ends, the host's own children that carry the mark of a finished run are killed and
+reaped, and so are their children once they in turn are re-parented. Children without a mark
+are the embedding program's own and are left alone. A descendant that also wipes its
+environment escapes this attribution; only a PID namespace (the bubblewrap provider) closes
+that hole.
+
+``prctl`` has no Python binding in the standard library, hence the one ctypes call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Collection
+
+MARKER = "STOCKADE_RUN_ID"
+_PR_SET_CHILD_SUBREAPER = 36
+_PR_GET_CHILD_SUBREAPER = 37
+_MAX_ROUNDS = 64
+
+_subreaper_lock = threading.Lock()
+_subreaper_pid: int | None = None
+
+
+def ensure_subreaper() -> bool:
+    """Make this process a child subreaper (once per process); whether it worked."""
+    global _subreaper_pid  # noqa: PLW0603 - a per-process fact, reset after fork
+    pid = os.getpid()
+    if _subreaper_pid == pid:
+        return True
+    with _subreaper_lock:
+        if _subreaper_pid == pid:
+            return True
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            return False
+        _subreaper_pid = pid
+        return True
+
+
+def is_subreaper() -> bool:
+    """Whether this process is a child subreaper."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    flag = ctypes.c_int(0)
+    libc.prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(flag), 0, 0, 0)
+    return bool(flag.value)
+
+
+def own_children() -> list[int]:
+    """The PIDs whose parent is this process (every thread's children)."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return pids
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                pids.extend(int(p) for p in f.read().split())
+        except OSError:
+            continue
+    return pids
+
+
+def run_mark(pid: int) -> str | None:
+    """The ``STOCKADE_RUN_ID`` in a process's environment, or ``None``."""
+    needle = MARKER.encode() + b"="
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return None
+    for entry in environ.split(b"\0"):
+        if entry.startswith(needle):
+            return entry[len(needle) :].decode("ascii", "replace")
+    return None
+
+
+def sweep(run_id: str, pgid: int, live_runs: Collection[str], exclude: Collection[int]) -> int:
+    """Kill and reap everything left of run ``run_id``; the number of processes killed.
+
+    Args:
+        run_id: the finished run.
+        pgid: its process group (the leader's PID).
+        live_runs: runs still going, whose processes must be left alone.
+        exclude: PIDs never to touch (other runs' leaders, helper processes).
+    """
+    killed = 0
+    for _ in range(_MAX_ROUNDS):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+        targets = []
+        for pid in own_children():
+            if pid in exclude:
+                continue
+            mark = run_mark(pid)
+            if mark is not None and (mark == run_id or mark not in live_runs):
+                targets.append(pid)
+        if not targets:
+            return killed
+        for pid in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in targets:
+            # Reaping it also guarantees its own children were re-parented to us already.
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        killed += len(targets)
+    return killed
