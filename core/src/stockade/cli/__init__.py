@@ -1,0 +1,75 @@
+"""The ``stockade`` command line, split by command group; each group imports only what it uses.
+
+Exit status: the command's own; 128+N when killed by signal N; 124 when timed out; 130 when
+interrupted; 125 for Stockade's own errors (usage, config, sandbox unavailable); 126 denied or
+held by policy, or the program could not be started; 127 program not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+
+EXIT_USAGE = 125
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"stockade: error[usage]: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser for every command (handlers are imported only when chosen)."""
+    parser = _Parser(prog="stockade", description="Run an agent's commands, confined and bounded.")
+    parser.add_argument("--version", action="version", version=f"stockade {__version__}")
+    parser.add_argument("--config", metavar="PATH", help="config file (else STOCKADE_CONFIG)")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = commands.add_parser("run", help="run one command", description="Run one command by "
+                              "argv: classified, approved, confined, bounded.")
+    run.add_argument("--mode", choices=("read-only", "workspace-write", "danger-full-access"))
+    run.add_argument("--sandbox", metavar="NAME", help="sandbox provider (default: auto)")
+    run.add_argument("--cwd", metavar="DIR", help="working directory (default: here)")
+    run.add_argument("--timeout", metavar="SECONDS", type=float, help="default 30, capped")
+    run.add_argument("--memory-mb", metavar="N", type=int, help="memory limit in MiB")
+    run.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
+                     help="pass one environment entry (repeatable)")
+    run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
+    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
+
+    plugins = commands.add_parser("plugins", help="list the installed plugins")
+    plugins.add_argument("--json", action="store_true")
+    doctor = commands.add_parser("doctor", help="say what works on this machine and why not")
+    doctor.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        from .run import run_command
+
+        return run_command(args, parser)
+    if args.command == "plugins":
+        from .plugins import plugins_command
+
+        return plugins_command(args)
+    if args.command == "doctor":
+        from .doctor import doctor_command
+
+        return doctor_command(args)
+    parser.print_help(sys.stderr)
+    return EXIT_USAGE
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    raise SystemExit(main())

@@ -1,0 +1,99 @@
+"""``stockade doctor``: what works on this machine, and why not."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import TYPE_CHECKING
+
+from attrs import frozen
+
+from ..errors import StockadeError
+from ..kernel import Fact, all_facts
+from ..types import MODES
+
+if TYPE_CHECKING:
+    import argparse
+
+
+@frozen
+class DoctorReport:
+    """What ``stockade doctor --json`` prints.
+
+    Attributes:
+        ok: the configured default mode can run here.
+        python: interpreter version and platform.
+        config: where configuration came from.
+        kernel: kernel features that confinement depends on.
+        executors: each executor and whether it works.
+        sandboxes: each sandbox provider and whether it works.
+        modes: for each mode, what ``auto`` would use, or why nothing can.
+    """
+
+    ok: bool
+    python: str
+    config: str
+    kernel: tuple[Fact, ...]
+    executors: tuple[Fact, ...]
+    sandboxes: tuple[Fact, ...]
+    modes: tuple[Fact, ...]
+
+
+def build_report(args: argparse.Namespace) -> DoctorReport:
+    """Probe everything; a broken config or plugin is reported, not raised."""
+    from ..host import Host
+    from ..resolve import resolve
+    from ..types import ExecRequest
+    from .common import make_host
+
+    python = f"{platform.python_implementation()} {platform.python_version()} on {sys.platform}"
+    kernel = tuple(all_facts())
+    try:
+        host: Host = make_host(args)
+    except StockadeError as error:
+        broken = (Fact("host", False, str(error)),)
+        return DoctorReport(False, python, "unusable", kernel, broken, (), ())
+    config = host.config.source or "embedded defaults (no config file)"
+    executors = tuple(
+        Fact(c.PLUGIN_NAME, probe.usable, probe.detail)
+        for c in host.executors.classes() for probe in (c.probe(),)
+    )
+    sandboxes = tuple(
+        Fact(c.PLUGIN_NAME, probe.usable, f"modes: {', '.join(sorted(c.MODES))}; {probe.detail}")
+        for c in host.sandboxes.classes() for probe in (host.probe(c),)
+    )
+    modes = []
+    for mode in MODES:
+        spec = resolve(ExecRequest(["true"], os.path.abspath(os.sep), mode=mode),
+                       host.config, host.environ)
+        try:
+            provider = host.provider_for(spec)
+            modes.append(Fact(mode, True, f"sandbox {provider.PLUGIN_NAME}"))
+        except StockadeError as error:
+            modes.append(Fact(mode, False, str(error)))
+    executor_ok = any(f.ok and f.name == host.config.executor for f in executors)
+    if not executor_ok:
+        executors += (Fact(host.config.executor, False, "configured executor is not installed"),)
+    default_ok = executor_ok and any(f.ok and f.name == host.config.mode for f in modes)
+    return DoctorReport(default_ok, python, config, kernel, executors, sandboxes, tuple(modes))
+
+
+def doctor_command(args: argparse.Namespace) -> int:
+    """Print the report; exit 0 when the configured default mode can run here, else 1."""
+    report = build_report(args)
+    if args.json:
+        from ..wire import to_json
+
+        print(to_json(report, indent=2))
+        return 0 if report.ok else 1
+    print(f"python: {report.python}")
+    print(f"config: {report.config}")
+    for title, facts in (("kernel", report.kernel), ("executors", report.executors),
+                         ("sandboxes", report.sandboxes), ("modes", report.modes)):
+        print(f"{title}:")
+        for fact in facts:
+            print(f"  [{'ok' if fact.ok else 'no'}] {fact.name}: {fact.detail}")
+    verdict = "ready" if report.ok else "NOT ready: the default mode cannot run confined here"
+    print(f"verdict: {verdict}")
+    return 0 if report.ok else 1

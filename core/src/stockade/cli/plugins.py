@@ -1,0 +1,70 @@
+"""``stockade plugins``: the distributions, versions, hooks and registered names."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from attrs import frozen
+
+from ..errors import StockadeError
+from ..plugins import PluginInfo
+from .common import make_host, report_error
+
+if TYPE_CHECKING:
+    import argparse
+
+
+@frozen
+class RegisteredClass:
+    """An executor or sandbox provider class, by the name config selects it with.
+
+    Attributes:
+        name: its ``PLUGIN_NAME``.
+        cls: its import path.
+    """
+
+    name: str
+    cls: str
+
+
+@frozen
+class PluginsReport:
+    """What ``stockade plugins --json`` prints.
+
+    Attributes:
+        plugins: every loaded plugin.
+        executors: the registered executors.
+        sandboxes: the registered sandbox providers.
+    """
+
+    plugins: tuple[PluginInfo, ...]
+    executors: tuple[RegisteredClass, ...]
+    sandboxes: tuple[RegisteredClass, ...]
+
+
+def plugins_command(args: argparse.Namespace) -> int:
+    """List the plugins a host would load with this configuration."""
+    try:
+        host = make_host(args)
+    except StockadeError as error:
+        return report_error(error, as_json=args.json)
+    report = PluginsReport(
+        tuple(host.hooks.plugin_infos()),
+        tuple(RegisteredClass(c.PLUGIN_NAME, f"{c.__module__}.{c.__qualname__}")
+              for c in host.executors.classes()),
+        tuple(RegisteredClass(c.PLUGIN_NAME, f"{c.__module__}.{c.__qualname__}")
+              for c in host.sandboxes.classes()),
+    )
+    if args.json:
+        from ..wire import to_json
+
+        print(to_json(report, indent=2))
+        return 0
+    print("plugins:")
+    for info in report.plugins:
+        version = f" {info.version}" if info.version else ""
+        print(f"  {info.name}  ({info.dist}{version})")
+        print(f"      hooks: {', '.join(info.hooks) or '-'}")
+    print("executors: " + (", ".join(f"{r.name} ({r.cls})" for r in report.executors) or "none"))
+    print("sandboxes: " + (", ".join(f"{r.name} ({r.cls})" for r in report.sandboxes) or "none"))
+    return 0

@@ -1,0 +1,89 @@
+"""``stockade run``: one command, by argv, through the whole host pipeline."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import TYPE_CHECKING
+
+from ..errors import RecorderFailed, StockadeError, UsageError
+from .common import make_host, report_error
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..types import RunResult
+
+EXIT_TIMEOUT = 124
+EXIT_INTERRUPTED = 130
+
+
+def exit_status(result: RunResult) -> int:
+    """The CLI's exit status for a result: 124 timed out, 130 aborted, 128+N signalled."""
+    if result.timed_out:
+        return EXIT_TIMEOUT
+    if result.aborted:
+        return EXIT_INTERRUPTED
+    if result.signal is not None:
+        return 128 + int(signal.Signals[result.signal])
+    return result.exit_code if result.exit_code is not None else 1
+
+
+def _parse_env(entries: list[str]) -> dict[str, str]:
+    env = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--env takes NAME=VALUE, got {entry!r}")
+        env[name] = value
+    return env
+
+
+def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run the command named after ``--``; print its output or its JSON result."""
+    from ..executor import AbortToken
+    from ..types import ExecRequest
+
+    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    if not argv:
+        parser.error("run needs a program: stockade run [OPTIONS] -- PROGRAM [ARG...]")
+    abort = AbortToken()
+    try:
+        request = ExecRequest(
+            argv, args.cwd, env=_parse_env(args.env), timeout=args.timeout, mode=args.mode,
+            sandbox=args.sandbox, memory_mb=args.memory_mb, origin="cli", preapproved=args.yes,
+        )
+        host = make_host(args)
+        previous = {sig: signal.signal(sig, lambda *_: abort.abort())
+                    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        try:
+            with host:
+                result = host.run(request, abort=abort)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    except RecorderFailed as error:
+        from ..types import RunResult
+
+        if isinstance(error.result, RunResult):
+            _print_result(error.result, as_json=args.json)
+        return report_error(error, as_json=args.json)
+    except StockadeError as error:
+        return report_error(error, as_json=args.json)
+    except (TypeError, ValueError) as error:
+        return report_error(UsageError(str(error)), as_json=args.json)
+    _print_result(result, as_json=args.json)
+    return exit_status(result)
+
+
+def _print_result(result: RunResult, *, as_json: bool) -> None:
+    if as_json:
+        from ..wire import to_json
+
+        print(to_json(result, indent=2))
+        return
+    sys.stdout.write(result.stdout.text)
+    sys.stdout.flush()
+    sys.stderr.write(result.stderr.text)
+    if result.timed_out:
+        print(f"stockade: timed out after {result.timeout_s:g}s", file=sys.stderr)

@@ -1,0 +1,94 @@
+"""A testing kit for plugin authors: fresh hosts with inline plugins, as pytest fixtures.
+
+Installed as a pytest plugin (entry point ``pytest11``), so in any test session::
+
+    def test_my_provider(make_host):
+        host = make_host(plugins=[MyPlugin()], policy=allow_all)
+        result = host.run(ExecRequest(["true"], mode="read-only"))
+
+Every host is independent (its own plugin manager) and closed when the test ends.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from . import hookimpl
+from .config import Config
+from .host import Host
+from .types import Classification, Decision, Event, ExecSpec, Profile
+
+
+class AllowAll:
+    """A policy plugin that allows every command (tests only: it judges nothing)."""
+
+    @hookimpl
+    def stockade_decide(
+        self, spec: ExecSpec, classification: Classification, profile: Profile
+    ) -> Decision:
+        """Allow."""
+        return Decision("allow", "allowed by the test's AllowAll policy", by="testing.AllowAll")
+
+
+class EventLog:
+    """A recorder plugin that keeps every event in :attr:`events`, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    @hookimpl
+    def stockade_record(self, event: Event) -> None:
+        """Keep the event."""
+        self.events.append(event)
+
+    def kinds(self) -> list[str]:
+        """The ``kind`` of every event so far."""
+        return [event.kind for event in self.events]
+
+
+HostFactory = Callable[..., Host]
+
+
+@pytest.fixture
+def make_host() -> Iterator[HostFactory]:
+    """A factory for fresh hosts; every host it made is closed after the test.
+
+    Arguments (all keyword): ``plugins`` (extra plugin objects), ``config`` (a
+    :class:`~stockade.config.Config`), ``environ`` (the ambient environment, ``os.environ``
+    by default), ``load_entry_points`` (default true), ``allow_all`` (register
+    :class:`AllowAll`, default false).
+    """
+    made: list[Host] = []
+
+    def factory(
+        *,
+        plugins: Sequence[object] = (),
+        config: Config | None = None,
+        environ: Mapping[str, str] | None = None,
+        load_entry_points: bool = True,
+        allow_all: bool = False,
+        **settings: Any,
+    ) -> Host:
+        if settings:
+            raise TypeError(f"unknown make_host arguments: {', '.join(sorted(settings))}")
+        extra = [*plugins, AllowAll()] if allow_all else list(plugins)
+        host = Host(
+            config, environ=dict(os.environ if environ is None else environ), plugins=extra,
+            load_entry_points=load_entry_points,
+        )
+        made.append(host)
+        return host
+
+    yield factory
+    for host in made:
+        host.close()
+
+
+@pytest.fixture
+def event_log() -> EventLog:
+    """A fresh :class:`EventLog` to pass in ``plugins``."""
+    return EventLog()
