@@ -12,13 +12,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from attrs import field, frozen
+from attrs import Attribute, field, frozen
 
 from .errors import ConfigError
 from .types import MODES, Mode
 
 
-def _positive(_inst: object, attr: Any, value: float) -> None:
+def _positive(_inst: object, attr: Attribute[Any], value: float) -> None:
     if value <= 0:
         raise ValueError(f"{attr.name} must be greater than 0, got {value!r}")
 

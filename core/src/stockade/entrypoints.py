@@ -84,11 +84,11 @@ def entry_points(group: str, path: Iterable[str] | None = None) -> list[EntryPoi
                 continue
             seen.add(key)
             try:
-                with open(os.path.join(directory, entry, "entry_points.txt"), encoding="utf-8") as f:
+                path = os.path.join(directory, entry, "entry_points.txt")
+                with open(path, encoding="utf-8") as f:
                     text = f.read()
             except OSError:
                 continue
-            found.extend(
-                EntryPoint(name, value, dist, match["version"]) for name, value in _section(text, group)
-            )
+            version = match["version"]
+            found.extend(EntryPoint(n, v, dist, version) for n, v in _section(text, group))
     return found

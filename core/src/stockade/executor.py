@@ -9,13 +9,14 @@ the synchronous one on a thread of its own, aborting it when the awaiting task i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
-from .types import LaunchPlan, ProcessOutcome, Probe
+from .types import LaunchPlan, Probe, ProcessOutcome
 
 
 class AbortToken:
@@ -118,11 +119,10 @@ class Executor(ABC):
 
 def _deliver(
     loop: asyncio.AbstractEventLoop,
-    settle: Any,
+    settle: Callable[[ProcessOutcome | None, BaseException | None], None],
     outcome: ProcessOutcome | None,
     error: BaseException | None,
 ) -> None:
-    try:
+    # A closed loop (RuntimeError) means nobody is waiting for the outcome any more.
+    with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(settle, outcome, error)
-    except RuntimeError:
-        pass  # the loop closed while the command ran; nobody is waiting any more

@@ -42,8 +42,8 @@ from .types import (
     LaunchPlan,
     PendingApproval,
     PermissionEvent,
-    ProcessOutcome,
     Probe,
+    ProcessOutcome,
     Profile,
     ResultEvent,
     RunResult,
@@ -94,7 +94,9 @@ class Host:
         self.config = config if config is not None else Config()
         self.environ: Mapping[str, str] = dict(os.environ if environ is None else environ)
         self.pm: pluggy.PluginManager = get_plugin_manager(
-            self.config, environ=self.environ, plugins=plugins,
+            self.config,
+            environ=self.environ,
+            plugins=plugins,
             load_entry_points=load_entry_points,
         )
         self.hooks = Hooks(self.pm)
@@ -151,8 +153,12 @@ class Host:
         spec = resolve(request, self.config, self.environ)
         self._record(
             ActionEvent(
-                spec.action_id, spec.argv, cwd=spec.cwd, mode=spec.mode,
-                origin=spec.origin, profile=spec.profile,
+                spec.action_id,
+                spec.argv,
+                cwd=spec.cwd,
+                mode=spec.mode,
+                origin=spec.origin,
+                profile=spec.profile,
             )
         )
         classification = self.classify(spec)
@@ -187,8 +193,9 @@ class Host:
         )
         if decision.verdict == "ask":
             if spec.preapproved:
-                decision = Decision("allow", f"approved in advance: {decision.reason}",
-                                    by="preapproved")
+                decision = Decision(
+                    "allow", f"approved in advance: {decision.reason}", by="preapproved"
+                )
             else:
                 pending = PendingApproval(spec, classification, decision)
                 decision = self.hooks.ask(pending) or decision
@@ -267,8 +274,10 @@ class Host:
             )
         probe = self.probe(cls)
         if not probe.usable:
-            raise SandboxUnavailable(f"sandbox {name!r} is not usable here: {probe.detail}",
-                                     hint="run `stockade doctor` to see what this machine lacks")
+            raise SandboxUnavailable(
+                f"sandbox {name!r} is not usable here: {probe.detail}",
+                hint="run `stockade doctor` to see what this machine lacks",
+            )
         with self._lock:
             provider = self._providers.get(name)
             if provider is None:

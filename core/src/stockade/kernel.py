@@ -50,8 +50,11 @@ def user_namespaces() -> Fact:
     if clone == "0":
         return Fact("user namespaces", False, "kernel.unprivileged_userns_clone is 0")
     if apparmor == "1":
-        return Fact("user namespaces", False,
-                    "AppArmor restricts unprivileged user namespaces (Ubuntu 24.04 default)")
+        return Fact(
+            "user namespaces",
+            False,
+            "AppArmor restricts unprivileged user namespaces (Ubuntu 24.04 default)",
+        )
     return Fact("user namespaces", True, f"max_user_namespaces={limit}")
 
 
@@ -63,8 +66,9 @@ def landlock_abi() -> Fact:
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    abi = libc.syscall(number, None, ctypes.c_size_t(0),
-                       ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    abi = libc.syscall(
+        number, None, ctypes.c_size_t(0), ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION)
+    )
     if abi < 0:
         err = ctypes.get_errno()
         why = {38: "not built into this kernel", 95: "disabled at boot (lsm= lacks landlock)"}

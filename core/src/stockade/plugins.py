@@ -209,8 +209,11 @@ class Hooks:
             if plugin is None:
                 continue
             hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
-            dist, version = dists.get(name, ("stockade", __version__) if name in BUILTIN_PLUGINS
-                                      else ("(registered in code)", ""))
+            dist, version = dists.get(
+                name,
+                ("stockade", __version__)
+                if name in BUILTIN_PLUGINS
+                else ("(registered in code)", ""),
+            )
             infos.append(PluginInfo(name, dist, version, hooks))
         return infos
-

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
 
 import pytest
 
@@ -71,13 +70,12 @@ def make_host() -> Iterator[HostFactory]:
         environ: Mapping[str, str] | None = None,
         load_entry_points: bool = True,
         allow_all: bool = False,
-        **settings: Any,
     ) -> Host:
-        if settings:
-            raise TypeError(f"unknown make_host arguments: {', '.join(sorted(settings))}")
         extra = [*plugins, AllowAll()] if allow_all else list(plugins)
         host = Host(
-            config, environ=dict(os.environ if environ is None else environ), plugins=extra,
+            config,
+            environ=dict(os.environ if environ is None else environ),
+            plugins=extra,
             load_entry_points=load_entry_points,
         )
         made.append(host)

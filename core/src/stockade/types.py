@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from attrs import field, frozen
 
@@ -48,7 +48,15 @@ def _check_argv(_inst: object, _attr: object, value: tuple[str, ...]) -> None:
         raise ValueError("argv[0] is empty: name a program")
 
 
-def _one_of(choices: tuple[str, ...]) -> object:
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
+def _ints(value: Iterable[int]) -> tuple[int, ...]:
+    return tuple(value)
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[Any, Any, Any], None]:
     def check(_inst: object, attr: object, value: str | None) -> None:
         if value is not None and value not in choices:
             name = getattr(attr, "name", "value")
@@ -86,11 +94,11 @@ class ExecRequest:
     env: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
     stdin: bytes | None = field(kw_only=True, default=None)
     timeout: float | None = field(kw_only=True, default=None)
-    mode: Mode | None = field(kw_only=True, default=None, validator=_one_of(MODES))  # type: ignore[arg-type]
+    mode: Mode | None = field(kw_only=True, default=None, validator=_one_of(MODES))
     sandbox: str | None = field(kw_only=True, default=None)
     memory_mb: int | None = field(kw_only=True, default=None)
     credentials: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
-    origin: Origin = field(kw_only=True, default="api", validator=_one_of(ORIGINS))  # type: ignore[arg-type]
+    origin: Origin = field(kw_only=True, default="api", validator=_one_of(ORIGINS))
     profile: str = field(kw_only=True, default="default")
     preapproved: bool = field(kw_only=True, default=False)
 
@@ -151,9 +159,9 @@ class Classification:
         by: the names of the classifiers that voted.
     """
 
-    kind: Kind = field(validator=_one_of(KINDS))  # type: ignore[arg-type]
-    reasons: tuple[str, ...] = field(default=(), converter=tuple)
-    by: tuple[str, ...] = field(kw_only=True, default=(), converter=tuple)
+    kind: Kind = field(validator=_one_of(KINDS))
+    reasons: tuple[str, ...] = field(default=(), converter=_strings)
+    by: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
     @property
     def severity(self) -> int:
@@ -182,7 +190,7 @@ class Decision:
         by: who decided: a policy plugin, a person, or ``preapproved``.
     """
 
-    verdict: Verdict = field(validator=_one_of(("allow", "ask", "deny")))  # type: ignore[arg-type]
+    verdict: Verdict = field(validator=_one_of(("allow", "ask", "deny")))
     reason: str
     by: str = field(kw_only=True, default="")
 
@@ -253,7 +261,7 @@ class LaunchPlan:
     """
 
     executable: str
-    argv: tuple[str, ...] = field(converter=tuple)
+    argv: tuple[str, ...] = field(converter=_strings)
     cwd: str = field(kw_only=True)
     env: Mapping[str, str] = field(kw_only=True, converter=_frozen_map)
     stdin: bytes = field(kw_only=True, default=b"")
@@ -261,7 +269,7 @@ class LaunchPlan:
     kill_grace: float = field(kw_only=True)
     output_limit: int = field(kw_only=True)
     memory_mb: int | None = field(kw_only=True, default=None)
-    pass_fds: tuple[int, ...] = field(kw_only=True, default=(), converter=tuple)
+    pass_fds: tuple[int, ...] = field(kw_only=True, default=(), converter=_ints)
     facts: SandboxFacts = field(kw_only=True)
 
 

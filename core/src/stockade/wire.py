@@ -7,13 +7,13 @@ field, and config errors come out as readable paths (``unknown key 'timout' @ $`
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, TypeVar
 
 import attrs
 import cattrs
-from cattrs.errors import ClassValidationError, CattrsError, ForbiddenExtraKeysError
+from cattrs.errors import CattrsError, ClassValidationError, ForbiddenExtraKeysError
 from cattrs.v import format_exception as _cattrs_format
 
 from .config import Config
@@ -51,11 +51,11 @@ def converter() -> cattrs.Converter:
     return conv
 
 
-def _strict(kind: type[T]) -> Any:
+def _strict(kind: type[T]) -> Callable[[object, type], T]:
     def structure(value: object, _type: type) -> T:
         if type(value) is not kind:
             raise TypeError(f"expected {kind.__name__}, got {type(value).__name__} {value!r}")
-        return value  # type: ignore[return-value]
+        return value
 
     return structure
 
@@ -74,7 +74,7 @@ def _structure_bytes(value: object, _type: type) -> bytes:
     raise TypeError(f"expected text, got {type(value).__name__}")
 
 
-def unstructure(obj: object) -> Any:
+def unstructure(obj: object) -> object:
     """Plain data (dicts, lists, strings) for ``obj``."""
     return converter().unstructure(obj)
 

@@ -30,15 +30,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="PATH", help="config file (else STOCKADE_CONFIG)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    run = commands.add_parser("run", help="run one command", description="Run one command by "
-                              "argv: classified, approved, confined, bounded.")
+    run = commands.add_parser(
+        "run",
+        help="run one command",
+        description="Run one command by argv: classified, approved, confined, bounded.",
+    )
     run.add_argument("--mode", choices=("read-only", "workspace-write", "danger-full-access"))
     run.add_argument("--sandbox", metavar="NAME", help="sandbox provider (default: auto)")
     run.add_argument("--cwd", metavar="DIR", help="working directory (default: here)")
     run.add_argument("--timeout", metavar="SECONDS", type=float, help="default 30, capped")
     run.add_argument("--memory-mb", metavar="N", type=int, help="memory limit in MiB")
-    run.add_argument("--env", metavar="NAME=VALUE", action="append", default=[],
-                     help="pass one environment entry (repeatable)")
+    run.add_argument(
+        "--env",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="pass one environment entry (repeatable)",
+    )
     run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")

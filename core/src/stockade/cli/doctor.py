@@ -57,16 +57,19 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
     config = host.config.source or "embedded defaults (no config file)"
     executors = tuple(
         Fact(c.PLUGIN_NAME, probe.usable, probe.detail)
-        for c in host.executors.classes() for probe in (c.probe(),)
+        for c in host.executors.classes()
+        for probe in (c.probe(),)
     )
     sandboxes = tuple(
         Fact(c.PLUGIN_NAME, probe.usable, f"modes: {', '.join(sorted(c.MODES))}; {probe.detail}")
-        for c in host.sandboxes.classes() for probe in (host.probe(c),)
+        for c in host.sandboxes.classes()
+        for probe in (host.probe(c),)
     )
     modes = []
     for mode in MODES:
-        spec = resolve(ExecRequest(["true"], os.path.abspath(os.sep), mode=mode),
-                       host.config, host.environ)
+        spec = resolve(
+            ExecRequest(["true"], os.path.abspath(os.sep), mode=mode), host.config, host.environ
+        )
         try:
             provider = host.provider_for(spec)
             modes.append(Fact(mode, True, f"sandbox {provider.PLUGIN_NAME}"))
@@ -89,8 +92,12 @@ def doctor_command(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
     print(f"python: {report.python}")
     print(f"config: {report.config}")
-    for title, facts in (("kernel", report.kernel), ("executors", report.executors),
-                         ("sandboxes", report.sandboxes), ("modes", report.modes)):
+    for title, facts in (
+        ("kernel", report.kernel),
+        ("executors", report.executors),
+        ("sandboxes", report.sandboxes),
+        ("modes", report.modes),
+    ):
         print(f"{title}:")
         for fact in facts:
             print(f"  [{'ok' if fact.ok else 'no'}] {fact.name}: {fact.detail}")

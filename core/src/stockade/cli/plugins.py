@@ -50,10 +50,14 @@ def plugins_command(args: argparse.Namespace) -> int:
         return report_error(error, as_json=args.json)
     report = PluginsReport(
         tuple(host.hooks.plugin_infos()),
-        tuple(RegisteredClass(c.PLUGIN_NAME, f"{c.__module__}.{c.__qualname__}")
-              for c in host.executors.classes()),
-        tuple(RegisteredClass(c.PLUGIN_NAME, f"{c.__module__}.{c.__qualname__}")
-              for c in host.sandboxes.classes()),
+        tuple(
+            RegisteredClass(c.PLUGIN_NAME, f"{c.__module__}.{c.__qualname__}")
+            for c in host.executors.classes()
+        ),
+        tuple(
+            RegisteredClass(c.PLUGIN_NAME, f"{c.__module__}.{c.__qualname__}")
+            for c in host.sandboxes.classes()
+        ),
     )
     if args.json:
         from ..wire import to_json

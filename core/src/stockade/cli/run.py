@@ -50,12 +50,21 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     abort = AbortToken()
     try:
         request = ExecRequest(
-            argv, args.cwd, env=_parse_env(args.env), timeout=args.timeout, mode=args.mode,
-            sandbox=args.sandbox, memory_mb=args.memory_mb, origin="cli", preapproved=args.yes,
+            argv,
+            args.cwd,
+            env=_parse_env(args.env),
+            timeout=args.timeout,
+            mode=args.mode,
+            sandbox=args.sandbox,
+            memory_mb=args.memory_mb,
+            origin="cli",
+            preapproved=args.yes,
         )
         host = make_host(args)
-        previous = {sig: signal.signal(sig, lambda *_: abort.abort())
-                    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        previous = {
+            sig: signal.signal(sig, lambda *_: abort.abort())
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        }
         try:
             with host:
                 result = host.run(request, abort=abort)

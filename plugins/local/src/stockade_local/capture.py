@@ -76,8 +76,10 @@ class StreamCapture:
         digest = self._digest.hexdigest()
         if self._file is None:
             return CollectedOutput(
-                self._buffer.decode("utf-8", "replace"), False,
-                total_bytes=self._total, sha256=digest,
+                self._buffer.decode("utf-8", "replace"),
+                False,
+                total_bytes=self._total,
+                sha256=digest,
             )
         self._file.close()
         tail = self._tail[len(self._tail) - self.tail_limit :]

@@ -18,12 +18,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from stockade.errors import ProgramNotFound, SpawnFailed, Unsupported
 from stockade.executor import AbortToken, Executor
-from stockade.types import LaunchPlan, ProcessOutcome, Probe
+from stockade.types import LaunchPlan, Probe, ProcessOutcome
 
 from . import reaper
 from .capture import SpillDir, StreamCapture
@@ -82,7 +82,7 @@ class LocalExecutor(Executor):
         self._warden.watch(run_id, proc.pid)
         try:
             sweep = self._reap_tree(run_id, proc.pid)
-            return _Run(plan, proc, start, abort, self._spill, sweep).wait()
+            return _Run(plan, proc, start=start, abort=abort, spill=self._spill, sweep=sweep).wait()
         finally:
             with self._lock:
                 self._live.discard(run_id)
@@ -119,7 +119,7 @@ class LocalExecutor(Executor):
                 details={"program": plan.executable, "errno": why},
             ) from None
 
-    def _reap_tree(self, run_id: str, pgid: int) -> Any:
+    def _reap_tree(self, run_id: str, pgid: int) -> Callable[[], None]:
         def finish() -> None:
             if not self._reap:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -147,10 +147,11 @@ class _Run:
         self,
         plan: LaunchPlan,
         proc: subprocess.Popen[bytes],
+        *,
         start: float,
         abort: AbortToken | None,
         spill: SpillDir,
-        sweep: Any,
+        sweep: Callable[[], None],
     ) -> None:
         self.plan = plan
         self.proc = proc
@@ -158,7 +159,8 @@ class _Run:
         self.sweep = sweep
         self.start = start
         self.deadline = self.start + plan.timeout
-        assert proc.stdout is not None and proc.stderr is not None
+        if proc.stdout is None or proc.stderr is None:
+            raise RuntimeError("the process was started without output pipes")
         self.captures = {
             proc.stdout.fileno(): StreamCapture("stdout", plan.output_limit, spill),
             proc.stderr.fileno(): StreamCapture("stderr", plan.output_limit, spill),
@@ -266,9 +268,9 @@ class _Run:
     def _close_stdin(self) -> None:
         if self.stdin_fd >= 0:
             self.poller.unregister(self.stdin_fd)
-            assert self.proc.stdin is not None
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()
+            if self.proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    self.proc.stdin.close()
             self.stdin_fd = -1
 
     def _drain(self, until: float) -> None:
