@@ -47,6 +47,16 @@ def converter() -> cattrs.Converter:
     conv.register_structure_hook(bool, _strict(bool))
     conv.register_structure_hook(int, _strict(int))
     conv.register_structure_hook(float, _structure_float)
+    items = conv.get_structure_hook(tuple[str, ...])
+
+    def strings(value: object, type_: type) -> tuple[str, ...]:
+        # A lone string is a sequence too; taking "PATH" as ("P", "A", "T", "H") hides a typo.
+        if not isinstance(value, list | tuple):
+            raise TypeError(f"expected a list of strings, got {type(value).__name__} {value!r}")
+        result: tuple[str, ...] = items(value, type_)
+        return result
+
+    conv.register_structure_hook_func(lambda t: t == tuple[str, ...], strings)
     conv.register_unstructure_hook(bytes, lambda b: b.decode("utf-8", "replace"))
     return conv
 
@@ -122,8 +132,9 @@ def structure_config(data: Mapping[str, Any], *, source: str) -> Config:
         problems = ["unknown key 'source' @ $"]
     else:
         problems = []
+    conv = converter()
     try:
-        config = converter().structure(data, Config)
+        config = conv.structure(data, Config)
     except ClassValidationError as error:
         problems += cattrs.transform_error(error, path="$", format_exception=_format)
     except (ValueError, TypeError) as error:

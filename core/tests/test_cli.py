@@ -1,0 +1,94 @@
+"""The command line, run as a user runs it: a real process, real exit statuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+
+
+def cli(*args, env=None, **kw):
+    environ = {**os.environ, **(env or {})}
+    environ.pop("STOCKADE_CONFIG", None)
+    environ["XDG_CONFIG_HOME"] = "/nonexistent"
+    return subprocess.run([*STOCKADE, *args], capture_output=True, text=True, env=environ,
+                          timeout=60, check=False, **kw)
+
+
+def test_run_prints_output_and_passes_the_exit_status():
+    done = cli("run", "--mode", "danger-full-access", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    assert (done.returncode, done.stdout, done.stderr) == (7, "out\n", "err\n")
+
+
+def test_json_result_keys():
+    done = cli("run", "--json", "--mode", "danger-full-access", "--env", "A=b c", "--", "sh", "-c",
+               'printf "%s" "$A"')
+    data = json.loads(done.stdout)
+    assert done.returncode == 0
+    assert data["stdout"]["text"] == "b c"
+    for key in ("exit_code", "signal", "timed_out", "aborted", "duration_ms", "stdout", "stderr",
+                "sandbox"):
+        assert key in data
+    assert (data["sandbox"]["provider"], data["sandbox"]["mode"]) == ("none", "danger-full-access")
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "message"),
+    [
+        (["run", "--", "true"], 125, "error[sandbox_unavailable]"),
+        (["run", "--mode", "danger-full-access", "--", "no-such-program-x"], 127,
+         "program not found: no-such-program-x"),
+        (["run", "--mode", "danger-full-access", "--cwd", "/nonexistent", "--", "true"], 125,
+         "error[bad_cwd]"),
+        (["run", "--mode", "danger-full-access", "--memory-mb", "64", "--", "true"], 125,
+         "error[unsupported]"),
+        (["run", "--mode", "danger-full-access", "--env", "NOEQUALS", "--", "true"], 125,
+         "--env takes NAME=VALUE"),
+        (["run", "--mode", "sideways", "--", "true"], 125, "error[usage]"),
+        (["run"], 125, "run needs a program"),
+        (["run", "--mode", "danger-full-access", "--sandbox", "nope", "--", "true"], 125,
+         "unknown sandbox provider 'nope'; installed: none"),
+    ],
+)
+def test_stockade_errors_have_their_exit_status(args, status, message):
+    done = cli(*args)
+    assert done.returncode == status, done.stderr
+    assert message in done.stderr
+
+
+def test_timeout_signal_and_json_error_statuses():
+    timed = cli("run", "--mode", "danger-full-access", "--timeout", "0.2", "--", "sleep", "5")
+    assert timed.returncode == 124
+    killed = cli("run", "--mode", "danger-full-access", "--", "sh", "-c", "kill -9 $$")
+    assert killed.returncode == 128 + 9
+    error = cli("run", "--json", "--", "true")
+    assert error.returncode == 125
+    assert json.loads(error.stdout)["error"]["code"] == "sandbox_unavailable"
+
+
+def test_bad_config_is_a_readable_error(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[timeout]\ndefualt = 3\n")
+    done = cli("--config", str(bad), "run", "--mode", "danger-full-access", "--", "true")
+    assert done.returncode == 125
+    assert "unknown key 'defualt' @ $.timeout" in done.stderr
+
+
+def test_plugins_and_doctor_and_version():
+    listing = json.loads(cli("plugins", "--json").stdout)
+    assert {p["name"] for p in listing["plugins"]} >= {"local", "stockade.builtin.policy"}
+    assert [e["name"] for e in listing["executors"]] == ["local"]
+    blocked = json.loads(cli("plugins", "--json", env={"STOCKADE_DISABLE_PLUGINS": "local"}).stdout)
+    assert "local" not in {p["name"] for p in blocked["plugins"]}
+    doctor = cli("doctor", "--json")
+    report = json.loads(doctor.stdout)
+    modes = {m["name"]: m["ok"] for m in report["modes"]}
+    assert modes["danger-full-access"] is True
+    assert doctor.returncode == (0 if report["ok"] else 1)
+    assert {f["name"] for f in report["kernel"]} == {"user namespaces", "landlock", "seccomp", "bwrap"}
+    assert cli("--version").stdout.startswith("stockade ")
