@@ -16,23 +16,50 @@ def cli(*args, env=None, **kw):
     environ = {**os.environ, **(env or {})}
     environ.pop("STOCKADE_CONFIG", None)
     environ["XDG_CONFIG_HOME"] = "/nonexistent"
-    return subprocess.run([*STOCKADE, *args], capture_output=True, text=True, env=environ,
-                          timeout=60, check=False, **kw)
+    return subprocess.run(
+        [*STOCKADE, *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=60,
+        check=False,
+        **kw,
+    )
 
 
 def test_run_prints_output_and_passes_the_exit_status():
-    done = cli("run", "--mode", "danger-full-access", "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+    done = cli(
+        "run", "--mode", "danger-full-access", "--", "sh", "-c", "echo out; echo err >&2; exit 7"
+    )
     assert (done.returncode, done.stdout, done.stderr) == (7, "out\n", "err\n")
 
 
 def test_json_result_keys():
-    done = cli("run", "--json", "--mode", "danger-full-access", "--env", "A=b c", "--", "sh", "-c",
-               'printf "%s" "$A"')
+    done = cli(
+        "run",
+        "--json",
+        "--mode",
+        "danger-full-access",
+        "--env",
+        "A=b c",
+        "--",
+        "sh",
+        "-c",
+        'printf "%s" "$A"',
+    )
     data = json.loads(done.stdout)
     assert done.returncode == 0
     assert data["stdout"]["text"] == "b c"
-    for key in ("exit_code", "signal", "timed_out", "aborted", "duration_ms", "stdout", "stderr",
-                "sandbox"):
+    for key in (
+        "exit_code",
+        "signal",
+        "timed_out",
+        "aborted",
+        "duration_ms",
+        "stdout",
+        "stderr",
+        "sandbox",
+    ):
         assert key in data
     assert (data["sandbox"]["provider"], data["sandbox"]["mode"]) == ("none", "danger-full-access")
 
@@ -41,18 +68,33 @@ def test_json_result_keys():
     ("args", "status", "message"),
     [
         (["run", "--", "true"], 125, "error[sandbox_unavailable]"),
-        (["run", "--mode", "danger-full-access", "--", "no-such-program-x"], 127,
-         "program not found: no-such-program-x"),
-        (["run", "--mode", "danger-full-access", "--cwd", "/nonexistent", "--", "true"], 125,
-         "error[bad_cwd]"),
-        (["run", "--mode", "danger-full-access", "--memory-mb", "64", "--", "true"], 125,
-         "error[unsupported]"),
-        (["run", "--mode", "danger-full-access", "--env", "NOEQUALS", "--", "true"], 125,
-         "--env takes NAME=VALUE"),
+        (
+            ["run", "--mode", "danger-full-access", "--", "no-such-program-x"],
+            127,
+            "program not found: no-such-program-x",
+        ),
+        (
+            ["run", "--mode", "danger-full-access", "--cwd", "/nonexistent", "--", "true"],
+            125,
+            "error[bad_cwd]",
+        ),
+        (
+            ["run", "--mode", "danger-full-access", "--memory-mb", "64", "--", "true"],
+            125,
+            "error[unsupported]",
+        ),
+        (
+            ["run", "--mode", "danger-full-access", "--env", "NOEQUALS", "--", "true"],
+            125,
+            "--env takes NAME=VALUE",
+        ),
         (["run", "--mode", "sideways", "--", "true"], 125, "error[usage]"),
         (["run"], 125, "run needs a program"),
-        (["run", "--mode", "danger-full-access", "--sandbox", "nope", "--", "true"], 125,
-         "unknown sandbox provider 'nope'; installed: none"),
+        (
+            ["run", "--mode", "danger-full-access", "--sandbox", "nope", "--", "true"],
+            125,
+            "unknown sandbox provider 'nope'; installed: none",
+        ),
     ],
 )
 def test_stockade_errors_have_their_exit_status(args, status, message):
@@ -90,5 +132,10 @@ def test_plugins_and_doctor_and_version():
     modes = {m["name"]: m["ok"] for m in report["modes"]}
     assert modes["danger-full-access"] is True
     assert doctor.returncode == (0 if report["ok"] else 1)
-    assert {f["name"] for f in report["kernel"]} == {"user namespaces", "landlock", "seccomp", "bwrap"}
+    assert {f["name"] for f in report["kernel"]} == {
+        "user namespaces",
+        "landlock",
+        "seccomp",
+        "bwrap",
+    }
     assert cli("--version").stdout.startswith("stockade ")

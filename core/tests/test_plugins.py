@@ -14,7 +14,7 @@ from stockade.errors import PluginError, SandboxUnavailable
 from stockade.executor import Executor
 from stockade.plugins import get_plugin_manager
 from stockade.sandbox import SandboxProvider
-from stockade.types import ExecRequest, LaunchPlan, ProcessOutcome, Probe, SandboxFacts
+from stockade.types import ExecRequest, LaunchPlan, Probe, ProcessOutcome, SandboxFacts
 
 
 def test_entry_point_scan_matches_importlib_metadata():
@@ -23,7 +23,9 @@ def test_entry_point_scan_matches_importlib_metadata():
     assert ours == theirs
     assert ("local", "stockade_local.plugin") in ours
     pytest_ours = {(ep.name, ep.value) for ep in entry_points("pytest11")}
-    pytest_theirs = {(ep.name, ep.value) for ep in importlib.metadata.entry_points(group="pytest11")}
+    pytest_theirs = {
+        (ep.name, ep.value) for ep in importlib.metadata.entry_points(group="pytest11")
+    }
     assert pytest_ours == pytest_theirs
 
 
@@ -68,7 +70,9 @@ def test_unknown_names_list_what_is_installed(make_host):
     assert "unknown executor 'nope'; installed: local" in caught.value.message
     assert caught.value.details["installed"] == ["local"]
     request = ExecRequest(["true"], sandbox="bubblewrap", mode="read-only", origin="cli")
-    with pytest.raises(PluginError, match=r"unknown sandbox provider 'bubblewrap'; installed: none"):
+    with pytest.raises(
+        PluginError, match=r"unknown sandbox provider 'bubblewrap'; installed: none"
+    ):
         host.run(request)
 
 
@@ -123,8 +127,13 @@ class _Jail(SandboxProvider):
 
     def confine(self, spec):
         return LaunchPlan(
-            spec.program, spec.argv, cwd=spec.cwd, env=spec.env, timeout=spec.timeout,
-            kill_grace=spec.kill_grace, output_limit=spec.output_limit,
+            spec.program,
+            spec.argv,
+            cwd=spec.cwd,
+            env=spec.env,
+            timeout=spec.timeout,
+            kill_grace=spec.kill_grace,
+            output_limit=spec.output_limit,
             facts=SandboxFacts("jail", spec.mode, enforcement="full"),
         )
 

@@ -8,15 +8,17 @@ the synchronous one on a thread of its own, aborting it when the awaiting task i
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .types import LaunchPlan, Probe, ProcessOutcome
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class AbortToken:
@@ -84,6 +86,8 @@ class Executor(ABC):
         The run gets a thread of its own (not the loop's bounded default pool), so a hundred
         concurrent awaits are a hundred concurrent commands.
         """
+        import asyncio  # not at the top: asyncio costs more to import than a CLI run
+
         token = abort if abort is not None else AbortToken()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[ProcessOutcome] = loop.create_future()

@@ -9,7 +9,6 @@ the whole path of a command.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from collections.abc import Mapping, Sequence
@@ -140,6 +139,8 @@ class Host:
         self, request: ExecRequest, *, abort: AbortToken | None = None
     ) -> RunResult:
         """:meth:`run` for asyncio: cancelling the awaiting task kills the command."""
+        import asyncio  # not at the top: asyncio costs more to import than a CLI run
+
         admitted = await asyncio.to_thread(self.admit, request)
         try:
             outcome = await self.executor.run_async(admitted.plan, abort=abort)
