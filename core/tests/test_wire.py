@@ -7,7 +7,8 @@ import json
 import pytest
 
 from stockade.errors import UsageError
-from stockade.types import ActionEvent, ExecRequest, PermissionEvent, ResultEvent
+from stockade.events import ActionEvent, PermissionEvent, ResultEvent
+from stockade.types import ExecRequest
 from stockade.wire import from_json, structure, to_json, unstructure
 
 

@@ -7,13 +7,17 @@ Each docstring ends with the calling convention. Plugins implement these with
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from . import NAME
 from .executor import Executor
 from .sandbox import SandboxProvider
-from .types import Classification, Decision, Event, ExecSpec, PendingApproval, Profile
+from .types import Classification, Decision, ExecSpec, PendingApproval, Profile
+
+if TYPE_CHECKING:
+    from .events import Event
 
 hookspec = pluggy.HookspecMarker(NAME)
 

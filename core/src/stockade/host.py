@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 import pluggy
@@ -29,22 +30,21 @@ from .executor import AbortToken, Executor
 from .plugins import Hooks, get_plugin_manager
 from .resolve import resolve
 from .sandbox import SandboxProvider
+
+if TYPE_CHECKING:
+    from . import events
+
 from .types import (
-    ActionEvent,
     Classification,
     CollectedOutput,
     Decision,
-    ErrorEvent,
-    Event,
     ExecRequest,
     ExecSpec,
     LaunchPlan,
     PendingApproval,
-    PermissionEvent,
     Probe,
     ProcessOutcome,
     Profile,
-    ResultEvent,
     RunResult,
 )
 
@@ -105,6 +105,8 @@ class Host:
         self._executor: Executor | None = None
         self._providers: dict[str, SandboxProvider] = {}
         self._probes: dict[str, Probe] = {}
+        # Events are built only for recorders; without one, nothing is built or imported.
+        self._recording = self.hooks.has_recorder()
 
     @classmethod
     def from_environment(
@@ -152,16 +154,19 @@ class Host:
     def admit(self, request: ExecRequest) -> Admitted:
         """Every stage before execution: resolve, classify, decide, credentials, confine."""
         spec = resolve(request, self.config, self.environ)
-        self._record(
-            ActionEvent(
-                spec.action_id,
-                spec.argv,
-                cwd=spec.cwd,
-                mode=spec.mode,
-                origin=spec.origin,
-                profile=spec.profile,
+        if self._recording:
+            from . import events
+
+            self._record(
+                events.ActionEvent(
+                    spec.action_id,
+                    spec.argv,
+                    cwd=spec.cwd,
+                    mode=spec.mode,
+                    origin=spec.origin,
+                    profile=spec.profile,
+                )
             )
-        )
         classification = self.classify(spec)
         decision = self.decide(spec, classification)
         secrets = self.credentials(spec)
@@ -200,7 +205,10 @@ class Host:
             else:
                 pending = PendingApproval(spec, classification, decision)
                 decision = self.hooks.ask(pending) or decision
-        self._record(PermissionEvent(spec.action_id, classification, decision=decision))
+        if self._recording:
+            from . import events
+
+            self._record(events.PermissionEvent(spec.action_id, classification, decision=decision))
         if decision.verdict == "deny":
             raise PolicyDenied(
                 f"denied by {decision.by or 'policy'}: {decision.reason}",
@@ -323,8 +331,12 @@ class Host:
             classification=admitted.classification,
             decision=admitted.decision,
         )
+        if not self._recording:
+            return result
+        from . import events
+
         try:
-            self.hooks.record(ResultEvent(spec.action_id, result))
+            self.hooks.record(events.ResultEvent(spec.action_id, result))
         except Exception as error:
             raise RecorderFailed(
                 f"the command ran, but a recorder failed to record its result: {error}",
@@ -333,7 +345,7 @@ class Host:
             ) from error
         return result
 
-    def _record(self, event: Event) -> None:
+    def _record(self, event: events.Event) -> None:
         try:
             self.hooks.record(event)
         except Exception as error:
@@ -343,7 +355,10 @@ class Host:
             ) from error
 
     def _record_error(self, spec: ExecSpec, error: StockadeError) -> None:
-        self._record(ErrorEvent(spec.action_id, error.code, message=error.message))
+        if self._recording:
+            from . import events
+
+            self._record(events.ErrorEvent(spec.action_id, error.code, message=error.message))
 
     def close(self) -> None:
         """Release the executor's helpers."""

@@ -8,7 +8,7 @@ loads, so a blocked plugin's module is never imported.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import pluggy
 from attrs import frozen
@@ -19,7 +19,10 @@ from .entrypoints import entry_points
 from .errors import PluginError
 from .executor import Executor
 from .sandbox import SandboxProvider
-from .types import Classification, Decision, Event, ExecSpec, PendingApproval, Profile
+from .types import Classification, Decision, ExecSpec, PendingApproval, Profile
+
+if TYPE_CHECKING:
+    from .events import Event
 
 DISABLE_ENV = "STOCKADE_DISABLE_PLUGINS"
 BUILTIN_PLUGINS = ("stockade.builtin.policy", "stockade.builtin.unconfined")

@@ -18,8 +18,9 @@ import pytest
 
 from . import hookimpl
 from .config import Config
+from .events import Event
 from .host import Host
-from .types import Classification, Decision, Event, ExecSpec, Profile
+from .types import Classification, Decision, ExecSpec, Profile
 
 
 class AllowAll:

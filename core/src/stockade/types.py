@@ -7,7 +7,6 @@ Orthogonal outcomes stay separate fields: a run can time out *and* exit 0.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal
@@ -353,95 +352,3 @@ class RunResult:
     def ok(self) -> bool:
         """The command exited 0 on its own: not signalled, timed out or aborted."""
         return self.exit_code == 0 and not (self.timed_out or self.aborted)
-
-
-def _now() -> float:
-    return time.time()
-
-
-@frozen
-class ActionEvent:
-    """A command was requested and resolved (recorded before anything runs).
-
-    Attributes:
-        action_id: pairs the events of one command.
-        argv: the argv as requested.
-        cwd: the resolved working directory.
-        mode: the effective sandbox mode.
-        origin: who typed it.
-        profile: the profile whose policy applies.
-        time: seconds since the epoch.
-        version: the record format version.
-    """
-
-    action_id: str
-    argv: tuple[str, ...]
-    cwd: str = field(kw_only=True)
-    mode: Mode = field(kw_only=True)
-    origin: Origin = field(kw_only=True)
-    profile: str = field(kw_only=True)
-    time: float = field(kw_only=True, factory=_now)
-    version: int = field(kw_only=True, default=1)
-    kind: Literal["action"] = field(kw_only=True, default="action")
-
-
-@frozen
-class PermissionEvent:
-    """The decision that admitted, held or refused a command.
-
-    Attributes:
-        action_id: pairs the events of one command.
-        classification: what it was judged to affect.
-        decision: the final decision.
-        time: seconds since the epoch.
-        version: the record format version.
-    """
-
-    action_id: str
-    classification: Classification
-    decision: Decision = field(kw_only=True)
-    time: float = field(kw_only=True, factory=_now)
-    version: int = field(kw_only=True, default=1)
-    kind: Literal["permission"] = field(kw_only=True, default="permission")
-
-
-@frozen
-class ResultEvent:
-    """How a command ended; output is referenced by digest, not copied.
-
-    Attributes:
-        action_id: pairs the events of one command.
-        result: the full result.
-        time: seconds since the epoch.
-        version: the record format version.
-    """
-
-    action_id: str
-    result: RunResult
-    time: float = field(kw_only=True, factory=_now)
-    version: int = field(kw_only=True, default=1)
-    kind: Literal["result"] = field(kw_only=True, default="result")
-
-
-@frozen
-class ErrorEvent:
-    """A command that was admitted but could not be run (spawn failure, sandbox missing).
-
-    Attributes:
-        action_id: pairs the events of one command.
-        code: the error's machine-readable code.
-        message: the error's message.
-        time: seconds since the epoch.
-        version: the record format version.
-    """
-
-    action_id: str
-    code: str
-    message: str = field(kw_only=True)
-    time: float = field(kw_only=True, factory=_now)
-    version: int = field(kw_only=True, default=1)
-    kind: Literal["error"] = field(kw_only=True, default="error")
-
-
-Event = ActionEvent | PermissionEvent | ResultEvent | ErrorEvent
-"""Everything a recorder sees, tagged by its ``kind`` field."""

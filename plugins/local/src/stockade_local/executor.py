@@ -169,7 +169,8 @@ class _Run:
         self.stdin_fd = proc.stdin.fileno() if proc.stdin is not None else -1
         self.pidfd = os.pidfd_open(proc.pid)
         self.poller = select.poll()
-        for fd in self.captures:
+        self.open_fds = set(self.captures)
+        for fd in self.open_fds:
             self.poller.register(fd, select.POLLIN)
         self.poller.register(self.pidfd, select.POLLIN)
         if self.stdin_fd >= 0:
@@ -226,7 +227,7 @@ class _Run:
             for fd, events in self.poller.poll(timeout_ms):
                 if fd == self.pidfd:
                     return self.proc.wait()
-                if fd in self.captures:
+                if fd in self.open_fds:
                     self._read(fd)
                 elif fd == self.stdin_fd:
                     self._write_stdin(events)
@@ -241,16 +242,16 @@ class _Run:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, sig)
 
-    def _read(self, fd: int) -> bool:
+    def _read(self, fd: int) -> None:
         try:
             chunk = os.read(fd, _CHUNK)
         except BlockingIOError:
-            return True
+            return
         if not chunk:
             self.poller.unregister(fd)
-            return False
+            self.open_fds.discard(fd)
+            return
         self.captures[fd].feed(chunk)
-        return True
 
     def _write_stdin(self, events: int) -> None:
         if events & select.POLLOUT and self.stdin_data:
@@ -277,14 +278,13 @@ class _Run:
         """Read the pipes to their end now that every writer was killed (bounded in time)."""
         self._close_stdin()
         self.poller.unregister(self.pidfd)
-        open_fds = set(self.captures)
-        while open_fds:
+        while self.open_fds:
             left = until - time.monotonic()
             if left <= 0:
                 return
             for fd, _events in self.poller.poll(int(left * 1000) + 1):
-                if fd in open_fds and not self._read(fd):
-                    open_fds.discard(fd)
+                if fd in self.open_fds:
+                    self._read(fd)
 
     def _close(self) -> None:
         self._close_stdin()

@@ -109,9 +109,13 @@ class Warden:
         self._send(f"-{run_id}")
 
     def close(self) -> None:
-        """Stop the warden (it kills nothing: every run was released)."""
+        """Let the warden go: it sees end-of-file and exits, killing nothing (all released).
+
+        It is reaped on a daemon thread: a caller closing a host does not wait for the
+        warden's interpreter to finish starting up.
+        """
         with self._lock:
             proc, self._proc = self._proc, None
         if proc is not None and proc.stdin is not None:
             proc.stdin.close()
-            proc.wait()
+            threading.Thread(target=proc.wait, name="stockade-warden-reap", daemon=True).start()
