@@ -1,0 +1,420 @@
+"""Stockade's overhead benchmark: the library path and the CLI start-up, in one run.
+
+    uv run python bench/run.py [--runs N] [--quick]
+
+1. Library: ``Host.run(ExecRequest(["true"], ...))`` against raw ``subprocess.run(["true"])``
+   (and its capturing variant) in this process, interleaved, after warm-up.
+2. CLI: ``stockade run --mode danger-full-access -- true`` against ``python -c pass``, both
+   from a separate venv installed the way a user gets it (non-editable, bytecode compiled).
+3. Start-up breakdown: the top cumulative ``-X importtime`` costs of the CLI's imports.
+
+Prints a table, then one ``BENCH {...}`` JSON line with every figure. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+ROOT = Path(__file__).resolve().parent.parent
+USER_VENV = ROOT / "bench" / ".venv-user"
+STAMP = "bench-source-hash"
+RECIPE = "uv venv; uv pip install --no-sources --compile-bytecode -c <lock> ./core ./plugins/local"
+LIB_TARGET_MS = 0.5  # Host.run may add at most this much to the median
+CLI_TARGET_RATIO = 3.0  # `stockade run -- true` may take at most this many times `python -c pass`
+IMPORTS = "import stockade.cli.run, stockade.host, stockade_local.executor"
+TOP_IMPORTS = 15
+MODE: Final = "danger-full-access"
+
+Stats = dict[str, float]
+
+
+def summarize(samples: Sequence[float]) -> Stats:
+    """Median, p90 and min of samples in milliseconds."""
+    p90 = statistics.quantiles(samples, n=10, method="inclusive")[-1]
+    return {
+        "median": statistics.median(samples),
+        "p90": p90,
+        "min": min(samples),
+        "n": len(samples),
+    }
+
+
+def interleaved(cases: dict[str, Callable[[], int]], runs: int, warmup: int) -> dict[str, Stats]:
+    """Time each case ``runs`` times, rotating the order every iteration (AB, BA, ...).
+
+    Each case returns an exit status; anything but 0 stops the bench (outside the timing).
+    """
+    names = list(cases)
+    for _ in range(warmup):
+        for name in names:
+            _check(name, cases[name]())
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    gc.collect()
+    for i in range(runs):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            status = cases[name]()
+            samples[name].append((time.perf_counter() - start) * 1000)
+            _check(name, status)
+    return {name: summarize(values) for name, values in samples.items()}
+
+
+def _check(name: str, status: int) -> None:
+    if status != 0:
+        raise SystemExit(f"bench: {name} exited with status {status}")
+
+
+# --- 1. library ------------------------------------------------------------------------------
+
+
+def bench_library(runs: int, warmup: int) -> dict[str, Any]:
+    """Host.run against raw subprocess.run in this process."""
+    from stockade.host import Host
+    from stockade.types import ExecRequest
+
+    host = Host()
+    try:
+
+        def via_host() -> int:
+            result = host.run(ExecRequest(["true"], mode=MODE, origin="cli"))
+            return result.exit_code if result.exit_code is not None else -1
+
+        def raw() -> int:
+            return subprocess.run(["true"], check=False).returncode
+
+        def raw_capture() -> int:
+            return subprocess.run(
+                ["true"], capture_output=True, stdin=subprocess.DEVNULL, check=False
+            ).returncode
+
+        cases = interleaved(
+            {"host": via_host, "raw": raw, "raw_capture": raw_capture}, runs, warmup
+        )
+    finally:
+        host.close()
+    host_ms = cases["host"]["median"]
+    return {
+        "runs": runs,
+        "warmup": warmup,
+        **cases,
+        "overhead_ms": host_ms - cases["raw"]["median"],
+        "ratio": host_ms / cases["raw"]["median"],
+        "overhead_vs_capture_ms": host_ms - cases["raw_capture"]["median"],
+        "ratio_vs_capture": host_ms / cases["raw_capture"]["median"],
+        "target_overhead_ms": LIB_TARGET_MS,
+    }
+
+
+# --- 2. the user-install venv ----------------------------------------------------------------
+
+
+def source_hash(python: str) -> str:
+    """A digest of everything the user venv is built from (sources, metadata, lock, recipe)."""
+    digest = hashlib.sha256(f"{RECIPE}\n{python}\n{sys.version}\n".encode())
+    files = [
+        p
+        for tree in ("core/src", "plugins/local/src")
+        for p in (ROOT / tree).rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+    ]
+    files += [
+        ROOT / name
+        for name in (
+            "pyproject.toml",
+            "uv.lock",
+            "core/pyproject.toml",
+            "plugins/local/pyproject.toml",
+            "core/README.md",
+            "plugins/local/README.md",
+        )
+    ]
+    for path in sorted(files):
+        if path.is_file():
+            digest.update(f"{path.relative_to(ROOT)}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _uv(*args: str) -> str:
+    proc = subprocess.run(["uv", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench: `uv {' '.join(args)}` failed:\n{proc.stderr}")
+    return proc.stdout
+
+
+def ensure_user_venv() -> tuple[Path, bool, float]:
+    """The user venv, rebuilt when the sources changed; (path, rebuilt, seconds spent)."""
+    digest = source_hash(sys.executable)
+    stamp = USER_VENV / STAMP
+    if (
+        stamp.is_file()
+        and stamp.read_text().strip() == digest
+        and (USER_VENV / "bin" / "stockade").is_file()
+    ):
+        return USER_VENV, False, 0.0
+    start = time.perf_counter()
+    shutil.rmtree(USER_VENV, ignore_errors=True)
+    _uv("venv", "--quiet", "--python", sys.executable, str(USER_VENV))
+    # Pin third-party versions to the workspace lock so results compare across machines.
+    constraints = USER_VENV / "constraints.txt"
+    constraints.write_text(
+        _uv(
+            "export",
+            "--frozen",
+            "--no-dev",
+            "--no-emit-workspace",
+            "--no-hashes",
+            "--no-header",
+            "--format",
+            "requirements-txt",
+        )
+    )
+    # --no-sources: otherwise the workspace's `stockade = { workspace = true }` source makes
+    # stockade-local's dependency an *editable* stockade (a .pth into core/src, no bytecode).
+    _uv(
+        "pip",
+        "install",
+        "--quiet",
+        "--no-sources",
+        "--compile-bytecode",
+        "--python",
+        str(USER_VENV / "bin" / "python"),
+        "-c",
+        str(constraints),
+        "./core",
+        "./plugins/local",
+    )
+    _verify_installed(USER_VENV)
+    stamp.write_text(digest + "\n")
+    return USER_VENV, True, time.perf_counter() - start
+
+
+def _verify_installed(venv: Path) -> None:
+    """Refuse to time an editable or uncompiled install: it is not what users run."""
+    (site,) = venv.glob("lib/python*/site-packages")
+    for dist in ("stockade", "stockade_local"):
+        (info,) = site.glob(f"{dist}-*.dist-info")
+        direct = json.loads((info / "direct_url.json").read_text())
+        if direct.get("dir_info", {}).get("editable"):
+            raise SystemExit(f"bench: {dist} was installed editable in {venv}")
+        if not any((site / dist / "__pycache__").glob("__init__.*.pyc")):
+            raise SystemExit(f"bench: {dist} has no compiled bytecode in {venv}")
+    for pth in site.glob("*.pth"):
+        if str(ROOT) in pth.read_text():
+            raise SystemExit(f"bench: {pth} points into the source tree")
+
+
+def child_env(config_home: str) -> dict[str, str]:
+    """The environment of timed commands: no user config, no source paths, no bytecode writes."""
+    drop = {"PYTHONPATH", "STOCKADE_CONFIG", "VIRTUAL_ENV", "PYTHONHOME"}
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["XDG_CONFIG_HOME"] = config_home
+    return env
+
+
+def bench_cli(venv: Path, runs: int, warmup: int, env: dict[str, str], cwd: str) -> dict[str, Any]:
+    """`stockade run -- true` against `python -c pass`, both from the user venv."""
+    commands = {
+        "stockade": [str(venv / "bin" / "stockade"), "run", "--mode", MODE, "--", "true"],
+        "python": [str(venv / "bin" / "python"), "-c", "pass"],
+    }
+    for name, argv in commands.items():  # show why, if one does not even start
+        proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench: {name} failed ({proc.returncode}):\n{proc.stderr}")
+
+    def timed(argv: list[str]) -> Callable[[], int]:
+        def call() -> int:
+            return subprocess.run(
+                argv,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                check=False,
+            ).returncode
+
+        return call
+
+    cases = interleaved({name: timed(argv) for name, argv in commands.items()}, runs, warmup)
+    stockade_ms, python_ms = cases["stockade"]["median"], cases["python"]["median"]
+    return {
+        "runs": runs,
+        "warmup": warmup,
+        **cases,
+        "overhead_ms": stockade_ms - python_ms,
+        "ratio": stockade_ms / python_ms,
+        "target_ratio": CLI_TARGET_RATIO,
+    }
+
+
+# --- 3. start-up breakdown -------------------------------------------------------------------
+
+
+def import_breakdown(venv: Path, env: dict[str, str], cwd: str) -> dict[str, Any]:
+    """Parse ``-X importtime`` of the CLI's imports: top cumulative rows, self time by package."""
+    proc = subprocess.run(
+        [str(venv / "bin" / "python"), "-X", "importtime", "-c", IMPORTS],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    rows: list[dict[str, Any]] = []
+    for line in proc.stderr.splitlines():
+        fields = line.removeprefix("import time:").split("|")
+        if len(fields) != 3 or not fields[0].strip().isdigit():
+            continue
+        name = fields[2].rstrip()
+        rows.append(
+            {
+                "module": name.strip(),
+                "depth": (len(name) - len(name.lstrip()) - 1) // 2,
+                "self_ms": int(fields[0]) / 1000,
+                "cumulative_ms": int(fields[1]) / 1000,
+            }
+        )
+    total = sum(row["cumulative_ms"] for row in rows if row["depth"] == 0)
+    by_package: dict[str, float] = {}
+    for row in rows:
+        package = row["module"].split(".")[0]
+        by_package[package] = by_package.get(package, 0.0) + row["self_ms"]
+    top = sorted(rows, key=lambda row: -row["cumulative_ms"])[:TOP_IMPORTS]
+    packages = dict(sorted(by_package.items(), key=lambda kv: -kv[1])[:10])
+    return {"command": IMPORTS, "total_ms": total, "top": top, "self_by_package_ms": packages}
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def _row(label: str, stats: Stats) -> str:
+    return f"  {label:<62} {stats['median']:>10.3f} {stats['p90']:>10.3f} {stats['min']:>10.3f}"
+
+
+def _verdict(ok: bool) -> str:  # noqa: FBT001 - a plain predicate
+    return "met" if ok else "NOT met"
+
+
+def report(
+    meta: dict[str, Any], lib: dict[str, Any], cli: dict[str, Any], imports: dict[str, Any]
+) -> None:
+    """Print the table, then the BENCH JSON line."""
+    head = f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}"
+    print(
+        f"Stockade bench  {meta['commit']}{' (dirty)' if meta['dirty'] else ''}  "
+        f"Python {meta['python']}  {meta['platform']}  {meta['cpus']} CPUs"
+    )
+    print(
+        f"\n1. Library, one process, interleaved: {lib['runs']} runs each "
+        f"after {lib['warmup']} warm-up"
+    )
+    print(head)
+    print(_row(f'Host.run(ExecRequest(["true"], mode="{MODE}"))', lib["host"]))
+    print(_row('subprocess.run(["true"])', lib["raw"]))
+    print(_row('subprocess.run(["true"], capture_output=True, stdin=DEVNULL)', lib["raw_capture"]))
+    print(
+        f"  overhead vs plain:   {lib['overhead_ms']:+.3f} ms  ({lib['ratio']:.2f}x)   "
+        f"target +{LIB_TARGET_MS} ms median: {_verdict(lib['overhead_ms'] <= LIB_TARGET_MS)}"
+    )
+    print(
+        f"  overhead vs capture: {lib['overhead_vs_capture_ms']:+.3f} ms  "
+        f"({lib['ratio_vs_capture']:.2f}x)"
+    )
+    print(
+        f"\n2. CLI, user-install venv ({meta['venv']}), interleaved: "
+        f"{cli['runs']} runs each after {cli['warmup']} warm-up"
+    )
+    print(head)
+    print(_row(f"stockade run --mode {MODE} -- true", cli["stockade"]))
+    print(_row("python -c pass", cli["python"]))
+    print(
+        f"  ratio: {cli['ratio']:.2f}x  ({cli['overhead_ms']:+.3f} ms)   "
+        f"target <= {CLI_TARGET_RATIO:g}x: {_verdict(cli['ratio'] <= CLI_TARGET_RATIO)}"
+    )
+    print(f'\n3. Start-up: python -X importtime -c "{IMPORTS}"')
+    print(
+        f"  all imports (top level): {imports['total_ms']:.1f} ms; top {TOP_IMPORTS} by cumulative:"
+    )
+    print(f"  {'cumulative ms':>13} {'self ms':>8}  module")
+    for row in imports["top"]:
+        indent = "  " * row["depth"]
+        print(f"  {row['cumulative_ms']:>13.2f} {row['self_ms']:>8.2f}  {indent}{row['module']}")
+    packages = ", ".join(f"{name} {ms:.1f}" for name, ms in imports["self_by_package_ms"].items())
+    print(f"  self ms by top-level package: {packages}")
+    payload = {"meta": meta, "library": lib, "cli": cli, "imports": imports}
+    print("\nBENCH " + json.dumps(payload, sort_keys=True, separators=(",", ":")))
+
+
+def git_state() -> tuple[str, bool]:
+    """The short commit and whether the measured sources differ from it."""
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        return proc.stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") or "unknown", bool(
+        git("status", "--porcelain", "--", "core", "plugins/local")
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every section and print the results."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="CLI runs per command (default 40); the library does 5x as many",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a fast smoke run: 10 runs (library 50), little warm-up",
+    )
+    args = parser.parse_args(argv)
+    runs = args.runs if args.runs is not None else (10 if args.quick else 40)
+    if runs < 2:
+        parser.error("--runs must be at least 2")
+    warmup = 2 if args.quick else 5
+
+    commit, dirty = git_state()
+    lib = bench_library(runs * 5, warmup * 4)
+    venv, rebuilt, build_s = ensure_user_venv()
+    with tempfile.TemporaryDirectory(prefix="stockade-bench-") as scratch:
+        env = child_env(scratch)
+        cli = bench_cli(venv, runs, warmup, env, scratch)
+        imports = import_breakdown(venv, env, scratch)
+    meta = {
+        "commit": commit,
+        "dirty": dirty,
+        "python": platform.python_version(),
+        "platform": f"{platform.system()} {platform.machine()}",
+        "cpus": os.cpu_count(),
+        "venv": str(venv.relative_to(ROOT))
+        + (f", rebuilt in {build_s:.1f} s" if rebuilt else ", cached"),
+        "quick": bool(args.quick),
+    }
+    report(meta, lib, cli, imports)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
