@@ -34,6 +34,7 @@ USER_VENV = ROOT / "bench" / ".venv-user"
 STAMP = "bench-source-hash"
 RECIPE = "uv venv; uv pip install --no-sources --compile-bytecode -c <lock> ./core ./plugins/local"
 LIB_TARGET_MS = 0.5  # Host.run may add at most this much to the median
+FLOOR_IMPORTS = "import attrs, pluggy, subprocess"
 CLI_TARGET_RATIO = 3.0  # `stockade run -- true` may take at most this many times `python -c pass`
 IMPORTS = "import stockade.cli.run, stockade.host, stockade_local.executor"
 TOP_IMPORTS = 15
@@ -233,6 +234,8 @@ def bench_cli(venv: Path, runs: int, warmup: int, env: dict[str, str], cwd: str)
     commands = {
         "stockade": [str(venv / "bin" / "stockade"), "run", "--mode", MODE, "--", "true"],
         "python": [str(venv / "bin" / "python"), "-c", "pass"],
+        # What any CLI built on the required libraries pays before running a line of its own.
+        "floor": [str(venv / "bin" / "python"), "-c", FLOOR_IMPORTS],
     }
     for name, argv in commands.items():  # show why, if one does not even start
         proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False)
@@ -261,6 +264,7 @@ def bench_cli(venv: Path, runs: int, warmup: int, env: dict[str, str], cwd: str)
         **cases,
         "overhead_ms": stockade_ms - python_ms,
         "ratio": stockade_ms / python_ms,
+        "floor_ratio": cases["floor"]["median"] / python_ms,
         "target_ratio": CLI_TARGET_RATIO,
     }
 
@@ -345,10 +349,12 @@ def report(
     print(head)
     print(_row(f"stockade run --mode {MODE} -- true", cli["stockade"]))
     print(_row("python -c pass", cli["python"]))
+    print(_row(f'python -c "{FLOOR_IMPORTS}"', cli["floor"]))
     print(
         f"  ratio: {cli['ratio']:.2f}x  ({cli['overhead_ms']:+.3f} ms)   "
         f"target <= {CLI_TARGET_RATIO:g}x: {_verdict(cli['ratio'] <= CLI_TARGET_RATIO)}"
     )
+    print(f"  dependency floor alone: {cli['floor_ratio']:.2f}x python -c pass")
     print(f'\n3. Start-up: python -X importtime -c "{IMPORTS}"')
     print(
         f"  all imports (top level): {imports['total_ms']:.1f} ms; top {TOP_IMPORTS} by cumulative:"
