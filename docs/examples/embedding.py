@@ -1,0 +1,54 @@
+"""Calling Stockade from an agent loop (tested by tests/test_docs.py).
+
+The mode is passed explicitly because no sandbox plugin is installed yet; once one is,
+drop ``mode=`` and every command gets the configured (confined) mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from stockade.errors import StockadeError
+from stockade.host import Host
+from stockade.types import ExecRequest, RunResult
+
+
+# --8<-- [start:run]
+def run_tool_call(host: Host, argv: Sequence[str], cwd: str) -> dict[str, object]:
+    """Run one command for the model; hand back a structured value, never a traceback."""
+    request = ExecRequest(argv, cwd, mode="danger-full-access", timeout=10)
+    try:
+        result = host.run(request)
+    except StockadeError as error:  # denied, held, not found, ...: it did not run
+        return {"error": error.to_dict()}
+    return {
+        "exit_code": result.exit_code,
+        "signal": result.signal,
+        "timed_out": result.timed_out,
+        "stdout": result.stdout.text,
+        "stderr": result.stderr.text,
+        "truncated": result.stdout.truncated or result.stderr.truncated,
+    }
+
+
+# --8<-- [end:run]
+
+
+# --8<-- [start:run_async]
+async def run_all(host: Host, commands: Sequence[Sequence[str]], cwd: str) -> list[RunResult]:
+    """Run several commands at once; cancelling this task kills every one still running."""
+    requests = [ExecRequest(argv, cwd, mode="danger-full-access") for argv in commands]
+    return list(await asyncio.gather(*(host.run_async(r) for r in requests)))
+
+
+# --8<-- [end:run_async]
+
+
+# --8<-- [start:host]
+def open_host(*plugins: object) -> Host:
+    """A host configured from STOCKADE_CONFIG or the XDG config, with extra plugins."""
+    return Host.from_environment(plugins=plugins)
+
+
+# --8<-- [end:host]

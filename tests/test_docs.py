@@ -1,0 +1,479 @@
+"""The documentation tells the truth: hook sections match the specs, examples run.
+
+Every code example in docs/ is included from docs/examples/ (or from this file) with
+pymdownx.snippets, so the tests below exercise exactly the code the pages show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import inspect
+import json
+import os
+import re
+import signal
+import sys
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+import attrs
+import pytest
+
+from stockade import hookimpl, hookspecs
+from stockade.cli import main
+from stockade.config import Config, OutputConfig, PluginsConfig, parse_config
+from stockade.errors import (
+    PluginError,
+    PolicyDenied,
+    PolicyHeld,
+    SandboxUnavailable,
+    StockadeError,
+)
+from stockade.types import Classification, ExecRequest, ExecSpec, PendingApproval
+
+ROOT = Path(__file__).parents[1]
+DOCS = ROOT / "docs"
+EXAMPLES = DOCS / "examples"
+HOOKS_PAGE = DOCS / "reference" / "hooks.md"
+FULL_ACCESS = "danger-full-access"
+
+
+@cache
+def example(name: str) -> ModuleType:
+    """Import docs/examples/<name>.py once, as the module ``<name>``."""
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- the hooks reference -------------------------------------------------------------------
+
+
+def hook_specs() -> dict[str, Callable[..., object]]:
+    """Every ``stockade_*`` hook spec, in source order."""
+    found = [
+        (func.__code__.co_firstlineno, name, func)
+        for name, func in inspect.getmembers(hookspecs, inspect.isfunction)
+        if name.startswith("stockade_") and hasattr(func, "stockade_spec")
+    ]
+    return {name: func for _, name, func in sorted(found)}
+
+
+def hook_sections() -> dict[str, str]:
+    """The ``## heading`` sections of the hooks page: heading -> body."""
+    text = HOOKS_PAGE.read_text(encoding="utf-8")
+    parts = re.split(r"^## +(.+?) *$", text, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def test_every_hook_spec_has_a_section() -> None:
+    missing = [name for name in hook_specs() if name not in hook_sections()]
+    assert not missing, f"docs/reference/hooks.md lacks '## <name>' sections for {missing}"
+
+
+def test_no_section_names_a_hook_that_does_not_exist() -> None:
+    specs = hook_specs()
+    unknown = [heading for heading in hook_sections() if heading not in specs]
+    assert not unknown, f"docs/reference/hooks.md has sections for unknown hooks {unknown}"
+
+
+def test_no_hook_mentioned_on_the_hooks_page_is_unknown() -> None:
+    mentioned = set(re.findall(r"\bstockade_[a-z_]+\b", HOOKS_PAGE.read_text(encoding="utf-8")))
+    # stockade_spec / stockade_impl are pluggy's attribute names, not hooks.
+    assert mentioned - {"stockade_spec", "stockade_impl"} <= set(hook_specs())
+
+
+def test_hook_sections_follow_the_order_of_hookspecs() -> None:
+    assert list(hook_sections()) == list(hook_specs())
+
+
+@pytest.mark.parametrize("name", list(hook_specs()))
+def test_hook_section_shows_the_real_signature(name: str) -> None:
+    sig = inspect.signature(hook_specs()[name])
+    params = ", ".join(f"{p.name}: {p.annotation}" for p in sig.parameters.values())
+    expected = f"def {name}({params}) -> {sig.return_annotation}"
+    assert expected in hook_sections()[name]
+
+
+@pytest.mark.parametrize("name", list(hook_specs()))
+def test_hook_section_states_the_calling_convention(name: str) -> None:
+    lines = [
+        line for line in hook_sections()[name].splitlines() if line.startswith("**Convention:**")
+    ]
+    assert len(lines) == 1, f"{name}: one '**Convention:**' line expected"
+    firstresult = hook_specs()[name].stockade_spec["firstresult"]  # type: ignore[attr-defined]
+    assert ("firstresult" in lines[0]) == firstresult
+
+
+# --- the example plugin (classifier and policy) --------------------------------------------
+
+
+class DestroysEverything:
+    """A classifier that votes ``destroys`` for every command."""
+
+    @hookimpl
+    def stockade_classify(self, spec: ExecSpec) -> Classification:
+        return Classification("destroys", ("the test says so",), by=("test",))
+
+
+# --8<-- [start:plugin-test]
+def test_example_plugin_allows_what_only_reads(make_host, event_log, tmp_path):
+    plugin = example("example_plugin")
+    (tmp_path / "notes.txt").write_text("hello\n")
+    host = make_host(plugins=[plugin, event_log])
+
+    result = host.run(ExecRequest(["ls"], str(tmp_path), mode="danger-full-access"))
+
+    assert result.ok
+    assert result.stdout.text == "notes.txt\n"
+    assert result.classification.kind == "reads"
+    assert result.decision.by == "example"
+    assert event_log.kinds() == ["action", "permission", "result"]
+
+
+def test_example_plugin_holds_what_writes(make_host, event_log, tmp_path):
+    host = make_host(plugins=[example("example_plugin"), event_log])
+
+    with pytest.raises(PolicyHeld):  # no approver is installed to ask a person
+        host.run(ExecRequest(["touch", "new"], str(tmp_path), mode="danger-full-access"))
+
+    assert not (tmp_path / "new").exists()
+    assert event_log.kinds() == ["action", "permission"]
+
+
+# --8<-- [end:plugin-test]
+
+
+def test_example_plugin_runs_preapproved_commands(make_host, tmp_path):
+    host = make_host(plugins=[example("example_plugin")])
+    request = ExecRequest(["touch", "new"], str(tmp_path), mode=FULL_ACCESS, preapproved=True)
+    result = host.run(request)
+    assert result.ok
+    assert result.decision.by == "preapproved"
+    assert (tmp_path / "new").exists()
+
+
+def test_example_plugin_denies_what_destroys(make_host, tmp_path):
+    host = make_host(plugins=[example("example_plugin"), DestroysEverything()])
+    with pytest.raises(PolicyDenied) as caught:
+        host.run(ExecRequest(["ls"], str(tmp_path), mode=FULL_ACCESS, preapproved=True))
+    assert caught.value.exit_status == 126
+    assert "never run" in caught.value.message
+
+
+def test_example_classifier_does_not_trust_a_local_ls(make_host, tmp_path):
+    fake = tmp_path / "ls"
+    fake.write_text("#!/bin/sh\ntouch pwned\n")
+    fake.chmod(0o755)
+    host = make_host(plugins=[example("example_plugin")])
+    with pytest.raises(PolicyHeld):
+        host.run(ExecRequest(["./ls"], str(tmp_path), mode=FULL_ACCESS))
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_without_a_policy_plugin_an_agent_command_is_denied(make_host, tmp_path):
+    host = make_host()
+    with pytest.raises(PolicyDenied):
+        host.run(ExecRequest(["true"], str(tmp_path), mode=FULL_ACCESS, origin="api"))
+    assert host.run(ExecRequest(["true"], str(tmp_path), mode=FULL_ACCESS, origin="cli")).ok
+
+
+# --- the example backends -----------------------------------------------------------------
+
+
+def backends_host(make_host, **config: object):
+    return make_host(plugins=[example("example_backends")], config=Config(**config))
+
+
+def test_dry_run_executor_reports_the_nice_launch_plan(make_host, tmp_path):
+    host = backends_host(make_host, executor="dry-run", sandbox="nice")
+    result = host.run(ExecRequest(["echo", "hi"], str(tmp_path), mode=FULL_ACCESS, origin="cli"))
+    assert result.ok
+    program = result.stdout.text.split()[3]
+    assert result.stdout.text == f"nice -n 10 {program} hi\n"
+    assert os.path.basename(program) == "echo"
+    assert result.sandbox.provider == "nice"
+
+
+def test_dry_run_executor_gets_run_async_for_free(make_host, tmp_path):
+    host = backends_host(make_host, executor="dry-run")
+    request = ExecRequest(["true"], str(tmp_path), mode=FULL_ACCESS, origin="cli")
+    result = asyncio.run(host.run_async(request))
+    assert result.stdout.text == "true\n"  # the unconfined plan runs the argv as it is
+
+
+def test_nice_provider_runs_for_real_with_its_settings(make_host, tmp_path):
+    plugins = PluginsConfig(settings={"nice": {"niceness": 5}})
+    host = backends_host(make_host, sandbox="nice", plugins=plugins)
+    result = host.run(ExecRequest(["nice"], str(tmp_path), mode=FULL_ACCESS, origin="cli"))
+    assert result.ok
+    assert int(result.stdout.text) == min(19, os.nice(0) + 5)
+
+
+def test_nice_provider_is_never_used_for_a_confined_mode(make_host, tmp_path):
+    host = backends_host(make_host, sandbox="nice")
+    with pytest.raises(SandboxUnavailable):
+        host.run(ExecRequest(["true"], str(tmp_path), mode="read-only", origin="cli"))
+    auto = backends_host(make_host)
+    with pytest.raises(SandboxUnavailable):  # auto does not pick it either
+        auto.run(ExecRequest(["true"], str(tmp_path), mode="workspace-write", origin="cli"))
+
+
+def test_nice_provider_probe_fails_closed_without_nice(monkeypatch):
+    backends = example("example_backends")
+    monkeypatch.setattr(backends.shutil, "which", lambda _name: None)
+    assert not backends.NiceProvider.probe().usable
+
+
+def test_a_second_provider_of_the_same_name_is_an_error(make_host):
+    backends = example("example_backends")
+
+    class Impostor(backends.NiceProvider):
+        pass
+
+    class Registers:
+        @hookimpl
+        def stockade_register_sandboxes(self, register):
+            register(Impostor)
+
+    with pytest.raises(PluginError, match="two sandbox providers are named 'nice'"):
+        make_host(plugins=[backends, Registers()])
+
+
+def test_blocking_the_local_executor_leaves_a_clear_error(make_host):
+    host = make_host(environ={**os.environ, "STOCKADE_DISABLE_PLUGINS": "local"})
+    with pytest.raises(PluginError, match="unknown executor 'local'; installed: none"):
+        host.run(ExecRequest(["true"], mode=FULL_ACCESS, origin="cli"))
+
+
+# --- the hook examples --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("answer", "outcome"), [(True, "ran"), (False, "denied"), (None, "held")])
+def test_callback_approver(make_host, tmp_path, answer, outcome):
+    asked: list[PendingApproval] = []
+
+    def ask_person(pending: PendingApproval) -> bool | None:
+        asked.append(pending)
+        return answer
+
+    approver = example("hooks_examples").CallbackApprover(ask_person)
+    host = make_host(plugins=[example("example_plugin"), approver])
+    request = ExecRequest(["touch", "new"], str(tmp_path), mode=FULL_ACCESS)
+    if outcome == "ran":
+        assert host.run(request).decision.by == "person"
+    else:
+        with pytest.raises(PolicyDenied if outcome == "denied" else PolicyHeld):
+            host.run(request)
+    assert (tmp_path / "new").exists() == (outcome == "ran")
+    assert [p.spec.argv for p in asked] == [("touch", "new")]
+
+
+def test_file_broker_injects_and_redacts(make_host, tmp_path):
+    secret = tmp_path / "token"
+    secret.write_text("s3cr3t-value\nignored\n")
+    broker = example("hooks_examples").FileBroker()
+    host = make_host(plugins=[broker])
+    request = ExecRequest(
+        ["printenv", "API_TOKEN"],
+        str(tmp_path),
+        mode=FULL_ACCESS,
+        origin="cli",
+        credentials={"API_TOKEN": f"file:{secret}"},
+    )
+    result = host.run(request)
+    assert result.ok
+    assert result.stdout.text == "[redacted]\n"
+    other = attrs.evolve(request, credentials={"API_TOKEN": "vault:x"})
+    with pytest.raises(StockadeError, match="no credential broker resolved 'vault:x'"):
+        host.run(other)
+
+
+def test_json_lines_recorder(make_host, tmp_path):
+    log = tmp_path / "events.jsonl"
+    recorder = example("hooks_examples").JsonLinesRecorder(str(log))
+    host = make_host(plugins=[recorder])
+    result = host.run(ExecRequest(["echo", "hi"], str(tmp_path), mode=FULL_ACCESS, origin="cli"))
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [e["kind"] for e in events] == ["action", "permission", "result"]
+    assert {e["action_id"] for e in events} == {result.action_id}
+    assert events[2]["result"]["stdout"]["text"] == "hi\n"
+
+
+# --- embedding ----------------------------------------------------------------------------
+
+
+def test_run_tool_call(make_host, tmp_path):
+    embedding = example("embedding")
+    host = make_host(plugins=[example("example_plugin")])
+    (tmp_path / "a").write_text("")
+    assert embedding.run_tool_call(host, ["ls"], str(tmp_path)) == {
+        "exit_code": 0,
+        "signal": None,
+        "timed_out": False,
+        "stdout": "a\n",
+        "stderr": "",
+        "truncated": False,
+    }
+    held = embedding.run_tool_call(host, ["rm", "a"], str(tmp_path))
+    assert held["error"]["code"] == "policy_held"  # type: ignore[index]
+    assert (tmp_path / "a").exists()
+
+
+def test_run_all(make_host, tmp_path):
+    host = make_host(allow_all=True)
+    commands = [["echo", str(n)] for n in range(5)]
+    results = asyncio.run(example("embedding").run_all(host, commands, str(tmp_path)))
+    assert [r.stdout.text for r in results] == [f"{n}\n" for n in range(5)]
+
+
+def test_open_host_reads_stockade_config(monkeypatch, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text('mode = "read-only"\n')
+    monkeypatch.setenv("STOCKADE_CONFIG", str(config))
+    with example("embedding").open_host(example("example_plugin")) as host:
+        assert host.config.mode == "read-only"
+        assert host.config.source == str(config)
+
+
+# --- configuration ------------------------------------------------------------------------
+
+
+def test_config_example_lists_the_defaults():
+    config = parse_config((EXAMPLES / "config.toml").read_bytes())
+    assert attrs.evolve(config, source=None) == Config()
+
+
+def test_config_error_names_the_key():
+    with pytest.raises(StockadeError, match=r"unknown key 'timout' @ \$"):
+        parse_config("timout = 3\n")
+
+
+# --- the command line, as getting-started.md describes it ---------------------------------
+
+
+@pytest.fixture
+def cli(monkeypatch, tmp_path, capsys):
+    monkeypatch.delenv("STOCKADE_CONFIG", raising=False)
+    monkeypatch.delenv("STOCKADE_DISABLE_PLUGINS", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        status = main(list(argv))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run
+
+
+@pytest.mark.parametrize(
+    ("options", "argv", "status"),
+    [
+        ([], ["echo", "hello"], 0),
+        ([], ["sh", "-c", "exit 3"], 3),
+        ([], ["sh", "-c", "kill -TERM $$"], 128 + signal.SIGTERM),
+        ([], ["no-such-program-here"], 127),
+        (["--timeout", "0.2"], ["sleep", "5"], 124),
+        (["--timeout", "0.2"], ["sh", "-c", "trap 'exit 0' TERM; sleep 5 & wait"], 124),
+        (["--memory-mb", "64"], ["true"], 125),
+    ],
+)
+def test_cli_exit_status(cli, options, argv, status):
+    assert cli("run", "--mode", FULL_ACCESS, *options, "--", *argv)[0] == status
+
+
+def test_cli_default_mode_fails_closed(cli):
+    status, out, err = cli("run", "--", "echo", "hello")
+    assert status == 125
+    assert out == ""
+    assert "error[sandbox_unavailable]" in err
+
+
+def test_cli_cannot_start_is_126(cli, tmp_path):
+    script = tmp_path / "noshebang"
+    script.write_bytes(b"\x7fELF not really")
+    script.chmod(0o755)
+    assert cli("run", "--mode", FULL_ACCESS, "--", "./noshebang")[0] == 126
+
+
+def test_cli_json_result_keys(cli):
+    status, out, _err = cli("run", "--json", "--mode", FULL_ACCESS, "--", "echo", "hello")
+    assert status == 0
+    result = json.loads(out)
+    assert sorted(result) == sorted(
+        [
+            "action_id",
+            "argv",
+            "exit_code",
+            "signal",
+            "timed_out",
+            "aborted",
+            "duration_ms",
+            "timeout_s",
+            "stdout",
+            "stderr",
+            "sandbox",
+            "classification",
+            "decision",
+        ]
+    )
+    assert sorted(result["stdout"]) == ["sha256", "spill_path", "text", "total_bytes", "truncated"]
+    assert sorted(result["sandbox"]) == [
+        "denied",
+        "enforcement",
+        "mode",
+        "provider",
+        "runner_failed",
+    ]
+
+
+def test_cli_json_error_keys(cli):
+    status, out, _err = cli("run", "--json", "--", "echo", "hello")
+    assert status == 125
+    assert sorted(json.loads(out)["error"]) == ["code", "details", "hint", "message"]
+
+
+# --- the local executor, as local-executor.md describes it --------------------------------
+
+
+def test_a_trapped_timeout_keeps_both_facts(make_host, tmp_path):
+    host = make_host(allow_all=True)
+    script = "trap 'exit 0' TERM; sleep 5 & wait"
+    result = host.run(
+        ExecRequest(["sh", "-c", script], str(tmp_path), mode=FULL_ACCESS, timeout=0.3)
+    )
+    assert (result.timed_out, result.exit_code, result.signal) == (True, 0, None)
+    assert not result.ok
+
+
+def test_truncated_output_keeps_head_tail_and_a_private_spill_file(make_host, tmp_path):
+    spill_parent = tmp_path / "spill"
+    spill_parent.mkdir()
+    config = Config(
+        output=OutputConfig(limit=100),
+        plugins=PluginsConfig(settings={"local": {"spill_dir": str(spill_parent)}}),
+    )
+    host = make_host(allow_all=True, config=config)
+    result = host.run(ExecRequest(["seq", "1", "1000"], str(tmp_path), mode=FULL_ACCESS))
+    whole = "".join(f"{n}\n" for n in range(1, 1001)).encode()
+    out = result.stdout
+    assert out.truncated
+    assert out.total_bytes == len(whole)
+    assert out.sha256 == hashlib.sha256(whole).hexdigest()
+    assert out.text.startswith(whole[:50].decode())
+    assert out.text.endswith(whole[-50:].decode())
+    assert "bytes omitted from the middle" in out.text
+    assert out.spill_path is not None
+    spill = Path(out.spill_path)
+    assert spill.read_bytes() == whole
+    assert spill.parent.parent == spill_parent
+    assert spill.parent.stat().st_mode & 0o777 == 0o700
+    assert spill.stat().st_mode & 0o777 == 0o600
