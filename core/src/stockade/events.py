@@ -66,7 +66,7 @@ class PermissionEvent:
 
 @frozen
 class ResultEvent:
-    """How a command ended; output is referenced by digest, not copied.
+    """How a command ended: the whole result, kept text and digests of both streams.
 
     Attributes:
         action_id: pairs the events of one command.
@@ -84,7 +84,7 @@ class ResultEvent:
 
 @frozen
 class ErrorEvent:
-    """A command that was admitted but could not be run (spawn failure, sandbox missing).
+    """A command that was allowed but could not run: no credential, no sandbox, no spawn.
 
     Attributes:
         action_id: pairs the events of one command.

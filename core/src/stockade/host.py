@@ -169,8 +169,12 @@ class Host:
             )
         classification = self.classify(spec)
         decision = self.decide(spec, classification)
-        secrets = self.credentials(spec)
-        plan = self.confine(spec)
+        try:
+            secrets = self.credentials(spec)
+            plan = self.confine(spec)
+        except StockadeError as error:
+            self._record_error(spec, error)  # admitted, yet it cannot run: close the record
+            raise
         if secrets:
             plan = attrs.evolve(plan, env={**plan.env, **secrets})
         return Admitted(spec, classification, decision, plan, tuple(secrets.values()))

@@ -16,7 +16,6 @@ import os
 import select
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -44,9 +43,6 @@ class LocalExecutor(Executor):
         self._spill = SpillDir(self.options.get("spill_dir"))
         self._reap = bool(self.options.get("reap", True))
         self._warden = Warden()
-        self._lock = threading.Lock()
-        self._live: set[str] = set()
-        self._leaders: set[int] = set()
 
     @classmethod
     def probe(cls) -> Probe:
@@ -68,25 +64,19 @@ class LocalExecutor(Executor):
         run_id = os.urandom(8).hex()
         env = dict(plan.env)
         env[reaper.MARKER] = run_id
-        with self._lock:
-            self._live.add(run_id)  # before the spawn, so no sweep can mistake it for a leftover
+        reaper.start_run(run_id)  # before the spawn, so no sweep can mistake it for a leftover
         start = time.monotonic()
         try:
             proc = self._spawn(plan, env)
         except BaseException:
-            with self._lock:
-                self._live.discard(run_id)
+            reaper.end_run(run_id)
             raise
-        with self._lock:
-            self._leaders.add(proc.pid)
         self._warden.watch(run_id, proc.pid)
         try:
             sweep = self._reap_tree(run_id, proc.pid)
             return _Run(plan, proc, start=start, abort=abort, spill=self._spill, sweep=sweep).wait()
         finally:
-            with self._lock:
-                self._live.discard(run_id)
-                self._leaders.discard(proc.pid)
+            reaper.end_run(run_id)
             self._warden.release(run_id)
 
     def _spawn(self, plan: LaunchPlan, env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -125,13 +115,8 @@ class LocalExecutor(Executor):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pgid, signal.SIGKILL)
                 return
-            with self._lock:
-                live = set(self._live)
-                live.discard(run_id)
-                exclude = set(self._leaders)
-            if self._warden.pid is not None:
-                exclude.add(self._warden.pid)
-            reaper.sweep(run_id, pgid, live, exclude)
+            exclude = {self._warden.pid} if self._warden.pid is not None else set()
+            reaper.sweep(run_id, pgid, exclude)
 
         return finish
 

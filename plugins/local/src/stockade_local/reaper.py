@@ -28,6 +28,29 @@ _MAX_ROUNDS = 64
 _subreaper_lock = threading.Lock()
 _subreaper_pid: int | None = None
 
+# Runs are per process, like the subreaper: every host in this process registers here, so one
+# host's sweep never mistakes another host's live run for a leftover.
+_live_lock = threading.Lock()
+_live_runs: set[str] = set()
+
+
+def start_run(run_id: str) -> None:
+    """Register a run before its process is spawned."""
+    with _live_lock:
+        _live_runs.add(run_id)
+
+
+def end_run(run_id: str) -> None:
+    """Forget a run after its final sweep."""
+    with _live_lock:
+        _live_runs.discard(run_id)
+
+
+def is_live(run_id: str) -> bool:
+    """Whether ``run_id`` is still running in this process."""
+    with _live_lock:
+        return run_id in _live_runs
+
 
 def ensure_subreaper() -> bool:
     """Make this process a child subreaper (once per process); whether it worked."""
@@ -87,15 +110,20 @@ def run_mark(pid: int) -> str | None:
     return None
 
 
-def sweep(run_id: str, pgid: int, live_runs: Collection[str], exclude: Collection[int]) -> int:
+def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
     """Kill and reap everything left of run ``run_id``; the number of processes killed.
+
+    A marked child is killed when its mark is this run's, or a run no longer live. Liveness
+    is asked after the mark is read: a run registers before it spawns, so a process whose
+    mark was readable belongs to a run already registered. The mark this process inherited
+    itself (a host running inside a Stockade run) marks its own children, never leftovers.
 
     Args:
         run_id: the finished run.
         pgid: its process group (the leader's PID).
-        live_runs: runs still going, whose processes must be left alone.
-        exclude: PIDs never to touch (other runs' leaders, helper processes).
+        exclude: PIDs never to touch (helper processes).
     """
+    inherited = os.environ.get(MARKER)
     killed = 0
     for _ in range(_MAX_ROUNDS):
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -105,7 +133,9 @@ def sweep(run_id: str, pgid: int, live_runs: Collection[str], exclude: Collectio
             if pid in exclude:
                 continue
             mark = run_mark(pid)
-            if mark is not None and (mark == run_id or mark not in live_runs):
+            if mark is None or (mark == inherited and mark != run_id):
+                continue
+            if mark == run_id or not is_live(mark):
                 targets.append(pid)
         if not targets:
             return killed

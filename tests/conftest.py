@@ -1,0 +1,43 @@
+"""Shared fixtures for the executor and run-path tests (real processes, no OS mocks)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from helpers import procs
+from stockade.config import Config
+from stockade.host import Host
+
+FULL = "danger-full-access"
+"""The only mode usable without a sandbox plugin."""
+
+
+@pytest.fixture
+def host(make_host: Callable[..., Host]) -> Host:
+    """A fresh allow-all host with the embedded configuration."""
+    return make_host(allow_all=True)
+
+
+@pytest.fixture
+def host_with(make_host: Callable[..., Host]) -> Callable[..., Host]:
+    """``host_with(config, **kw)``: an allow-all host with ``config``."""
+
+    def factory(config: Config | None = None, **kwargs: object) -> Host:
+        return make_host(allow_all=True, config=config, **kwargs)
+
+    return factory
+
+
+@pytest.fixture
+def escapees() -> Iterator[list[int]]:
+    """PIDs a test may leave behind on failure; they are killed after the test."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        procs.kill_quietly(pid)

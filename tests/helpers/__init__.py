@@ -1,0 +1,1 @@
+"""Helpers shared by the executor tests: process inspection and subprocess scripts."""

@@ -1,0 +1,462 @@
+"""The local executor on the run path: argv, program and cwd errors, environment, stdin,
+events, concurrency. Every test starts real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from stockade.config import Config, EnvConfig
+from stockade.errors import BadCwd, ProgramNotFound, SandboxUnavailable, SpawnFailed, Unsupported
+from stockade.events import ActionEvent, ErrorEvent, PermissionEvent, ResultEvent
+from stockade.types import ExecRequest
+
+FULL = "danger-full-access"
+HELPERS = Path(__file__).parent / "helpers"
+
+
+def req(argv: list[str], **fields: object) -> ExecRequest:
+    fields.setdefault("mode", FULL)
+    return ExecRequest(argv, **fields)  # type: ignore[arg-type]
+
+
+# --- argv is never a shell string ----------------------------------------------------------
+
+METACHARACTERS = [
+    "; touch CANARY",
+    "$(touch CANARY)",
+    "`touch CANARY`",
+    "| touch CANARY",
+    "> CANARY",
+    "&& touch CANARY",
+    "*",
+    "?ile*",
+    "a\nb",
+    "'single' \"double\" \\back",
+    "$HOME ${PATH} ~",
+    "",
+    "  spaced  ",
+]
+
+
+def test_argv_with_shell_metacharacters_is_passed_literally(host, tmp_path):
+    (tmp_path / "file1").write_text("x")  # a glob would expand to this
+    result = host.run(req(["printf", "%s\\n", *METACHARACTERS], cwd=str(tmp_path)))
+    assert result.exit_code == 0
+    assert result.stdout.text == "".join(f"{arg}\n" for arg in METACHARACTERS)
+    assert result.stderr.text == ""
+    assert not (tmp_path / "CANARY").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file1"]
+
+
+def test_argv_reaches_the_program_byte_for_byte(host, tmp_path):
+    script = "import sys; sys.stdout.write(repr(sys.argv[1:]))"
+    args = ["; rm -rf /", "$(id)", "\t", "é", "--", "-c"]
+    result = host.run(req([sys.executable, "-c", script, *args], cwd=str(tmp_path)))
+    assert result.stdout.text == repr(args)
+
+
+def test_program_name_with_metacharacters_is_a_name_not_a_command(host, tmp_path):
+    with pytest.raises(ProgramNotFound) as caught:
+        host.run(req(["touch CANARY; true"], cwd=str(tmp_path)))
+    assert "touch CANARY; true" in caught.value.message
+    assert not (tmp_path / "CANARY").exists()
+
+
+def test_a_single_string_argv_is_refused():
+    with pytest.raises(TypeError, match="not one string"):
+        ExecRequest("echo hi", mode=FULL)  # type: ignore[arg-type]
+
+
+# --- the program -----------------------------------------------------------------------------
+
+
+def test_missing_program_names_it_and_the_path_searched(make_host, tmp_path):
+    path = f"{tmp_path}/a:{tmp_path}/b"
+    host = make_host(allow_all=True, environ={"PATH": path})
+    with pytest.raises(ProgramNotFound) as caught:
+        host.run(req(["no-such-program-xyz"]))
+    error = caught.value
+    assert error.exit_status == 127
+    assert error.code == "program_not_found"
+    assert error.message == f"program not found: no-such-program-xyz (searched PATH={path})"
+    assert error.details == {"program": "no-such-program-xyz", "searched": path}
+
+
+def test_program_is_searched_on_the_childs_path_from_the_request(host, tmp_path):
+    tool = tmp_path / "bin" / "mytool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho from-mytool\n")
+    tool.chmod(0o755)
+    result = host.run(req(["mytool"], env={"PATH": f"{tool.parent}:/usr/bin:/bin"}))
+    assert result.stdout.text == "from-mytool\n"
+
+
+def test_non_executable_file_is_not_a_program(host, tmp_path):
+    target = tmp_path / "script.sh"
+    target.write_text("#!/bin/sh\ntouch CANARY\n")
+    target.chmod(0o644)
+    with pytest.raises(ProgramNotFound) as caught:
+        host.run(req([str(target)], cwd=str(tmp_path)))
+    assert caught.value.exit_status == 127
+    assert caught.value.message == f"program not found: {target} (no executable file at {target})"
+    assert not (tmp_path / "CANARY").exists()
+
+
+def test_relative_program_path_is_resolved_against_the_cwd(host, tmp_path):
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\npwd\n")
+    tool.chmod(0o755)
+    result = host.run(req(["./tool"], cwd=str(tmp_path)))
+    assert result.stdout.text == f"{tmp_path}\n"
+
+
+def test_directory_as_program_by_path(host, tmp_path):
+    with pytest.raises(ProgramNotFound) as caught:
+        host.run(req([str(tmp_path)]))
+    assert caught.value.message == (
+        f"program not found: {tmp_path} (no executable file at {tmp_path})"
+    )
+
+
+def test_directory_on_path_with_the_programs_name_is_skipped(make_host, tmp_path):
+    (tmp_path / "first" / "true").mkdir(parents=True)  # a directory named like the program
+    host = make_host(allow_all=True, environ={"PATH": f"{tmp_path}/first:/usr/bin:/bin"})
+    result = host.run(req(["true"]))
+    assert result.exit_code == 0
+    with pytest.raises(ProgramNotFound):
+        make_host(allow_all=True, environ={"PATH": f"{tmp_path}/first"}).run(req(["true"]))
+
+
+def test_executable_without_a_format_is_spawn_failed_not_run_by_a_shell(
+    make_host, event_log, tmp_path
+):
+    host = make_host(allow_all=True, plugins=[event_log])
+    script = tmp_path / "noshebang"
+    script.write_text("touch CANARY\n")  # a shell would run this; execve refuses it
+    script.chmod(0o755)
+    with pytest.raises(SpawnFailed) as caught:
+        host.run(req([str(script)], cwd=str(tmp_path)))
+    error = caught.value
+    assert error.exit_status == 126
+    assert error.code == "spawn_failed"
+    assert error.details == {"program": str(script), "errno": "ENOEXEC"}
+    assert error.message == f"cannot start {script}: Exec format error (ENOEXEC)"
+    assert not (tmp_path / "CANARY").exists()
+    assert event_log.kinds() == ["action", "permission", "error"]
+    failure = event_log.events[-1]
+    assert isinstance(failure, ErrorEvent)
+    assert failure.code == "spawn_failed"
+    assert failure.message == error.message
+    assert failure.action_id == event_log.events[0].action_id
+
+
+def test_permission_lost_after_resolve_is_spawn_failed(host, tmp_path):
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\ntouch CANARY\n")
+    tool.chmod(0o755)
+    plan = host.admit(req([str(tool)], cwd=str(tmp_path))).plan
+    tool.chmod(0o644)
+    with pytest.raises(SpawnFailed) as caught:
+        host.executor.run(plan)
+    assert caught.value.details == {"program": str(tool), "errno": "EACCES"}
+    assert not (tmp_path / "CANARY").exists()
+
+
+def test_program_removed_after_resolve_is_program_not_found(host, tmp_path):
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\necho hi\n")
+    tool.chmod(0o755)
+    plan = host.admit(req([str(tool)], cwd=str(tmp_path))).plan
+    tool.unlink()
+    with pytest.raises(ProgramNotFound) as caught:
+        host.executor.run(plan)
+    assert caught.value.exit_status == 127
+    assert caught.value.message == f"program not found: {tool}"
+
+
+# --- the working directory -------------------------------------------------------------------
+
+
+def test_missing_cwd_is_bad_cwd(host, tmp_path):
+    missing = tmp_path / "nope"
+    with pytest.raises(BadCwd) as caught:
+        host.run(req(["true"], cwd=str(missing)))
+    assert caught.value.code == "bad_cwd"
+    assert caught.value.message == f"working directory {missing} does not exist"
+    assert caught.value.details == {"cwd": str(missing)}
+
+
+def test_file_as_cwd_is_bad_cwd(host, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    with pytest.raises(BadCwd) as caught:
+        host.run(req(["true"], cwd=str(afile)))
+    assert caught.value.message == f"working directory {afile} is not a directory"
+
+
+def test_command_runs_in_the_requested_cwd(host, tmp_path):
+    result = host.run(req(["pwd"], cwd=str(tmp_path)))
+    assert result.stdout.text == f"{tmp_path}\n"
+
+
+# --- the environment -------------------------------------------------------------------------
+
+AMBIENT = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/home/agent",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "TZ": "UTC",
+    "GITHUB_TOKEN": "ghp_canary_github",
+    "AWS_SECRET_ACCESS_KEY": "aws_canary_secret",
+    "MY_PASSWORD": "canary_password",
+    "api_key": "canary_lowercase_key",
+    "LC_TOKEN": "canary_lc_token",
+    "FOO_UNLISTED": "canary_unlisted",
+    "DEPLOY_TOKEN": "canary_deploy",
+}
+CANARY_VALUES = [v for k, v in AMBIENT.items() if "canary" in v]
+FIXED = {"CI": "1", "PAGER": "cat", "GIT_PAGER": "cat", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+def child_environ(host, **fields) -> dict[str, str]:
+    result = host.run(req(["env", "-0"], **fields))
+    assert result.exit_code == 0, result.stderr.text
+    entries = [e for e in result.stdout.text.split("\0") if e]
+    return dict(e.split("=", 1) for e in entries)
+
+
+def proc_environ(host, **fields) -> dict[str, str]:
+    result = host.run(req(["cat", "/proc/self/environ"], **fields))
+    assert result.exit_code == 0, result.stderr.text
+    return dict(e.split("=", 1) for e in result.stdout.text.split("\0") if e)
+
+
+def test_child_env_is_exactly_the_allowlist_plus_fixed_entries(make_host):
+    host = make_host(allow_all=True, environ=AMBIENT)
+    env = child_environ(host, env={"MY_API_TOKEN": "explicit-secret"})
+    run_id = env.pop("STOCKADE_RUN_ID")
+    assert re.fullmatch(r"[0-9a-f]{16}", run_id)
+    assert env == {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/home/agent",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TZ": "UTC",
+        **FIXED,
+        "MY_API_TOKEN": "explicit-secret",
+    }
+
+
+def test_secrets_are_absent_from_proc_self_environ(make_host):
+    host = make_host(allow_all=True, environ=AMBIENT)
+    result = host.run(req(["cat", "/proc/self/environ"]))
+    raw = result.stdout.text
+    for value in CANARY_VALUES:
+        assert value not in raw
+    names = {e.split("=", 1)[0] for e in raw.split("\0") if e}
+    for name in ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "MY_PASSWORD", "api_key",
+                 "LC_TOKEN", "FOO_UNLISTED", "DEPLOY_TOKEN"):
+        assert name not in names
+    for name, value in FIXED.items():
+        assert f"{name}={value}" in raw.split("\0")
+
+
+def test_explicit_secret_looking_entry_reaches_the_child(make_host):
+    host = make_host(allow_all=True, environ=AMBIENT)
+    env = proc_environ(host, env={"GITHUB_TOKEN": "given-on-purpose", "api_key": "k"})
+    assert env["GITHUB_TOKEN"] == "given-on-purpose"
+    assert env["api_key"] == "k"
+
+
+def test_explicit_entries_win_over_fixed_ones(make_host):
+    host = make_host(allow_all=True, environ=AMBIENT)
+    env = child_environ(host, env={"TERM": "xterm", "PAGER": "less"})
+    assert env["TERM"] == "xterm"
+    assert env["PAGER"] == "less"
+
+
+def test_config_env_allow_passes_a_name_but_never_a_secret(make_host):
+    config = Config(env=EnvConfig(allow=("FOO_UNLISTED", "DEPLOY_TOKEN")))
+    host = make_host(allow_all=True, environ=AMBIENT, config=config)
+    env = child_environ(host)
+    assert env["FOO_UNLISTED"] == "canary_unlisted"
+    assert "DEPLOY_TOKEN" not in env
+
+
+def test_missing_ambient_path_gets_the_default(make_host):
+    host = make_host(allow_all=True, environ={})
+    env = child_environ(host)
+    env.pop("STOCKADE_RUN_ID")
+    assert env == {"PATH": "/usr/local/bin:/usr/bin:/bin", **FIXED}
+
+
+def test_the_run_marker_cannot_be_chosen_by_the_request(host):
+    env = child_environ(host, env={"STOCKADE_RUN_ID": "chosen"})
+    assert env["STOCKADE_RUN_ID"] != "chosen"
+
+
+# --- stdin -----------------------------------------------------------------------------------
+
+
+def test_stdin_bytes_are_delivered_exactly(host):
+    data = b"line one\n\x00\xff binary \r\n no trailing newline"
+    result = host.run(req(["od", "-An", "-tx1", "-v"], stdin=data))
+    assert bytes.fromhex(result.stdout.text) == data
+
+
+def test_five_megabytes_of_stdin_round_trip_through_cat(host):
+    data = os.urandom(5 * 1024 * 1024)
+    result = host.run(req(["cat"], stdin=data, timeout=20))
+    assert result.exit_code == 0
+    out = result.stdout
+    assert out.total_bytes == len(data)
+    assert out.sha256 == hashlib.sha256(data).hexdigest()
+    assert out.truncated  # the default limit is 1 MiB: the rest went to the spill file
+    assert out.spill_path is not None
+    spilled = Path(out.spill_path)
+    try:
+        assert spilled.read_bytes() == data
+    finally:
+        spilled.unlink()
+
+
+def test_stdin_the_program_never_reads_does_not_hang(host):
+    start = time.monotonic()
+    result = host.run(req(["true"], stdin=os.urandom(4 * 1024 * 1024), timeout=10))
+    assert result.exit_code == 0
+    assert not result.timed_out
+    assert time.monotonic() - start < 5
+
+
+def test_no_stdin_is_immediate_eof_from_dev_null(host):
+    result = host.run(req(["cat"], timeout=10))
+    assert result.exit_code == 0
+    assert result.stdout.text == ""
+    assert not result.timed_out
+    assert result.duration_ms < 2000
+    result = host.run(req(["sh", "-c", 'test -t 0; echo "tty=$?"; readlink /proc/self/fd/0']))
+    assert result.stdout.text == "tty=1\n/dev/null\n"
+
+
+def test_stdout_and_stderr_are_pipes_not_a_terminal(host):
+    result = host.run(req(["sh", "-c", 'test -t 1; echo "$?"; test -t 2; echo "$?"']))
+    assert result.stdout.text == "1\n1\n"
+
+
+# --- errors and events -----------------------------------------------------------------------
+
+
+def test_events_are_action_permission_result_in_order(make_host, event_log):
+    host = make_host(allow_all=True, plugins=[event_log])
+    result = host.run(req(["echo", "hi"]))
+    assert event_log.kinds() == ["action", "permission", "result"]
+    action, permission, outcome = event_log.events
+    assert isinstance(action, ActionEvent)
+    assert isinstance(permission, PermissionEvent)
+    assert isinstance(outcome, ResultEvent)
+    assert action.argv == ("echo", "hi")
+    assert action.action_id == permission.action_id == outcome.action_id == result.action_id
+    assert permission.decision.verdict == "allow"
+    assert outcome.result == result
+    assert result.stdout.text == "hi\n"
+    assert result.sandbox.provider == "none"
+    assert result.sandbox.mode == FULL
+
+
+def test_memory_limit_is_unsupported_and_recorded_as_an_error(make_host, event_log, tmp_path):
+    host = make_host(allow_all=True, plugins=[event_log])
+    with pytest.raises(Unsupported) as caught:
+        host.run(req(["touch", str(tmp_path / "CANARY")], memory_mb=64))
+    assert caught.value.code == "unsupported"
+    assert caught.value.details == {"option": "memory_mb"}
+    assert not (tmp_path / "CANARY").exists()
+    assert event_log.kinds() == ["action", "permission", "error"]
+    assert event_log.events[-1].code == "unsupported"
+
+
+def test_sandbox_unavailable_after_permission_is_recorded_as_an_error(make_host, event_log):
+    host = make_host(allow_all=True, plugins=[event_log])
+    with pytest.raises(SandboxUnavailable):
+        host.run(ExecRequest(["true"], mode="workspace-write"))
+    assert event_log.kinds() == ["action", "permission", "error"]
+
+
+# --- concurrency -----------------------------------------------------------------------------
+
+
+def _distinct(i: int) -> ExecRequest:
+    return req(["sh", "-c", 'sleep 0.5; printf "run-%s" "$1"', "sh", str(i)], timeout=20)
+
+
+def test_twenty_threads_at_once_each_get_their_own_output(host):
+    start = time.monotonic()
+    with ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(lambda i: host.run(_distinct(i)), range(20)))
+    elapsed = time.monotonic() - start
+    assert [r.stdout.text for r in results] == [f"run-{i}" for i in range(20)]
+    assert [r.exit_code for r in results] == [0] * 20
+    assert len({r.action_id for r in results}) == 20
+    assert elapsed < 4  # 20 x 0.5 s in sequence would be 10 s
+
+
+def test_twenty_asyncio_runs_at_once_each_get_their_own_output(host):
+    async def main() -> list:
+        return await asyncio.gather(*(host.run_async(_distinct(i)) for i in range(20)))
+
+    start = time.monotonic()
+    results = asyncio.run(main())
+    elapsed = time.monotonic() - start
+    assert [r.stdout.text for r in results] == [f"run-{i}" for i in range(20)]
+    assert [r.exit_code for r in results] == [0] * 20
+    assert elapsed < 4
+
+
+def test_runs_started_while_another_run_is_swept_are_not_killed(host):
+    def one(i: int) -> tuple[int | None, str | None, str]:
+        try:
+            result = host.run(req(["sh", "-c", 'echo "ok$1"', "sh", str(i)], timeout=20))
+        except Exception as error:  # noqa: BLE001 - any failure is the bug
+            return (None, type(error).__name__, "")
+        return (result.exit_code, result.signal, result.stdout.text)
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(one, range(200)))
+    assert outcomes == [(0, None, f"ok{i}\n") for i in range(200)]
+
+
+def test_two_hosts_in_one_process_do_not_kill_each_others_runs(make_host):
+    first, second = make_host(allow_all=True), make_host(allow_all=True)
+    box: dict[str, object] = {}
+
+    def long_run() -> None:
+        box["result"] = second.run(req(["sh", "-c", "sleep 1; echo survived"], timeout=20))
+
+    thread = threading.Thread(target=long_run)
+    thread.start()
+    time.sleep(0.3)
+    assert first.run(req(["true"])).exit_code == 0
+    thread.join()
+    result = box["result"]
+    assert (result.exit_code, result.signal, result.stdout.text) == (0, None, "survived\n")
+
+
+def test_embedding_programs_own_children_survive_a_sweep_when_nested(tmp_path):
+    env = {**os.environ, "STOCKADE_RUN_ID": "0123456789abcdef"}
+    done = subprocess.run(
+        [sys.executable, str(HELPERS / "nested_mark.py")],
+        env=env, capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "own child alive: True\n"
