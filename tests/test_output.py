@@ -94,3 +94,9 @@ def test_one_gigabyte_of_output_in_bounded_memory():
     finally:
         if report.get("spill"):
             os.unlink(report["spill"])
+
+
+def test_output_spill_dir_from_config_is_used(host_with, tmp_path):
+    config = Config(output=OutputConfig(limit=1024, spill_dir=str(tmp_path)))
+    result = host_with(config).run(ExecRequest(["head", "-c", "5000", "/dev/zero"], mode=FULL))
+    assert os.path.dirname(os.path.dirname(result.stdout.spill_path)) == str(tmp_path)

@@ -162,3 +162,13 @@ def test_explicit_provider_must_support_mode_and_work(make_host):
         host.run(ExecRequest(["true"], mode="read-only", sandbox="broken"))
     with pytest.raises(SandboxUnavailable, match="'none' cannot enforce mode read-only"):
         host.run(ExecRequest(["true"], mode="read-only", sandbox="none"))
+
+
+def test_a_hook_with_a_wrong_parameter_is_a_plugin_error(make_host):
+    class WrongArgs:
+        @hookimpl
+        def stockade_classify(self, spec, extra):
+            return None
+
+    with pytest.raises(PluginError, match="stockade_classify"):
+        make_host(plugins=[WrongArgs()])

@@ -260,7 +260,10 @@ class Host:
             with self._lock:
                 if self._executor is None:
                     cls = self.executors.get(self.config.executor)
-                    self._executor = cls(self.config.plugins.settings.get(cls.PLUGIN_NAME))
+                    settings = dict(self.config.plugins.settings.get(cls.PLUGIN_NAME, {}))
+                    if self.config.output.spill_dir is not None:
+                        settings.setdefault("spill_dir", self.config.output.spill_dir)
+                    self._executor = cls(settings)
         return self._executor
 
     def probe(self, cls: type[SandboxProvider]) -> Probe:

@@ -93,11 +93,17 @@ def get_plugin_manager(
                     f"plugin {ep.name!r} from {ep.dist} {ep.version} failed to load: {error}",
                     hint=f"reinstall it, or block it with {DISABLE_ENV}={ep.name}",
                 ) from error
-            pm.register(plugin, name=ep.name)
+            try:
+                pm.register(plugin, name=ep.name)
+            except pluggy.PluginValidationError as error:
+                raise PluginError(
+                    f"plugin {ep.name!r} from {ep.dist} {ep.version} breaks a hook spec: {error}",
+                    hint=f"upgrade it, or block it with {DISABLE_ENV}={ep.name}",
+                ) from None
             dists[ep.name] = (ep.dist, ep.version)
-    for plugin in plugins:
-        pm.register(plugin)
     try:
+        for plugin in plugins:
+            pm.register(plugin)
         pm.check_pending()
     except pluggy.PluginValidationError as error:
         raise PluginError(

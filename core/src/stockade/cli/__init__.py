@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--mode", choices=("read-only", "workspace-write", "danger-full-access"))
     run.add_argument("--sandbox", metavar="NAME", help="sandbox provider (default: auto)")
     run.add_argument("--cwd", metavar="DIR", help="working directory (default: here)")
-    run.add_argument("--timeout", metavar="SECONDS", type=float, help="default 30, capped")
+    run.add_argument("--timeout", metavar="SECONDS", type=float, help="default and cap from config")
     run.add_argument("--memory-mb", metavar="N", type=int, help="memory limit in MiB")
     run.add_argument(
         "--env",
