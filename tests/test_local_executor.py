@@ -386,6 +386,23 @@ def test_memory_limit_is_unsupported_and_recorded_as_an_error(make_host, event_l
     assert event_log.events[-1].code == "unsupported"
 
 
+def test_run_async_raises_the_same_typed_error_and_records_it(make_host, event_log, tmp_path):
+    host = make_host(allow_all=True, plugins=[event_log])
+    with pytest.raises(Unsupported):
+        asyncio.run(host.run_async(req(["touch", str(tmp_path / "CANARY")], memory_mb=64)))
+    assert not (tmp_path / "CANARY").exists()
+    assert event_log.kinds() == ["action", "permission", "error"]
+
+
+def test_a_timed_out_run_is_recorded_as_a_result(make_host, event_log):
+    host = make_host(allow_all=True, plugins=[event_log])
+    result = host.run(req(["sleep", "30"], timeout=0.2))
+    assert event_log.kinds() == ["action", "permission", "result"]
+    recorded = event_log.events[-1].result
+    assert recorded == result
+    assert (recorded.timed_out, recorded.signal, recorded.exit_code) == (True, "SIGTERM", None)
+
+
 def test_sandbox_unavailable_after_permission_is_recorded_as_an_error(make_host, event_log):
     host = make_host(allow_all=True, plugins=[event_log])
     with pytest.raises(SandboxUnavailable):

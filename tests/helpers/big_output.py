@@ -1,0 +1,33 @@
+"""Run one command with a lot of output through a Host; print the result and the peak RSS.
+
+Usage: big_output.py SPILL_DIR ARGV_JSON. Runs in its own interpreter so that
+``ru_maxrss`` measures the host alone (the writer is a child, counted elsewhere).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+
+from stockade.config import Config, OutputConfig
+from stockade.host import Host
+from stockade.testing import AllowAll
+from stockade.types import ExecRequest
+
+spill_dir, argv = sys.argv[1], json.loads(sys.argv[2])
+config = Config(output=OutputConfig(spill_dir=spill_dir))
+with Host(config, plugins=[AllowAll()]) as host:
+    result = host.run(ExecRequest(argv, mode="danger-full-access", timeout=300))
+out = result.stdout
+print(json.dumps({
+    "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+    "limit": config.output.limit,
+    "exit_code": result.exit_code,
+    "timed_out": result.timed_out,
+    "total_bytes": out.total_bytes,
+    "sha256": out.sha256,
+    "truncated": out.truncated,
+    "spill_path": out.spill_path,
+    "text": out.text,
+}))
