@@ -65,11 +65,15 @@ class LocalExecutor(Executor):
         env = dict(plan.env)
         env[reaper.MARKER] = run_id
         reaper.start_run(run_id)  # before the spawn, so no sweep can mistake it for a leftover
+        # The warden hears of the run before the spawn too: a host killed between the spawn
+        # and the group report still leaves the warden the mark to kill by.
+        self._warden.watch(run_id)
         start = time.monotonic()
         try:
             proc = self._spawn(plan, env)
         except BaseException:
             reaper.end_run(run_id)
+            self._warden.release(run_id)
             raise
         self._warden.watch(run_id, proc.pid)
         try:

@@ -2,8 +2,8 @@
 
 ``PR_SET_PDEATHSIG`` would need code between fork and exec, which forces ``subprocess`` off
 its fast ``vfork`` path and costs milliseconds per command. Instead one small helper per host
-holds the read end of a pipe: the host writes ``+RUN_ID PGID`` when a run starts and
-``-RUN_ID`` when it ends. When the pipe reaches end-of-file (the host exited, however it
+holds the read end of a pipe: the host writes ``+RUN_ID 0`` before a run is spawned,
+``+RUN_ID PGID`` once its process group exists, and ``-RUN_ID`` when it ends. When the pipe reaches end-of-file (the host exited, however it
 died), the warden kills the process group of every live run and every process on the machine
 that carries a live run's ``STOCKADE_RUN_ID``, repeating until none is left.
 """
@@ -39,6 +39,8 @@ marks = {b"STOCKADE_RUN_ID=" + run for run in live}
 for _ in range(50):
     found = 0
     for pgid in live.values():
+        if pgid <= 0:
+            continue
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
@@ -100,8 +102,8 @@ class Warden:
             except BrokenPipeError:
                 self._proc = None
 
-    def watch(self, run_id: str, pgid: int) -> None:
-        """A run started: kill it if the host dies."""
+    def watch(self, run_id: str, pgid: int = 0) -> None:
+        """A run is starting (``pgid`` 0) or started: kill it if the host dies."""
         self._send(f"+{run_id} {pgid}")
 
     def release(self, run_id: str) -> None:
