@@ -143,9 +143,6 @@ UNWAITED = textwrap.dedent(
 )
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an exited, unwaited child of the command is "
-                   "re-parented to the host and never reaped: reaper.sweep skips children "
-                   "whose environ (empty for a zombie) has no mark")
 def test_orphaned_zombies_are_reaped_by_the_sweep(host, tmp_path, escapees):
     pidfile = tmp_path / "zombie.pid"
     result = host.run(ExecRequest([sys.executable, "-c", UNWAITED, str(pidfile)], mode=FULL))
@@ -274,9 +271,6 @@ def test_cancelling_run_async_waits_for_a_sigterm_ignoring_command(host_with, tm
     assert 0.4 <= waited < 3  # the SIGKILL after the grace, and not a hang
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a run_async cancelled after it started records "
-                   "neither a result nor an error event: the record stays open (host.py "
-                   "run_async only records StockadeError)")
 def test_cancelled_run_async_closes_its_record(make_host, event_log, tmp_path):
     host = make_host(allow_all=True, plugins=[event_log])
     pidfile = tmp_path / "sleep.pid"

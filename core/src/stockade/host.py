@@ -149,6 +149,14 @@ class Host:
         except StockadeError as error:
             self._record_error(admitted.spec, error)
             raise
+        except asyncio.CancelledError:
+            # The executor killed the command; the record must still close.
+            self._record_error(
+                admitted.spec,
+                code="cancelled",
+                message="the awaiting task was cancelled, so the command was killed",
+            )
+            raise
         return self._finish(admitted, outcome)
 
     def admit(self, request: ExecRequest) -> Admitted:
@@ -361,11 +369,20 @@ class Host:
                 hint="check the recorder's storage, or block the recorder plugin",
             ) from error
 
-    def _record_error(self, spec: ExecSpec, error: StockadeError) -> None:
+    def _record_error(
+        self,
+        spec: ExecSpec,
+        error: StockadeError | None = None,
+        *,
+        code: str = "",
+        message: str = "",
+    ) -> None:
         if self._recording:
             from . import events
 
-            self._record(events.ErrorEvent(spec.action_id, error.code, message=error.message))
+            if error is not None:
+                code, message = error.code, error.message
+            self._record(events.ErrorEvent(spec.action_id, code, message=message))
 
     def close(self) -> None:
         """Release the executor's helpers."""

@@ -110,6 +110,20 @@ def run_mark(pid: int) -> str | None:
     return None
 
 
+def _zombie_group(pid: int) -> int | None:
+    """The process group of ``pid`` if it is a zombie, else ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields start after the last ')'.
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if len(fields) < 3 or fields[0] != b"Z":
+        return None
+    return int(fields[2])
+
+
 def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
     """Kill and reap everything left of run ``run_id``; the number of processes killed.
 
@@ -117,6 +131,10 @@ def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
     is asked after the mark is read: a run registers before it spawns, so a process whose
     mark was readable belongs to a run already registered. The mark this process inherited
     itself (a host running inside a Stockade run) marks its own children, never leftovers.
+
+    A zombie has no readable environment, so no mark: a zombie child is reaped when it is in
+    the run's process group. The group's ID cannot be reused while a zombie still holds it,
+    so it cannot be the embedding program's child.
 
     Args:
         run_id: the finished run.
@@ -133,7 +151,11 @@ def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
             if pid in exclude:
                 continue
             mark = run_mark(pid)
-            if mark is None or (mark == inherited and mark != run_id):
+            if mark is None:
+                if _zombie_group(pid) == pgid:
+                    targets.append(pid)
+                continue
+            if mark == inherited and mark != run_id:
                 continue
             if mark == run_id or not is_live(mark):
                 targets.append(pid)
