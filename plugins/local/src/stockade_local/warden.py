@@ -4,8 +4,9 @@
 its fast ``vfork`` path and costs milliseconds per command. Instead one small helper per host
 holds the read end of a pipe: the host writes ``+RUN_ID 0`` before a run is spawned,
 ``+RUN_ID PGID`` once its process group exists, and ``-RUN_ID`` when it ends. When the pipe
-reaches end-of-file (the host exited, however it died), the warden kills the process group of every live run and every process on the machine
-that carries a live run's ``STOCKADE_RUN_ID``, repeating until none is left.
+reaches end-of-file (the host exited, however it died), the warden kills the process group
+of every live run and every process on the machine that carries a live run's
+``STOCKADE_RUN_ID``, repeating until none is left.
 """
 
 from __future__ import annotations
