@@ -126,16 +126,7 @@ class _Jail(SandboxProvider):
         return Probe(True, "fine")
 
     def confine(self, spec):
-        return LaunchPlan(
-            spec.program,
-            spec.argv,
-            cwd=spec.cwd,
-            env=spec.env,
-            timeout=spec.timeout,
-            kill_grace=spec.kill_grace,
-            output_limit=spec.output_limit,
-            facts=SandboxFacts("jail", spec.mode, enforcement="full"),
-        )
+        return LaunchPlan.from_spec(spec, SandboxFacts("jail", spec.mode, enforcement="full"))
 
 
 class _Providers:

@@ -88,17 +88,11 @@ class NiceProvider(SandboxProvider):
         if runner is None:
             raise SandboxUnavailable("nice is no longer on PATH", hint="install coreutils")
         niceness = str(int(self.options.get("niceness", 10)))
-        return LaunchPlan(
-            runner,
-            ("nice", "-n", niceness, spec.program, *spec.argv[1:]),
-            cwd=spec.cwd,
-            env=spec.env,
-            stdin=spec.stdin,
-            timeout=spec.timeout,
-            kill_grace=spec.kill_grace,
-            output_limit=spec.output_limit,
-            memory_mb=spec.memory_mb,
-            facts=SandboxFacts(self.PLUGIN_NAME, spec.mode, enforcement=None),
+        return LaunchPlan.from_spec(
+            spec,
+            SandboxFacts(self.PLUGIN_NAME, spec.mode),
+            executable=runner,
+            argv=("nice", "-n", niceness, spec.program, *spec.argv[1:]),
         )
 
 

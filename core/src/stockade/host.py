@@ -63,6 +63,8 @@ class Admitted:
         decision: why it may run.
         plan: how the executor must start it.
         secrets: credential values injected into the plan, redacted from the result.
+        provider: the sandbox provider that made the plan; it reads the outcome's facts and
+            releases what the plan holds.
     """
 
     spec: ExecSpec
@@ -70,6 +72,7 @@ class Admitted:
     decision: Decision
     plan: LaunchPlan
     secrets: tuple[str, ...]
+    provider: SandboxProvider
 
 
 class Host:
@@ -135,6 +138,8 @@ class Host:
         except StockadeError as error:
             self._record_error(admitted.spec, error)
             raise
+        finally:
+            admitted.provider.release(admitted.plan)
         return self._finish(admitted, outcome)
 
     async def run_async(
@@ -157,6 +162,8 @@ class Host:
                 message="the awaiting task was cancelled, so the command was killed",
             )
             raise
+        finally:
+            admitted.provider.release(admitted.plan)
         return self._finish(admitted, outcome)
 
     def admit(self, request: ExecRequest) -> Admitted:
@@ -179,13 +186,13 @@ class Host:
         decision = self.decide(spec, classification)
         try:
             secrets = self.credentials(spec)
-            plan = self.confine(spec)
+            provider = self.provider_for(spec)
+            # The provider sees the credentials as part of the environment it must pass on.
+            plan = provider.confine(attrs.evolve(spec, env={**spec.env, **secrets}))
         except StockadeError as error:
             self._record_error(spec, error)  # admitted, yet it cannot run: close the record
             raise
-        if secrets:
-            plan = attrs.evolve(plan, env={**plan.env, **secrets})
-        return Admitted(spec, classification, decision, plan, tuple(secrets.values()))
+        return Admitted(spec, classification, decision, plan, tuple(secrets.values()), provider)
 
     def classify(self, spec: ExecSpec) -> Classification:
         """Every classifier votes; the most severe kind wins and all reasons are kept."""
@@ -342,7 +349,7 @@ class Host:
             timeout_s=plan.timeout,
             stdout=_redact(outcome.stdout, admitted.secrets),
             stderr=_redact(outcome.stderr, admitted.secrets),
-            sandbox=plan.facts,
+            sandbox=admitted.provider.interpret(plan, outcome),
             classification=admitted.classification,
             decision=admitted.decision,
         )

@@ -8,11 +8,13 @@ any spec it cannot confine as asked: it never degrades to an unconfined run.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .types import ExecSpec, LaunchPlan, Mode, Probe, SandboxFacts
+from .types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
 
 
 class SandboxProvider(ABC):
@@ -40,6 +42,25 @@ class SandboxProvider(ABC):
     def confine(self, spec: ExecSpec) -> LaunchPlan:
         """The launch plan that runs ``spec`` confined to ``spec.mode``."""
 
+    def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
+        """The facts of a finished run: ``plan.facts``, plus what the outcome shows.
+
+        A provider overrides this to say whether its runner failed before the command ran
+        (``runner_failed``) or the failure looks like its own denial (``denied``).
+        """
+        del outcome
+        return plan.facts
+
+    def release(self, plan: LaunchPlan) -> None:
+        """Free what ``plan`` holds once the executor is done with it, however it ended.
+
+        The default closes ``plan.pass_fds``: the descriptors a provider opens for a plan
+        (a seccomp filter, an argument file) belong to that one plan.
+        """
+        for fd in plan.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
 
 class Unconfined(SandboxProvider):
     """The provider for ``danger-full-access``: runs the program as it is, and says so."""
@@ -55,15 +76,4 @@ class Unconfined(SandboxProvider):
 
     def confine(self, spec: ExecSpec) -> LaunchPlan:
         """Run the program directly, with the spec's environment and bounds."""
-        return LaunchPlan(
-            spec.program,
-            spec.argv,
-            cwd=spec.cwd,
-            env=spec.env,
-            stdin=spec.stdin,
-            timeout=spec.timeout,
-            kill_grace=spec.kill_grace,
-            output_limit=spec.output_limit,
-            memory_mb=spec.memory_mb,
-            facts=SandboxFacts(self.PLUGIN_NAME, spec.mode, enforcement=None),
-        )
+        return LaunchPlan.from_spec(spec, SandboxFacts(self.PLUGIN_NAME, spec.mode))

@@ -271,6 +271,24 @@ class LaunchPlan:
     pass_fds: tuple[int, ...] = field(kw_only=True, default=(), converter=_ints)
     facts: SandboxFacts = field(kw_only=True)
 
+    @classmethod
+    def from_spec(cls, spec: ExecSpec, facts: SandboxFacts, **changes: Any) -> LaunchPlan:
+        """The plan that runs ``spec`` as it is, with ``changes`` (a runner prefix, ...)."""
+        fields: dict[str, Any] = {
+            "executable": spec.program,
+            "argv": spec.argv,
+            "cwd": spec.cwd,
+            "env": spec.env,
+            "stdin": spec.stdin,
+            "timeout": spec.timeout,
+            "kill_grace": spec.kill_grace,
+            "output_limit": spec.output_limit,
+            "memory_mb": spec.memory_mb,
+            "facts": facts,
+        }
+        fields.update(changes)
+        return cls(**fields)
+
 
 @frozen
 class CollectedOutput:
