@@ -272,7 +272,7 @@ class LaunchPlan:
     facts: SandboxFacts = field(kw_only=True)
 
     @classmethod
-    def from_spec(cls, spec: ExecSpec, facts: SandboxFacts, **changes: Any) -> LaunchPlan:
+    def from_spec(cls, spec: ExecSpec, facts: SandboxFacts, **changes: Any) -> LaunchPlan:  # noqa: ANN401 - any field
         """The plan that runs ``spec`` as it is, with ``changes`` (a runner prefix, ...)."""
         fields: dict[str, Any] = {
             "executable": spec.program,
