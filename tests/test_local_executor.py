@@ -404,7 +404,8 @@ def test_a_timed_out_run_is_recorded_as_a_result(make_host, event_log):
 
 
 def test_sandbox_unavailable_after_permission_is_recorded_as_an_error(make_host, event_log):
-    host = make_host(allow_all=True, plugins=[event_log])
+    environ = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "bubblewrap"}
+    host = make_host(allow_all=True, plugins=[event_log], environ=environ)
     with pytest.raises(SandboxUnavailable):
         host.run(ExecRequest(["true"], mode="workspace-write"))
     assert event_log.kinds() == ["action", "permission", "error"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 
 from attrs import frozen
 
@@ -84,14 +83,6 @@ def seccomp() -> Fact:
     return Fact("seccomp", True, f"actions: {actions}")
 
 
-def bwrap() -> Fact:
-    """Whether a ``bwrap`` binary is on PATH."""
-    path = shutil.which("bwrap")
-    if path is None:
-        return Fact("bwrap", False, "no bwrap on PATH (apt-get install bubblewrap)")
-    return Fact("bwrap", True, path)
-
-
 def all_facts() -> list[Fact]:
     """Every kernel fact, in a stable order."""
-    return [user_namespaces(), landlock_abi(), seccomp(), bwrap()]
+    return [user_namespaces(), landlock_abi(), seccomp()]

@@ -1,0 +1,1 @@
+"""Stockade's bubblewrap sandbox provider."""

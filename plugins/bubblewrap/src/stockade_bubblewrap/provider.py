@@ -1,0 +1,151 @@
+"""The ``bubblewrap`` sandbox provider: a spec in, a ``bwrap`` launch plan out.
+
+Every namespace is unshared (user, PID, network, IPC, UTS, cgroup), the session is new (no
+TIOCSTI into the caller's terminal), the sandbox dies with its parent, every capability is
+dropped, and the shared seccomp policy is applied right before the command starts.
+
+The options reach bwrap through a memfd (``--args``), not its command line: the environment
+is rebuilt inside with ``--clearenv`` and ``--setenv``, and a credential on a command line
+would be readable by every user in ``/proc/*/cmdline``. Only the command follows ``--``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from stockade import seccomp
+from stockade.errors import SandboxUnavailable
+from stockade.sandbox import SandboxProvider
+from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
+
+from . import discover, layout
+
+_BASE_ARGS = ("--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
+# What a command prints when the sandbox, not its own logic, stopped it. Conservative:
+# ``denied`` is a hint for the reader of a failed run, never a verdict.
+DENIAL_SIGNATURES = (
+    "Permission denied",
+    "Read-only file system",
+    "Operation not permitted",
+    "Address family not supported",
+    "Network is unreachable",
+)
+
+
+class BubblewrapSandbox(SandboxProvider):
+    """Confines commands with bubblewrap and the shared seccomp policy.
+
+    Settings (``[plugins.settings.bubblewrap]``):
+        writable_roots: more directories writable in ``workspace-write``.
+        deny_read: more paths to mask (unreadable) in every mode.
+        scan_limit: directories to scan for protected paths before refusing.
+        seccomp_cache: where the compiled filter is cached (``""``: no disk cache).
+        unix_sockets: allow ``socket(AF_UNIX)`` (default false; ``socketpair`` always works).
+    """
+
+    PLUGIN_NAME = "bubblewrap"
+    MODES: ClassVar[frozenset[Mode]] = frozenset({"read-only", "workspace-write"})
+    PRIORITY = 100
+
+    def __init__(self, options: Mapping[str, Any] | None = None) -> None:
+        super().__init__(options)
+        self._writable = tuple(str(p) for p in self.options.get("writable_roots", ()))
+        self._deny_read = tuple(str(p) for p in self.options.get("deny_read", ()))
+        self._scan_limit = int(self.options.get("scan_limit", layout.DEFAULT_SCAN_LIMIT))
+        cache = self.options.get("seccomp_cache")
+        self._seccomp_cache = None if cache is None else str(cache)
+        self._unix = bool(self.options.get("unix_sockets", False))
+
+    @classmethod
+    def probe(cls) -> Probe:
+        """Whether some bwrap here can make a sandbox (tried once per process)."""
+        found = discover.select()
+        return Probe(found.usable, found.detail)
+
+    def confine(self, spec: ExecSpec) -> LaunchPlan:
+        """Translate ``spec`` into ``bwrap --args FD`` with the layout for its mode."""
+        if spec.mode not in self.MODES:
+            raise SandboxUnavailable(
+                f"bubblewrap does not run {spec.mode} commands",
+                hint="danger-full-access runs unconfined, without this provider",
+            )
+        roots = (os.path.realpath(spec.cwd), *self._writable)
+        bwrap = discover.select(roots if spec.mode == "workspace-write" else ())
+        if not bwrap.usable:
+            raise SandboxUnavailable(
+                f"bubblewrap cannot run here: {bwrap.detail}",
+                hint="run `stockade doctor`; install bubblewrap or stockade-landlock",
+            )
+        plan_layout = layout.build(
+            mode=spec.mode,
+            cwd=spec.cwd,
+            env=spec.env,
+            host_env=os.environ,
+            extra_writable=self._writable,
+            deny_read=self._deny_read,
+            keep_read_only=(sys.prefix, sys.base_prefix, os.path.dirname(bwrap.path)),
+            scan_limit=self._scan_limit,
+        )
+        filter_fd = seccomp.program_fd(
+            network=False, unix=self._unix, cache_dir=self._seccomp_cache
+        )
+        try:
+            args = [*_BASE_ARGS, *plan_layout.args, "--clearenv"]
+            for key, value in spec.env.items():
+                args += ["--setenv", key, value]
+            args += ["--seccomp", str(filter_fd)]
+            if _has_argv0(bwrap.version):
+                args += ["--argv0", spec.argv[0]]
+            args_fd = _sealed(args)
+        except BaseException:
+            os.close(filter_fd)
+            raise
+        facts = SandboxFacts(self.PLUGIN_NAME, spec.mode, enforcement="full")
+        return LaunchPlan.from_spec(
+            spec,
+            facts,
+            executable=bwrap.path,
+            # The command itself must follow on the command line: bwrap reads only options
+            # from --args. The options (environment included) stay off /proc/*/cmdline.
+            argv=(bwrap.path, "--args", str(args_fd), "--", spec.program, *spec.argv[1:]),
+            env={},
+            pass_fds=(args_fd, filter_fd),
+        )
+
+    def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
+        """Add ``runner_failed`` (bwrap itself failed) and ``denied`` (a denial's signature)."""
+        facts = plan.facts
+        if outcome.exit_code in (0, None):
+            return facts
+        stderr = outcome.stderr.text
+        if outcome.exit_code == 1 and stderr.startswith("bwrap: "):
+            return attrs.evolve(facts, runner_failed=True)
+        if any(signature in stderr for signature in DENIAL_SIGNATURES):
+            return attrs.evolve(facts, denied=True)
+        return facts
+
+
+def _has_argv0(version: str) -> bool:
+    """``--argv0`` came with bubblewrap 0.9.0."""
+    try:
+        major, minor = (int(x) for x in version.rsplit(maxsplit=1)[-1].split(".")[:2])
+    except (ValueError, IndexError):
+        return False
+    return (major, minor) >= (0, 9)
+
+
+def _sealed(args: list[str]) -> int:
+    """A memfd holding ``args`` NUL-separated, positioned at the start."""
+    fd = os.memfd_create("stockade-bwrap-args", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, b"".join(arg.encode() + b"\0" for arg in args))
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
