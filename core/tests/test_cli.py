@@ -125,7 +125,9 @@ def test_plugins_and_doctor_and_version():
     listing = json.loads(cli("plugins", "--json").stdout)
     assert {p["name"] for p in listing["plugins"]} >= {"local", "stockade.builtin.policy"}
     assert [e["name"] for e in listing["executors"]] == ["local"]
-    blocked = json.loads(cli("plugins", "--json", env={"STOCKADE_DISABLE_PLUGINS": "local,bubblewrap"}).stdout)
+    blocked = json.loads(
+        cli("plugins", "--json", env={"STOCKADE_DISABLE_PLUGINS": "local,bubblewrap"}).stdout
+    )
     assert "local" not in {p["name"] for p in blocked["plugins"]}
     doctor = cli("doctor", "--json")
     report = json.loads(doctor.stdout)

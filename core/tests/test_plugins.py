@@ -56,7 +56,9 @@ def test_blocked_by_config_is_never_imported():
 
 
 def test_blocked_by_environment(make_host):
-    host = make_host(environ={"STOCKADE_DISABLE_PLUGINS": " local , stockade.builtin.unconfined,bubblewrap"})
+    host = make_host(
+        environ={"STOCKADE_DISABLE_PLUGINS": " local , stockade.builtin.unconfined,bubblewrap"}
+    )
     assert host.executors.names() == []
     assert host.sandboxes.names() == []
     with pytest.raises(PluginError, match=r"unknown executor 'local'; installed: none"):
