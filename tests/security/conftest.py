@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from stockade.config import Config
 from stockade.types import ExecRequest
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 
 import pytest
+
 from stockade.errors import SandboxUnavailable
 
 STORES = {
@@ -58,7 +59,7 @@ def test_credential_stores_are_unreadable(host, box, mode):
 def test_the_real_home_stores_are_masked_too(host, box):
     home = os.path.expanduser("~")
     planted = os.path.join(home, ".ssh", f"stockade-canary-{box.canary}")
-    os.makedirs(os.path.dirname(planted), exist_ok=True)
+    os.makedirs(os.path.dirname(planted), mode=0o700, exist_ok=True)
     try:
         with open(planted, "w") as f:
             f.write(box.canary)
@@ -198,7 +199,7 @@ def test_a_workspace_too_large_to_scan_is_refused(make_host, box):
     host = make_host(allow_all=True, config=config)
     for i in range(10):
         (box.ws / f"d{i}").mkdir()
-    with pytest.raises(SandboxUnavailable, match="scan_limit|more than 5"):
+    with pytest.raises(SandboxUnavailable, match=r"scan_limit|more than 5"):
         host.run(box.py("print('ran')"))
 
 

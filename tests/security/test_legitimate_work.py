@@ -11,8 +11,6 @@ import subprocess
 import sys
 import zipfile
 
-import pytest
-
 from .conftest import PYTHON
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-from helpers import procs  # noqa: E402
+from helpers import procs
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import json
 import signal
 
 import pytest
+
 from stockade import seccomp
 
 RAW = """
