@@ -37,7 +37,9 @@ def test_a_bwrap_planted_in_a_writable_root_is_not_trusted(box, monkeypatch):
 
 def test_no_working_bwrap_fails_closed(make_host, box, monkeypatch, tmp_path):
     broken = tmp_path / "bwrap"
-    broken.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    broken.write_text(
+        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+    )
     broken.chmod(0o755)
     monkeypatch.setattr(discover, "candidates", lambda: [(str(broken), "system")])
     monkeypatch.setattr(discover, "_tried", {})
