@@ -7,6 +7,9 @@
 2. CLI: ``stockade run --mode danger-full-access -- true`` against ``python -c pass``, both
    from a separate venv installed the way a user gets it (non-editable, bytecode compiled).
 3. Start-up breakdown: the top cumulative ``-X importtime`` costs of the CLI's imports.
+4. Bubblewrap: ``Host.run`` confined (``workspace-write``) against raw ``bwrap`` with the very
+   flags the provider builds, the pre-spawn stages alone, and the CLI under bubblewrap
+   against the peers' CLIs (``codex sandbox``, ``srt``) where they are installed.
 
 Prints a table, then one ``BENCH {...}`` JSON line with every figure. Nothing is asserted.
 """
@@ -29,10 +32,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import confined  # bench/confined.py: this script's directory is first on sys.path
+
 ROOT = Path(__file__).resolve().parent.parent
 USER_VENV = ROOT / "bench" / ".venv-user"
 STAMP = "bench-source-hash"
-RECIPE = "uv venv; uv pip install --no-sources --compile-bytecode -c <lock> ./core ./plugins/local"
+PACKAGES = ("core", "plugins/local", "plugins/bubblewrap")
+DISTS = ("stockade", "stockade_local", "stockade_bubblewrap")
+RECIPE = "uv venv; uv pip install --no-sources --compile-bytecode -c <lock> " + " ".join(
+    f"./{p}" for p in PACKAGES
+)
 LIB_TARGET_MS = 0.5  # Host.run may add at most this much to the median
 FLOOR_IMPORTS = "import attrs, pluggy, subprocess"
 CLI_TARGET_RATIO = 3.0  # `stockade run -- true` may take at most this many times `python -c pass`
@@ -54,10 +63,16 @@ def summarize(samples: Sequence[float]) -> Stats:
     }
 
 
-def interleaved(cases: dict[str, Callable[[], int]], runs: int, warmup: int) -> dict[str, Stats]:
+def interleaved(
+    cases: dict[str, Callable[[], int]],
+    runs: int,
+    warmup: int,
+    after: Callable[[], None] | None = None,
+) -> dict[str, Stats]:
     """Time each case ``runs`` times, rotating the order every iteration (AB, BA, ...).
 
     Each case returns an exit status; anything but 0 stops the bench (outside the timing).
+    ``after``, if given, runs after every timed call, outside the timing.
     """
     names = list(cases)
     for _ in range(warmup):
@@ -72,6 +87,8 @@ def interleaved(cases: dict[str, Callable[[], int]], runs: int, warmup: int) -> 
             status = cases[name]()
             samples[name].append((time.perf_counter() - start) * 1000)
             _check(name, status)
+            if after is not None:
+                after()
     return {name: summarize(values) for name, values in samples.items()}
 
 
@@ -129,21 +146,12 @@ def source_hash(python: str) -> str:
     digest = hashlib.sha256(f"{RECIPE}\n{python}\n{sys.version}\n".encode())
     files = [
         p
-        for tree in ("core/src", "plugins/local/src")
+        for tree in (f"{p}/src" for p in PACKAGES)
         for p in (ROOT / tree).rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
     ]
-    files += [
-        ROOT / name
-        for name in (
-            "pyproject.toml",
-            "uv.lock",
-            "core/pyproject.toml",
-            "plugins/local/pyproject.toml",
-            "core/README.md",
-            "plugins/local/README.md",
-        )
-    ]
+    files += [ROOT / "pyproject.toml", ROOT / "uv.lock"]
+    files += [ROOT / p / name for p in PACKAGES for name in ("pyproject.toml", "README.md")]
     for path in sorted(files):
         if path.is_file():
             digest.update(f"{path.relative_to(ROOT)}\0".encode())
@@ -197,8 +205,7 @@ def ensure_user_venv() -> tuple[Path, bool, float]:
         str(USER_VENV / "bin" / "python"),
         "-c",
         str(constraints),
-        "./core",
-        "./plugins/local",
+        *(f"./{p}" for p in PACKAGES),
     )
     _verify_installed(USER_VENV)
     stamp.write_text(digest + "\n")
@@ -208,7 +215,7 @@ def ensure_user_venv() -> tuple[Path, bool, float]:
 def _verify_installed(venv: Path) -> None:
     """Refuse to time an editable or uncompiled install: it is not what users run."""
     (site,) = venv.glob("lib/python*/site-packages")
-    for dist in ("stockade", "stockade_local"):
+    for dist in DISTS:
         (info,) = site.glob(f"{dist}-*.dist-info")
         direct = json.loads((info / "direct_url.json").read_text())
         if direct.get("dir_info", {}).get("editable"):
@@ -318,7 +325,13 @@ def _verdict(ok: bool) -> str:  # noqa: FBT001 - a plain predicate
 
 
 def report(
-    meta: dict[str, Any], lib: dict[str, Any], cli: dict[str, Any], imports: dict[str, Any]
+    *,
+    meta: dict[str, Any],
+    lib: dict[str, Any],
+    cli: dict[str, Any],
+    imports: dict[str, Any],
+    bwrap: dict[str, Any],
+    bwrap_cli: dict[str, Any],
 ) -> None:
     """Print the table, then the BENCH JSON line."""
     head = f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}"
@@ -365,8 +378,57 @@ def report(
         print(f"  {row['cumulative_ms']:>13.2f} {row['self_ms']:>8.2f}  {indent}{row['module']}")
     packages = ", ".join(f"{name} {ms:.1f}" for name, ms in imports["self_by_package_ms"].items())
     print(f"  self ms by top-level package: {packages}")
-    payload = {"meta": meta, "library": lib, "cli": cli, "imports": imports}
+    report_bubblewrap(bwrap, bwrap_cli, head)
+    payload = {
+        "meta": meta,
+        "library": lib,
+        "cli": cli,
+        "imports": imports,
+        "bubblewrap": bwrap,
+        "bubblewrap_cli": bwrap_cli,
+    }
     print("\nBENCH " + json.dumps(payload, sort_keys=True, separators=(",", ":")))
+
+
+def report_bubblewrap(bwrap: dict[str, Any], cli: dict[str, Any], head: str) -> None:
+    """Print section 4."""
+    if "skipped" in bwrap:
+        print(f"\n4. Bubblewrap: skipped, {bwrap['skipped']}")
+        return
+    print(
+        f"\n4. Bubblewrap ({bwrap['bwrap']}, {bwrap['flags']} flags), interleaved: "
+        f"{bwrap['runs']} runs each after {bwrap['warmup']} warm-up"
+    )
+    print(head)
+    print(_row(f'Host.run(ExecRequest(["true"], mode="{confined.MODE}"))', bwrap["host"]))
+    print(_row("raw bwrap, the same flags on its command line, --seccomp FD", bwrap["raw_bwrap"]))
+    ok = bwrap["overhead_ms"] <= confined.HOST_TARGET_MS
+    print(
+        f"  overhead: {bwrap['overhead_ms']:+.3f} ms  ({bwrap['ratio']:.2f}x)   "
+        f"target +{confined.HOST_TARGET_MS} ms median: {_verdict(ok)}"
+    )
+    stages = bwrap["stages"]
+    print(
+        f"  stages alone (median): host.admit {stages['admit_ms']:.3f} ms, of which "
+        f"layout.build {stages['layout_build_ms']:.3f} ms and seccomp fd "
+        f"{stages['seccomp_fd_ms']:.3f} ms"
+    )
+    print(f"\n   CLI under bubblewrap: {cli['runs']} runs each after {cli['warmup']} warm-up")
+    print(head)
+    print(_row("stockade run --sandbox bubblewrap -- true", cli["stockade"]))
+    print(_row("python -c pass", cli["python"]))
+    for peer, (argv, _goal) in confined.PEERS.items():
+        if peer in cli:
+            print(_row(" ".join(argv), cli[peer]))
+    print(f"  ratio vs python -c pass: {cli['ratio_vs_python']:.2f}x")
+    for peer, figures in cli["peers"].items():
+        ok = figures["speedup"] >= figures["goal"]
+        print(
+            f"  {peer}: stockade is {figures['speedup']:.2f}x faster   "
+            f"target >= {figures['goal']:g}x: {_verdict(ok)}"
+        )
+    for peer, why in cli["skipped"].items():
+        print(f"  {peer}: skipped, {why}")
 
 
 def git_state() -> tuple[str, bool]:
@@ -377,7 +439,7 @@ def git_state() -> tuple[str, bool]:
         return proc.stdout.strip()
 
     return git("rev-parse", "--short", "HEAD") or "unknown", bool(
-        git("status", "--porcelain", "--", "core", "plugins/local")
+        git("status", "--porcelain", "--", *PACKAGES, "bench")
     )
 
 
@@ -408,6 +470,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = child_env(scratch)
         cli = bench_cli(venv, runs, warmup, env, scratch)
         imports = import_breakdown(venv, env, scratch)
+        bwrap_cli = confined.bench_cli_bubblewrap(
+            venv=venv, runs=runs, warmup=warmup, env=env, cwd=scratch, interleaved=interleaved
+        )
+    bwrap = confined.bench_bubblewrap(runs * 5, warmup * 4, interleaved)
     meta = {
         "commit": commit,
         "dirty": dirty,
@@ -418,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (f", rebuilt in {build_s:.1f} s" if rebuilt else ", cached"),
         "quick": bool(args.quick),
     }
-    report(meta, lib, cli, imports)
+    report(meta=meta, lib=lib, cli=cli, imports=imports, bwrap=bwrap, bwrap_cli=bwrap_cli)
     return 0
 
 
