@@ -97,7 +97,11 @@ def test_default_timeout_applies_when_the_request_names_none(host_with):
 def test_a_command_that_finishes_in_time_is_not_timed_out(host):
     result = host.run(ExecRequest(["sh", "-c", "exit 3"], mode=FULL, timeout=5))
     assert (result.exit_code, result.signal, result.timed_out, result.aborted) == (
-        3, None, False, False)
+        3,
+        None,
+        False,
+        False,
+    )
     assert result.ok is False
     result = host.run(ExecRequest(["sh", "-c", "kill -SEGV $$"], mode=FULL, timeout=5))
     assert (result.exit_code, result.signal, result.timed_out) == (None, "SIGSEGV", False)
@@ -150,7 +154,8 @@ def test_orphaned_zombies_are_reaped_by_the_sweep(host, tmp_path, escapees):
     escapees.append(zombie)
     assert result.exit_code == 0
     assert procs.wait_until(lambda: procs.state(zombie) is None, timeout=1), (
-        f"{zombie} is left as a zombie child of the host: {procs.state(zombie)}")
+        f"{zombie} is left as a zombie child of the host: {procs.state(zombie)}"
+    )
 
 
 def test_daemon_escaping_on_timeout_is_killed_too(host, tmp_path, escapees):
@@ -224,8 +229,9 @@ def test_abort_of_a_sigterm_ignoring_command_kills_it_after_the_grace(host_with,
     token = AbortToken()
     timer = threading.Timer(0.2, token.abort)
     timer.start()
-    result = host.run(ExecRequest(["sh", "-c", 'trap "" TERM; sleep 30'], mode=FULL,
-                                  timeout=60), abort=token)
+    result = host.run(
+        ExecRequest(["sh", "-c", 'trap "" TERM; sleep 30'], mode=FULL, timeout=60), abort=token
+    )
     timer.join()
     assert (result.aborted, result.timed_out, result.signal) == (True, False, "SIGKILL")
     assert 300 <= result.duration_ms < 200 + 300 + 1500  # at least the grace after SIGTERM
@@ -249,8 +255,7 @@ def test_cancelling_run_async_kills_before_cancelled_error(host, tmp_path, escap
     asyncio.run(scenario())
 
 
-def test_cancelling_run_async_waits_for_a_sigterm_ignoring_command(host_with, tmp_path,
-                                                                  escapees):
+def test_cancelling_run_async_waits_for_a_sigterm_ignoring_command(host_with, tmp_path, escapees):
     host = host_with(Config(timeout=TimeoutConfig(kill_grace=0.4)))
     pidfile = tmp_path / "sleep.pid"
     script = f'trap "" TERM; echo $$ > {pidfile}; sleep 1000'
@@ -293,13 +298,17 @@ def test_cancelled_run_async_closes_its_record(make_host, event_log, tmp_path):
 def test_another_runs_sweep_spares_a_live_runs_daemon(host, tmp_path, escapees):
     pidfile, stop = tmp_path / "daemon.pid", tmp_path / "stop"
     # Run A starts a daemon, then waits (up to 20 s) for the stop file before it ends.
-    script = DAEMON.replace("time.sleep(float(sys.argv[2]))",
-                            "while not os.path.exists(sys.argv[2]): time.sleep(0.01)")
+    script = DAEMON.replace(
+        "time.sleep(float(sys.argv[2]))", "while not os.path.exists(sys.argv[2]): time.sleep(0.01)"
+    )
     box: dict[str, object] = {}
 
     def run_a() -> None:
-        box["a"] = host.run(ExecRequest([sys.executable, "-c", script, str(pidfile), str(stop)],
-                                        mode=FULL, timeout=20))
+        box["a"] = host.run(
+            ExecRequest(
+                [sys.executable, "-c", script, str(pidfile), str(stop)], mode=FULL, timeout=20
+            )
+        )
 
     thread = threading.Thread(target=run_a)
     thread.start()
@@ -348,8 +357,7 @@ def _kill_host_and_watch(argv, pidfile, escapees) -> None:
 
 def test_host_death_kills_its_running_commands(tmp_path, escapees):
     pidfile = tmp_path / "sleep.pid"
-    _kill_host_and_watch(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 1000"], pidfile,
-                         escapees)
+    _kill_host_and_watch(["sh", "-c", f"echo $$ > {pidfile}; exec sleep 1000"], pidfile, escapees)
 
 
 def test_host_death_kills_a_daemon_that_left_the_group(tmp_path, escapees):

@@ -266,8 +266,15 @@ def test_secrets_are_absent_from_proc_self_environ(make_host):
     for value in CANARY_VALUES:
         assert value not in raw
     names = {e.split("=", 1)[0] for e in raw.split("\0") if e}
-    for name in ("GITHUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "MY_PASSWORD", "api_key",
-                 "LC_TOKEN", "FOO_UNLISTED", "DEPLOY_TOKEN"):
+    for name in (
+        "GITHUB_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "MY_PASSWORD",
+        "api_key",
+        "LC_TOKEN",
+        "FOO_UNLISTED",
+        "DEPLOY_TOKEN",
+    ):
         assert name not in names
     for name, value in FIXED.items():
         assert f"{name}={value}" in raw.split("\0")
@@ -474,7 +481,11 @@ def test_embedding_programs_own_children_survive_a_sweep_when_nested(tmp_path):
     env = {**os.environ, "STOCKADE_RUN_ID": "0123456789abcdef"}
     done = subprocess.run(
         [sys.executable, str(HELPERS / "nested_mark.py")],
-        env=env, capture_output=True, text=True, timeout=30, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "own child alive: True\n"

@@ -76,7 +76,8 @@ def test_long_output_keeps_the_head_and_the_tail_exactly(host_with):
     assert out.truncated
     assert out.total_bytes == len(data)
     assert out.text == (
-        data[:500].decode() + _marker(len(data) - 1000, len(data), out.spill_path)
+        data[:500].decode()
+        + _marker(len(data) - 1000, len(data), out.spill_path)
         + data[-500:].decode()
     )
     assert Path(out.spill_path).read_bytes() == data
@@ -173,7 +174,10 @@ def test_one_gigabyte_of_output_in_bounded_memory(tmp_path):
     writer = [sys.executable, "-c", WRITER, str(BLOCKS)]
     done = subprocess.run(
         [sys.executable, str(HELPERS / "big_output.py"), str(tmp_path), json.dumps(writer)],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -190,7 +194,7 @@ def test_one_gigabyte_of_output_in_bounded_memory(tmp_path):
         assert report["rss_kb"] < 200 * 1024, f"peak RSS {report['rss_kb']} KiB"
         limit = report["limit"]
         head = _block(0)[: limit // 2].decode()
-        tail = _block(BLOCKS - 1)[-(limit - limit // 2):].decode()
+        tail = _block(BLOCKS - 1)[-(limit - limit // 2) :].decode()
         assert report["text"] == head + _marker(size - limit, size, spill) + tail
         assert os.path.dirname(os.path.dirname(spill)) == str(tmp_path)
         _private(spill)

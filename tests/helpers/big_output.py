@@ -20,14 +20,18 @@ config = Config(output=OutputConfig(spill_dir=spill_dir))
 with Host(config, plugins=[AllowAll()]) as host:
     result = host.run(ExecRequest(argv, mode="danger-full-access", timeout=300))
 out = result.stdout
-print(json.dumps({
-    "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-    "limit": config.output.limit,
-    "exit_code": result.exit_code,
-    "timed_out": result.timed_out,
-    "total_bytes": out.total_bytes,
-    "sha256": out.sha256,
-    "truncated": out.truncated,
-    "spill_path": out.spill_path,
-    "text": out.text,
-}))
+print(
+    json.dumps(
+        {
+            "rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+            "limit": config.output.limit,
+            "exit_code": result.exit_code,
+            "timed_out": result.timed_out,
+            "total_bytes": out.total_bytes,
+            "sha256": out.sha256,
+            "truncated": out.truncated,
+            "spill_path": out.spill_path,
+            "text": out.text,
+        }
+    )
+)

@@ -55,7 +55,11 @@ def test_doctor_reports_the_bwrap_it_found():
     env = {k: v for k, v in os.environ.items() if k != "STOCKADE_DISABLE_PLUGINS"}
     out = subprocess.run(
         [sys.executable, "-c", "from stockade.cli import entry; entry()", "doctor", "--json"],
-        capture_output=True, text=True, env=env, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
     )
     report = json.loads(out.stdout)
     row = next(s for s in report["sandboxes"] if s["name"] == "bubblewrap")

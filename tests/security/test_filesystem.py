@@ -158,8 +158,13 @@ def test_git_and_agent_config_stay_read_only(host, box):
     (ws / ".git" / "modules" / "sub" / "hooks").mkdir(parents=True)
     (ws / "sub").mkdir()
     (ws / "sub" / ".git").write_text("gitdir: ../.git/modules/sub\n")
-    for rel in (".vscode/tasks.json", ".mcp.json", ".claude/settings.json", ".envrc",
-                "pkg/.idea/workspace.xml"):
+    for rel in (
+        ".vscode/tasks.json",
+        ".mcp.json",
+        ".claude/settings.json",
+        ".envrc",
+        "pkg/.idea/workspace.xml",
+    ):
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text("original")
     before = {p: p.read_bytes() for p in ws.rglob("*") if p.is_file() and p.name != "src.txt"}

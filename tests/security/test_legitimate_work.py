@@ -88,16 +88,35 @@ def test_cli_reports_the_facts_in_json(box):
 
     def run(*argv):
         proc = subprocess.run(
-            [*stockade, "run", "--sandbox", "bubblewrap", "--mode", "workspace-write", "--json",
-             "--", *argv],
-            cwd=box.ws, env=env, capture_output=True, text=True, timeout=60, check=False,
+            [
+                *stockade,
+                "run",
+                "--sandbox",
+                "bubblewrap",
+                "--mode",
+                "workspace-write",
+                "--json",
+                "--",
+                *argv,
+            ],
+            cwd=box.ws,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         return json.loads(proc.stdout)
 
     ok = run("sh", "-c", "echo hi > made.txt && cat made.txt")
     assert ok["exit_code"] == 0 and ok["stdout"]["text"] == "hi\n"
-    assert ok["sandbox"] == {"provider": "bubblewrap", "mode": "workspace-write",
-                             "enforcement": "full", "denied": False, "runner_failed": False}
+    assert ok["sandbox"] == {
+        "provider": "bubblewrap",
+        "mode": "workspace-write",
+        "enforcement": "full",
+        "denied": False,
+        "runner_failed": False,
+    }
     denied = run("sh", "-c", f"echo x > {box.secret}")
     assert denied["exit_code"] != 0 and denied["sandbox"]["denied"] is True
     # A program in the host's /tmp is not in the sandbox's private /tmp: bwrap fails.

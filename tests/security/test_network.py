@@ -121,8 +121,11 @@ print(json.dumps(out))
 
 def test_no_socket_reaches_the_host(host, box, listeners, mode):
     targets = {name: listener.address for name, listener in listeners.items()}
-    targets["unix_abstract"] = "\0" + targets["unix_abstract"][1:].decode() if isinstance(
-        targets["unix_abstract"], bytes) else targets["unix_abstract"]
+    targets["unix_abstract"] = (
+        "\0" + targets["unix_abstract"][1:].decode()
+        if isinstance(targets["unix_abstract"], bytes)
+        else targets["unix_abstract"]
+    )
     result = host.run(box.py(ATTACK, json.dumps(targets), mode=mode))
     assert result.exit_code == 0, result.stderr.text
     out = json.loads(result.stdout.text)

@@ -141,8 +141,14 @@ def test_daemons_do_not_outlive_the_command(host, box, how):
 def test_a_timed_out_command_leaves_nothing(host, box):
     marker = f"{os.getpid() % 1000}.{time.monotonic_ns() % 100000}7"
     request = box.request(["sh", "-c", f"setsid sleep {marker} & sleep {marker}"])
-    request = type(request)(request.argv, request.cwd, mode=request.mode, env=request.env,
-                            sandbox="bubblewrap", timeout=1)
+    request = type(request)(
+        request.argv,
+        request.cwd,
+        mode=request.mode,
+        env=request.env,
+        sandbox="bubblewrap",
+        timeout=1,
+    )
     result = host.run(request)
     assert result.timed_out
     assert procs.wait_until(lambda: not _with_marker(marker), timeout=5)
