@@ -140,3 +140,23 @@ def test_plugins_and_doctor_and_version():
         "seccomp",
     }
     assert cli("--version").stdout.startswith("stockade ")
+
+
+def test_a_reader_that_leaves_early_gets_141_and_no_traceback():
+    environ = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "bubblewrap"}
+    environ.pop("STOCKADE_CONFIG", None)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        proc = subprocess.run(
+            [*STOCKADE, "run", "--json", "--mode", "danger-full-access", "--", "echo", "hi"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            env=environ,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 141
+    assert b"Traceback" not in proc.stderr, proc.stderr

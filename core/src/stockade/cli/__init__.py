@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from .. import __version__
 
 EXIT_USAGE = 125
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a filter whose reader left
 
 
 def _formatter(prog: str) -> argparse.HelpFormatter:
@@ -93,5 +94,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """Console-script entry point."""
-    raise SystemExit(main())
+    """Console-script entry point.
+
+    A reader that closes the pipe early (``stockade run --json ... | head``) ends Stockade
+    the way it ends any filter: exit status 141 (128 + SIGPIPE), no traceback. Whatever was
+    still buffered for stdout is dropped rather than written at exit.
+    """
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(EXIT_BROKEN_PIPE) from None
+    raise SystemExit(status)
