@@ -173,6 +173,26 @@ def test_permission_lost_after_resolve_is_spawn_failed(host, tmp_path):
     assert not (tmp_path / "CANARY").exists()
 
 
+def test_a_process_that_cannot_be_watched_is_killed_not_left_running(host, tmp_path, monkeypatch):
+    from stockade_local import executor
+
+    pid_file = tmp_path / "pid"
+
+    def no_fd_left(pid):
+        deadline = time.monotonic() + 10  # fail only once the command is surely running
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(executor.os, "pidfd_open", no_fd_left)
+    script = "echo $$ > pid.tmp && mv pid.tmp pid; while :; do sleep 0.05; done"
+    with pytest.raises(OSError, match="Too many open files"):
+        host.run(req(["sh", "-c", script], cwd=str(tmp_path)))
+    pid = int(pid_file.read_text())
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists(), "the command that could not be watched is still there"
+
+
 def test_program_removed_after_resolve_is_program_not_found(host, tmp_path):
     tool = tmp_path / "tool"
     tool.write_text("#!/bin/sh\necho hi\n")

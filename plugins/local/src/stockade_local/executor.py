@@ -78,7 +78,12 @@ class LocalExecutor(Executor):
         self._warden.watch(run_id, proc.pid)
         try:
             sweep = self._reap_tree(run_id, proc.pid)
-            return _Run(plan, proc, start=start, abort=abort, spill=self._spill, sweep=sweep).wait()
+            try:
+                watch = _Run(plan, proc, start=start, abort=abort, spill=self._spill, sweep=sweep)
+            except BaseException:
+                _abandon(proc, sweep)  # e.g. no fd left for the pidfd: never leave it running
+                raise
+            return watch.wait()
         finally:
             reaper.end_run(run_id)
             self._warden.release(run_id)
@@ -127,6 +132,19 @@ class LocalExecutor(Executor):
     def close(self) -> None:
         """Stop the warden."""
         self._warden.close()
+
+
+def _abandon(proc: subprocess.Popen[bytes], sweep: Callable[[], None]) -> None:
+    """Kill a process that cannot be watched, with its group and leftovers, and close its pipes."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        proc.wait()
+    sweep()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 class _Run:
