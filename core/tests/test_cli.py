@@ -160,3 +160,23 @@ def test_a_reader_that_leaves_early_gets_141_and_no_traceback():
         os.close(write)
     assert proc.returncode == 141
     assert b"Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_recorder_dying_after_the_run_gives_one_json_document(monkeypatch, capsys, make_host):
+    from stockade import hookimpl
+    from stockade.cli import common, main
+
+    class DiesOnResult:
+        @hookimpl
+        def stockade_record(self, event):
+            if event.kind == "result":
+                raise OSError("disk full")
+
+    host = make_host(plugins=[DiesOnResult()])
+    monkeypatch.setattr(common, "make_host", lambda args: host)
+    status = main(["run", "--json", "--mode", "danger-full-access", "--", "echo", "hi"])
+    document = json.loads(capsys.readouterr().out)  # one document, or this raises
+    assert status == 125
+    assert document["error"]["code"] == "recorder_failed"
+    assert document["result"]["stdout"]["text"] == "hi\n"
+    assert document["result"]["exit_code"] == 0

@@ -74,9 +74,16 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     except RecorderFailed as error:
         from ..types import RunResult
 
-        if isinstance(error.result, RunResult):
-            _print_result(error.result, as_json=args.json)
-        return report_error(error, as_json=args.json)
+        if not isinstance(error.result, RunResult):
+            return report_error(error, as_json=args.json)
+        if args.json:  # one JSON document: the error, and the result it did not stop
+            from ..wire import to_json
+
+            document = {"error": error.to_dict(), "result": error.result}
+            print(to_json(document, indent=2))
+            return error.exit_status
+        _print_result(error.result, as_json=False)
+        return report_error(error, as_json=False)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     except (TypeError, ValueError) as error:
