@@ -19,11 +19,14 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from types import ModuleType
+from typing import ClassVar
 
 import attrs
 import pytest
+from stockade_bubblewrap import layout
+from stockade_bubblewrap.provider import DENIAL_SIGNATURES, BubblewrapSandbox
 
-from stockade import hookimpl, hookspecs
+from stockade import hookimpl, hookspecs, seccomp
 from stockade.cli import main
 from stockade.config import Config, OutputConfig, PluginsConfig, parse_config
 from stockade.errors import (
@@ -33,7 +36,16 @@ from stockade.errors import (
     SandboxUnavailable,
     StockadeError,
 )
-from stockade.types import Classification, ExecRequest, ExecSpec, PendingApproval
+from stockade.sandbox import SandboxProvider
+from stockade.types import (
+    Classification,
+    ExecRequest,
+    ExecSpec,
+    LaunchPlan,
+    PendingApproval,
+    ProcessOutcome,
+    SandboxFacts,
+)
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
@@ -252,6 +264,84 @@ def test_blocking_the_local_executor_leaves_a_clear_error(make_host):
     host = make_host(environ={**os.environ, "STOCKADE_DISABLE_PLUGINS": "local"})
     with pytest.raises(PluginError, match="unknown executor 'local'; installed: none"):
         host.run(ExecRequest(["true"], mode=FULL_ACCESS, origin="cli"))
+
+
+# --- after the run: interpret and release, as plugins.md describes them -------------------
+
+NiceProvider = example("example_backends").NiceProvider
+
+
+# --8<-- [start:interpret]
+class NiceWithFacts(NiceProvider):
+    """``nice``, plus what only the finished run can show."""
+
+    def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
+        """``runner_failed`` when nice itself failed: status 125 and nice's own message."""
+        if outcome.exit_code == 125 and outcome.stderr.text.startswith("nice: "):
+            return attrs.evolve(plan.facts, runner_failed=True)
+        return plan.facts
+
+
+# --8<-- [end:interpret]
+
+
+def registering(cls: type[SandboxProvider]) -> object:
+    """A plugin object that registers ``cls`` alone."""
+
+    class Registers:
+        @hookimpl
+        def stockade_register_sandboxes(self, register):
+            register(cls)
+
+    return Registers()
+
+
+def test_interpret_sets_the_facts_of_the_result(make_host, tmp_path):
+    host = make_host(plugins=[registering(NiceWithFacts)], config=Config(sandbox="nice"))
+
+    def facts(script: str) -> SandboxFacts:
+        request = ExecRequest(["sh", "-c", script], str(tmp_path), mode=FULL_ACCESS, origin="cli")
+        return host.run(request).sandbox
+
+    assert facts("true") == SandboxFacts("nice", FULL_ACCESS)
+    assert not facts("exit 125").runner_failed
+    # Read from the command's own stderr: a hint, which the command can fake.
+    assert facts("echo 'nice: failed' >&2; exit 125").runner_failed
+
+
+class NiceWithDescriptor(NiceProvider):
+    """``nice`` with a pipe passed to the command; the default ``release`` must close it."""
+
+    opened: ClassVar[list[tuple[int, int]]] = []
+
+    def confine(self, spec: ExecSpec) -> LaunchPlan:
+        reader, writer = os.pipe()
+        os.close(writer)
+        self.opened.append((reader, os.fstat(reader).st_ino))
+        return attrs.evolve(super().confine(spec), pass_fds=(reader,))
+
+
+def still_open(fd: int, inode: int) -> bool:
+    try:
+        return os.fstat(fd).st_ino == inode
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("memory_mb", [None, 64], ids=["ran", "executor-refused"])
+def test_release_closes_the_plans_descriptors(make_host, tmp_path, memory_mb):
+    NiceWithDescriptor.opened.clear()
+    host = make_host(plugins=[registering(NiceWithDescriptor)], config=Config(sandbox="nice"))
+    request = ExecRequest(
+        ["true"], str(tmp_path), mode=FULL_ACCESS, origin="cli", memory_mb=memory_mb
+    )
+    if memory_mb is None:
+        assert host.run(request).ok
+    else:
+        with pytest.raises(StockadeError):  # the local executor refuses memory limits
+            host.run(request)
+    [(fd, inode)] = NiceWithDescriptor.opened
+    assert not still_open(fd, inode)
 
 
 # --- the hook examples --------------------------------------------------------------------
@@ -480,3 +570,113 @@ def test_truncated_output_keeps_head_tail_and_a_private_spill_file(make_host, tm
     assert spill.parent.parent == spill_parent
     assert spill.parent.stat().st_mode & 0o777 == 0o700
     assert spill.stat().st_mode & 0o777 == 0o600
+
+
+# --- the bubblewrap and seccomp pages -----------------------------------------------------
+
+BUBBLEWRAP_PAGE = DOCS / "bubblewrap.md"
+SECCOMP_PAGE = DOCS / "seccomp.md"
+
+
+def section(path: Path, heading: str) -> str:
+    """The body of ``heading`` (a whole line, such as ``## Settings``) up to the next
+    heading of the same or a higher level."""
+    text = path.read_text(encoding="utf-8")
+    level = len(heading) - len(heading.lstrip("#"))
+    match = re.search(rf"^{re.escape(heading)} *\n(.*?)(?=^#{{1,{level}}} |\Z)", text, re.M | re.S)
+    assert match, f"{path.name} has no {heading!r} section"
+    return match.group(1)
+
+
+def table_keys(body: str) -> list[str]:
+    """The backticked names in the first column of the Markdown table rows in ``body``."""
+    return re.findall(r"^\| `([^`]+)` \|", body, flags=re.M)
+
+
+def bubblewrap_settings() -> list[str]:
+    """The settings the bubblewrap provider reads: ``self.options.get("NAME", ...)``."""
+    source = inspect.getsource(BubblewrapSandbox.__init__)
+    names = re.findall(r"self\.options\.get\(\s*\"(\w+)\"", source)
+    assert len(names) >= 5, f"found only {names} in BubblewrapSandbox.__init__"
+    return names
+
+
+def test_the_seccomp_page_lists_every_denied_syscall_with_its_reason():
+    body = section(SECCOMP_PAGE, "### Denied system calls")
+    rows = dict(re.findall(r"^\| `([a-z0-9_]+)` \| (.+?) \|$", body, flags=re.M))
+    missing = [name for name in seccomp.DENIED if name not in rows]
+    assert not missing, f"docs/seccomp.md lacks rows for {missing}"
+    assert rows == seccomp.DENIED
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *seccomp.DENIED,
+        *(reason.split(":")[0] for reason in seccomp.DENIED_IOCTLS.values()),
+        *(f"{request:#06X}".replace("0X", "0x") for request in seccomp.DENIED_IOCTLS),
+        *seccomp.CLONE_NAMESPACE_FLAGS,
+        *seccomp.PERSONA_FLAGS,
+        "clone3",
+        "AF_NETLINK",
+        "AF_UNIX",
+        "AF_INET",
+        "AF_INET6",
+    ],
+)
+def test_the_seccomp_page_names_each_part_of_the_policy(name):
+    assert f"`{name}`" in SECCOMP_PAGE.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("page", "heading"),
+    [(BUBBLEWRAP_PAGE, "## Settings"), (DOCS / "configuration.md", "## The bubblewrap sandbox")],
+    ids=["bubblewrap.md", "configuration.md"],
+)
+def test_every_bubblewrap_setting_has_a_row(page, heading):
+    assert sorted(table_keys(section(page, heading))) == sorted(bubblewrap_settings())
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        *layout.CREDENTIAL_STORES,
+        *sorted(layout.AGENT_CONFIG),
+        *layout.PRIVATE_DIRS,
+        *DENIAL_SIGNATURES,
+        "SSH_AUTH_SOCK",
+        "DBUS_SESSION_BUS_ADDRESS",
+        "DOCKER_HOST",
+    ],
+)
+def test_the_bubblewrap_page_names_what_the_layout_protects(name):
+    assert f"`{name}`" in BUBBLEWRAP_PAGE.read_text(encoding="utf-8")
+
+
+def test_the_bubblewrap_page_states_the_default_scan_limit():
+    row = next(
+        r for r in section(BUBBLEWRAP_PAGE, "## Settings").splitlines() if "`scan_limit`" in r
+    )
+    assert f"`{layout.DEFAULT_SCAN_LIMIT}`" in row
+
+
+# The example in docs/bubblewrap.md, included from between the markers.
+BUBBLEWRAP_TOML = """
+# --8<-- [start:bubblewrap-toml]
+[plugins.settings.bubblewrap]
+writable_roots = ["/srv/ccache"]    # also writable in workspace-write, when it exists
+deny_read = ["/etc/ssl/private"]    # also masked, in every mode
+scan_limit = 50000                  # a large monorepo: walk up to 50,000 directories
+seccomp_cache = ""                  # no disk cache: compile once per process (~22 ms)
+unix_sockets = false                # socket(AF_UNIX) stays refused (the default)
+# --8<-- [end:bubblewrap-toml]
+"""
+
+
+def test_the_bubblewrap_config_example_sets_every_setting_and_runs(make_host, tmp_path):
+    config = parse_config(BUBBLEWRAP_TOML)
+    assert sorted(config.plugins.settings["bubblewrap"]) == sorted(bubblewrap_settings())
+    host = make_host(allow_all=True, config=attrs.evolve(config, sandbox="bubblewrap"))
+    result = host.run(ExecRequest(["true"], str(tmp_path), mode="workspace-write"))
+    assert result.ok
+    assert result.sandbox == SandboxFacts("bubblewrap", "workspace-write", enforcement="full")

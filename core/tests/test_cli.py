@@ -164,7 +164,7 @@ def test_a_reader_that_leaves_early_gets_141_and_no_traceback():
 
 def test_a_recorder_dying_after_the_run_gives_one_json_document(monkeypatch, capsys, make_host):
     from stockade import hookimpl
-    from stockade.cli import common, main
+    from stockade.cli import main, run
 
     class DiesOnResult:
         @hookimpl
@@ -173,7 +173,7 @@ def test_a_recorder_dying_after_the_run_gives_one_json_document(monkeypatch, cap
                 raise OSError("disk full")
 
     host = make_host(plugins=[DiesOnResult()])
-    monkeypatch.setattr(common, "make_host", lambda args: host)
+    monkeypatch.setattr(run, "make_host", lambda args: host)
     status = main(["run", "--json", "--mode", "danger-full-access", "--", "echo", "hi"])
     document = json.loads(capsys.readouterr().out)  # one document, or this raises
     assert status == 125
