@@ -24,7 +24,8 @@ from typing import ClassVar
 import attrs
 import pytest
 from stockade_bubblewrap import layout
-from stockade_bubblewrap.provider import DENIAL_SIGNATURES, BubblewrapSandbox
+from stockade_bubblewrap.provider import DENIAL_SIGNATURES
+from stockade_bubblewrap.settings import Settings
 
 from stockade import hookimpl, hookspecs, seccomp
 from stockade.cli import main
@@ -594,10 +595,9 @@ def table_keys(body: str) -> list[str]:
 
 
 def bubblewrap_settings() -> list[str]:
-    """The settings the bubblewrap provider reads: ``self.options.get("NAME", ...)``."""
-    source = inspect.getsource(BubblewrapSandbox.__init__)
-    names = re.findall(r"self\.options\.get\(\s*\"(\w+)\"", source)
-    assert len(names) >= 5, f"found only {names} in BubblewrapSandbox.__init__"
+    """The settings the bubblewrap provider accepts: the fields of its ``Settings``."""
+    names = [field.name for field in attrs.fields(Settings)]
+    assert len(names) >= 5, f"found only {names} in stockade_bubblewrap.settings.Settings"
     return names
 
 

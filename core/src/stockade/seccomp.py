@@ -6,10 +6,14 @@ that reach past a sandbox: tracing other processes, injecting terminal input, ke
 keyrings, BPF, making namespaces or mounts, and foreign syscall tables (x32, i386), which
 kill the process because a filter written for x86_64 numbers cannot judge them.
 
-Compiling needs ``pyseccomp``, whose import alone costs about 50 ms (it runs ``ldconfig``
-to find the library). The BPF program is therefore cached on disk, keyed by a digest of the
-policy and the machine, in a private (0700) directory; a cache file that is not ours,
-not private, or not the right size for a BPF program is ignored and rebuilt.
+Compiling needs ``pyseccomp``, whose import alone costs about 20 ms on a small machine (it
+runs ``ldconfig`` to find the library). The BPF program is therefore cached on disk, keyed
+by a digest of the policy and the machine, in a private (0700) directory; a cache file that
+is not ours, not private, in a symlinked directory, or not the right size for a BPF program
+is ignored and rebuilt. Whoever can write the cache disarms every later filter, so sandbox
+providers keep its directory read-only inside the sandbox (see :func:`cache_path`); an
+unconfined (``danger-full-access``) command can rewrite it, as it can rewrite anything else
+of the user's, Stockade's own installation included.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import errno
 import hashlib
 import os
 import platform
+import stat
 import threading
 from typing import Any
 
@@ -91,7 +96,7 @@ PERSONA_FLAGS = {
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 
 _lock = threading.Lock()
-_compiled: dict[tuple[bool, bool], bytes] = {}
+_compiled: dict[tuple[bool, bool, str | None], bytes] = {}
 
 
 def allowed_families(*, network: bool, unix: bool = False) -> tuple[int, ...]:
@@ -193,13 +198,18 @@ def _deny_personas(f: Any, sc: Any) -> None:  # noqa: ANN401 - pyseccomp is unty
 
 
 def bpf_program(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> bytes:
-    """The compiled policy: from memory, then the disk cache, then libseccomp."""
-    key = (network, unix)
+    """The compiled policy: from memory, then the disk cache, then libseccomp.
+
+    Raises:
+        ImportError: pyseccomp is not installed (and nothing is cached).
+        OSError: libseccomp cannot be loaded.
+    """
+    path = cache_path(network=network, unix=unix, cache_dir=cache_dir)
+    key = (network, unix, path)
     with _lock:
         program = _compiled.get(key)
         if program is not None:
             return program
-        path = _cache_path(policy_digest(network=network, unix=unix), cache_dir)
         program = _read_cache(path) if path else None
         if program is None:
             program = compile_bpf(network=network, unix=unix)
@@ -207,6 +217,20 @@ def bpf_program(*, network: bool, unix: bool = False, cache_dir: str | None = No
                 _write_cache(path, program)
         _compiled[key] = program
         return program
+
+
+def unavailable(cache_dir: str | None = None) -> str | None:
+    """Why the default policy cannot be had here, or ``None`` when it can.
+
+    Costs nothing once the program is cached; the first time, it compiles (and caches) it.
+    """
+    try:
+        bpf_program(network=False, cache_dir=cache_dir)
+    except ImportError as error:
+        return f"pyseccomp is not installed ({error}); install stockade[seccomp]"
+    except OSError as error:
+        return f"libseccomp cannot be loaded ({error}); install libseccomp2"
+    return None
 
 
 def program_fd(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> int:
@@ -228,11 +252,18 @@ def default_cache_dir() -> str:
     return os.path.join(base, "stockade", "seccomp")
 
 
-def _cache_path(digest: str, cache_dir: str | None) -> str | None:
+def cache_path(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> str | None:
+    """Where the program for this policy is cached (``None``: ``cache_dir`` is ``""``).
+
+    A sandbox provider must keep this file's directory read-only inside every sandbox whose
+    writable roots hold it: a command that could replace the program would disarm the
+    filter of every later run.
+    """
     directory = cache_dir if cache_dir is not None else default_cache_dir()
     if not directory:
         return None
-    return os.path.join(directory, f"{digest}.bpf")
+    digest = policy_digest(network=network, unix=unix)
+    return os.path.join(os.path.abspath(directory), f"{digest}.bpf")
 
 
 def _read_cache(path: str) -> bytes | None:
@@ -242,7 +273,9 @@ def _read_cache(path: str) -> bytes | None:
         return None
     try:
         st = os.fstat(fd)
-        parent = os.stat(os.path.dirname(path))
+        parent = os.lstat(os.path.dirname(path))  # a symlinked directory is not ours
+        if not stat.S_ISDIR(parent.st_mode):
+            return None
         private = st.st_mode & 0o077 == 0 and parent.st_mode & 0o077 == 0
         ours = st.st_uid == os.getuid() and parent.st_uid == os.getuid()
         # A BPF instruction is 8 bytes; an empty or ragged file is not a program.

@@ -24,6 +24,7 @@ from stockade.sandbox import SandboxProvider
 from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
 
 from . import discover, layout
+from .settings import Settings
 
 _BASE_ARGS = ("--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
 # What a command prints when the sandbox, not its own logic, stopped it. Conservative:
@@ -54,18 +55,22 @@ class BubblewrapSandbox(SandboxProvider):
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self._writable = tuple(str(p) for p in self.options.get("writable_roots", ()))
-        self._deny_read = tuple(str(p) for p in self.options.get("deny_read", ()))
-        self._scan_limit = int(self.options.get("scan_limit", layout.DEFAULT_SCAN_LIMIT))
-        cache = self.options.get("seccomp_cache")
-        self._seccomp_cache = None if cache is None else str(cache)
-        self._unix = bool(self.options.get("unix_sockets", False))
+        self.settings = Settings.parse(self.options)
 
     @classmethod
     def probe(cls) -> Probe:
-        """Whether some bwrap here can make a sandbox (tried once per process)."""
+        """Whether some bwrap here can make a sandbox, with the seccomp filter at hand.
+
+        Tried once per process. The filter is compiled the first time (and cached), so a
+        machine without pyseccomp or libseccomp says so here rather than at the first run.
+        """
         found = discover.select()
-        return Probe(found.usable, found.detail)
+        if not found.usable:
+            return Probe(False, found.detail)
+        why = seccomp.unavailable()
+        if why is not None:
+            return Probe(False, f"{found.detail}; but the seccomp filter cannot be built: {why}")
+        return Probe(True, found.detail)
 
     def confine(self, spec: ExecSpec) -> LaunchPlan:
         """Translate ``spec`` into ``bwrap --args FD`` with the layout for its mode."""
@@ -74,27 +79,33 @@ class BubblewrapSandbox(SandboxProvider):
                 f"bubblewrap does not run {spec.mode} commands",
                 hint="danger-full-access runs unconfined, without this provider",
             )
-        roots = (os.path.realpath(spec.cwd), *self._writable)
+        settings = self.settings
+        roots = (os.path.realpath(spec.cwd), *settings.writable_roots)
         bwrap = discover.select(roots if spec.mode == "workspace-write" else ())
         if not bwrap.usable:
             raise SandboxUnavailable(
                 f"bubblewrap cannot run here: {bwrap.detail}",
                 hint="run `stockade doctor`; install bubblewrap or stockade-landlock",
             )
-        plan_layout = layout.build(
-            mode=spec.mode,
-            cwd=spec.cwd,
-            env=spec.env,
-            host_env=os.environ,
-            extra_writable=self._writable,
-            deny_read=self._deny_read,
-            keep_read_only=(sys.prefix, sys.base_prefix, os.path.dirname(bwrap.path)),
-            scan_limit=self._scan_limit,
-        )
-        filter_fd = seccomp.program_fd(
-            network=False, unix=self._unix, cache_dir=self._seccomp_cache
-        )
+        # The filter first: its cache directory then exists, and is kept read-only below.
+        filter_fd = _filter_fd(settings)
         try:
+            cache = seccomp.cache_path(
+                network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
+            )
+            keep = [sys.prefix, sys.base_prefix, os.path.dirname(bwrap.path)]
+            if cache is not None:
+                keep.append(os.path.dirname(cache))
+            plan_layout = layout.build(
+                mode=spec.mode,
+                cwd=spec.cwd,
+                env=spec.env,
+                host_env=os.environ,
+                extra_writable=settings.writable_roots,
+                deny_read=settings.deny_read,
+                keep_read_only=keep,
+                scan_limit=settings.scan_limit,
+            )
             args = [*_BASE_ARGS, *plan_layout.args, "--clearenv"]
             for key, value in spec.env.items():
                 args += ["--setenv", key, value]
@@ -128,6 +139,22 @@ class BubblewrapSandbox(SandboxProvider):
         if any(signature in stderr for signature in DENIAL_SIGNATURES):
             return attrs.evolve(facts, denied=True)
         return facts
+
+
+def _filter_fd(settings: Settings) -> int:
+    """The seccomp program in a fresh memfd, or ``SandboxUnavailable`` saying what is missing."""
+    try:
+        return seccomp.program_fd(
+            network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
+        )
+    except ImportError as error:
+        why = f"pyseccomp is not installed ({error})"
+    except OSError as error:
+        why = f"libseccomp cannot be loaded ({error})"
+    raise SandboxUnavailable(
+        f"the seccomp filter cannot be built: {why}",
+        hint="install stockade[seccomp] and the system's libseccomp2",
+    )
 
 
 def _has_argv0(version: str) -> bool:
