@@ -196,6 +196,59 @@ def test_a_gitdir_reached_through_a_symlink_is_refused(host, box):
         host.run(box.py("print('ran')"))
 
 
+HIDE_AND_PLANT = """
+import os, sys
+hidden = sys.argv[1]
+step = sys.argv[2]
+if step == "hide":
+    os.chmod(hidden, 0)
+    print("hidden")
+else:
+    os.chmod(hidden, 0o755)
+    hook = os.path.join(hidden, "repo", ".git", "hooks", "pre-commit")
+    try:
+        with open(hook, "w") as f:
+            f.write("#!/bin/sh\\necho planted\\n")
+        print("planted")
+    except OSError as error:
+        print("refused", error.strerror)
+"""
+
+
+def test_a_directory_hidden_from_the_scan_does_not_unprotect_its_git(host, box):
+    """Run 1 takes the read permission off a directory holding a repository; run 2 must
+    either refuse (it cannot see inside) or still protect the ``.git`` it finds there."""
+    hidden = box.ws / "hidden"
+    (hidden / "repo").mkdir(parents=True)
+    _git("init", "-q", cwd=hidden / "repo")
+    first = host.run(box.py(HIDE_AND_PLANT, str(hidden), "hide"))
+    assert first.stdout.text == "hidden\n", first.stderr.text
+    try:
+        if os.getuid() == 0:  # root lists it anyway: the .git inside is found and protected
+            second = host.run(box.py(HIDE_AND_PLANT, str(hidden), "plant"))
+            assert second.stdout.text.startswith("refused"), second.stdout.text
+        else:
+            with pytest.raises(SandboxUnavailable, match="cannot look for protected paths"):
+                host.run(box.py(HIDE_AND_PLANT, str(hidden), "plant"))
+    finally:
+        hidden.chmod(0o755)
+    assert not (hidden / "repo" / ".git" / "hooks" / "pre-commit").exists()
+
+
+def test_an_unreadable_git_file_is_refused(host, box):
+    (box.ws / "sub").mkdir()
+    dotgit = box.ws / "sub" / ".git"
+    dotgit.write_text("gitdir: ../elsewhere\n")
+    dotgit.chmod(0)
+    try:
+        if os.getuid() == 0:
+            pytest.xfail("root reads a file whatever its mode: the case cannot arise")
+        with pytest.raises(SandboxUnavailable, match="cannot read"):
+            host.run(box.py("print('ran')"))
+    finally:
+        dotgit.chmod(0o644)
+
+
 def test_a_workspace_too_large_to_scan_is_refused(make_host, box):
     from stockade.config import Config, PluginsConfig
 

@@ -198,7 +198,8 @@ def _scan(roots: list[str], limit: int) -> tuple[list[str], int]:
             )
         try:
             entries = list(os.scandir(directory))
-        except OSError:
+        except OSError as error:
+            _unlisted(directory, error)
             continue
         for entry in entries:
             name = entry.name
@@ -221,13 +222,35 @@ def _scan(roots: list[str], limit: int) -> tuple[list[str], int]:
     return protected, scanned
 
 
+def _unlisted(directory: str, error: OSError) -> None:
+    """Refuse a directory the scan cannot list, unless no command here could write in it.
+
+    A command may take the read permission off a directory it owns; the next run would not
+    see the ``.git`` inside, and the command could put the permission back and write there.
+    """
+    try:
+        owner = os.stat(directory).st_uid
+    except OSError:
+        return  # gone since it was listed: nothing there to protect
+    if owner == os.getuid() or os.access(directory, os.W_OK):
+        raise SandboxUnavailable(
+            f"cannot look for protected paths in {directory}: {error.strerror}",
+            hint=f"give it back its read permission (chmod u+rx {directory})",
+            details={"path": directory},
+        )
+
+
 def _gitdir(path: str) -> str | None:
     """The directory a ``.git`` file points at; refused when the way there has a symlink."""
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             first = f.readline().strip()
-    except OSError:
-        return None
+    except OSError as error:
+        raise SandboxUnavailable(
+            f"cannot read {path} to protect the repository it names: {error.strerror}",
+            hint=f"give it back its read permission (chmod u+r {path})",
+            details={"path": path},
+        ) from None
     if not first.startswith("gitdir:"):
         return None
     target = os.path.normpath(os.path.join(os.path.dirname(path), first[7:].strip()))
