@@ -247,3 +247,14 @@ with Host(config, plugins=[AllowAll()]) as host:
     lines = out.stdout.splitlines()
     assert lines[0].startswith("probe False") and "pyseccomp is not installed" in lines[0]
     assert lines[1].startswith("unavailable") and "pyseccomp is not installed" in lines[1]
+
+
+def test_the_filter_descriptor_is_sealed():
+    fd = seccomp.program_fd(network=False)
+    try:
+        with pytest.raises(PermissionError):
+            os.write(fd, b"\0" * 8)
+        with pytest.raises(PermissionError):
+            os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import platform
@@ -236,9 +237,11 @@ def unavailable(cache_dir: str | None = None) -> str | None:
 def program_fd(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> int:
     """A fresh descriptor (offset 0) holding the BPF program, for one runner to read."""
     program = bpf_program(network=network, unix=unix, cache_dir=cache_dir)
-    fd = os.memfd_create("stockade-seccomp", os.MFD_CLOEXEC)
+    fd = os.memfd_create("stockade-seccomp", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.write(fd, program)
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)  # no process sharing it can change it
         os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         os.close(fd)

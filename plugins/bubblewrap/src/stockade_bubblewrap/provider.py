@@ -11,6 +11,7 @@ would be readable by every user in ``/proc/*/cmdline``. Only the command follows
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
 from collections.abc import Mapping
@@ -167,10 +168,12 @@ def _has_argv0(version: str) -> bool:
 
 
 def _sealed(args: list[str]) -> int:
-    """A memfd holding ``args`` NUL-separated, positioned at the start."""
-    fd = os.memfd_create("stockade-bwrap-args", os.MFD_CLOEXEC)
+    """A memfd holding ``args`` NUL-separated, sealed against change, positioned at the start."""
+    fd = os.memfd_create("stockade-bwrap-args", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.write(fd, b"".join(arg.encode() + b"\0" for arg in args))
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
         os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         os.close(fd)
