@@ -27,7 +27,7 @@ from stockade_bubblewrap import layout
 from stockade_bubblewrap.provider import DENIAL_SIGNATURES
 from stockade_bubblewrap.settings import Settings
 
-from stockade import hookimpl, hookspecs, seccomp
+from stockade import hookimpl, hookspecs, protected, seccomp
 from stockade.cli import main
 from stockade.config import Config, OutputConfig, PluginsConfig, parse_config
 from stockade.errors import (
@@ -640,8 +640,8 @@ def test_every_bubblewrap_setting_has_a_row(page, heading):
 @pytest.mark.parametrize(
     "name",
     [
-        *layout.CREDENTIAL_STORES,
-        *sorted(layout.AGENT_CONFIG),
+        *protected.CREDENTIAL_STORES,
+        *sorted(protected.AGENT_CONFIG),
         *layout.PRIVATE_DIRS,
         *DENIAL_SIGNATURES,
         "SSH_AUTH_SOCK",
@@ -657,7 +657,7 @@ def test_the_bubblewrap_page_states_the_default_scan_limit():
     row = next(
         r for r in section(BUBBLEWRAP_PAGE, "## Settings").splitlines() if "`scan_limit`" in r
     )
-    assert f"`{layout.DEFAULT_SCAN_LIMIT}`" in row
+    assert f"`{protected.DEFAULT_SCAN_LIMIT}`" in row
 
 
 # The example in docs/bubblewrap.md, included from between the markers.

@@ -15,8 +15,7 @@ from typing import Any
 from attrs import frozen
 
 from stockade.errors import ConfigError
-
-from .layout import DEFAULT_SCAN_LIMIT
+from stockade.protected import DEFAULT_SCAN_LIMIT
 
 _PREFIX = "plugins.settings.bubblewrap"
 
