@@ -483,7 +483,7 @@ def test_cli_exit_status(cli, options, argv, status):
 
 
 def test_cli_default_mode_fails_closed(cli, monkeypatch):
-    monkeypatch.setenv("STOCKADE_DISABLE_PLUGINS", "bubblewrap")  # no sandbox provider
+    monkeypatch.setenv("STOCKADE_DISABLE_PLUGINS", "bubblewrap,landlock")  # no sandbox provider
     status, out, err = cli("run", "--", "echo", "hello")
     assert status == 125
     assert out == ""
@@ -522,6 +522,7 @@ def test_cli_json_result_keys(cli):
     assert sorted(result["sandbox"]) == [
         "denied",
         "enforcement",
+        "missing",
         "mode",
         "provider",
         "runner_failed",
@@ -529,7 +530,7 @@ def test_cli_json_result_keys(cli):
 
 
 def test_cli_json_error_keys(cli, monkeypatch):
-    monkeypatch.setenv("STOCKADE_DISABLE_PLUGINS", "bubblewrap")  # no sandbox provider
+    monkeypatch.setenv("STOCKADE_DISABLE_PLUGINS", "bubblewrap,landlock")  # no sandbox provider
     status, out, _err = cli("run", "--json", "--", "echo", "hello")
     assert status == 125
     assert sorted(json.loads(out)["error"]) == ["code", "details", "hint", "message"]

@@ -4,9 +4,11 @@ events, concurrency. Every test starts real processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -14,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import attrs
 import pytest
 
 from stockade.config import Config, EnvConfig
@@ -382,6 +385,73 @@ def test_stdout_and_stderr_are_pipes_not_a_terminal(host):
     assert result.stdout.text == "1\n1\n"
 
 
+# --- the grace signal: the group, or a runner's descendants --------------------------------
+
+# A stand-in for a sandbox runner: it starts the command in a session of its own (as bwrap
+# does), waits for it, and exits with its status. It keeps the default SIGTERM action, so a
+# SIGTERM sent to it would kill it at once.
+RUNNER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    os.execvp(sys.argv[1], sys.argv[1:])
+status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(f"runner saw {status}", flush=True)
+sys.exit(status if status >= 0 else 128 - status)
+"""
+TRAPPER = 'trap "echo trapped; exit 3" TERM; echo started; sleep 30 & wait'
+
+
+def _runner_plan(host, tmp_path, *, runner: bool):
+    argv = [sys.executable, "-c", RUNNER, "sh", "-c", TRAPPER]
+    plan = host.admit(req(argv, cwd=str(tmp_path), timeout=0.5)).plan
+    assert plan.runner is False  # an unconfined plan runs the program itself
+    return attrs.evolve(plan, runner=runner, kill_grace=10.0)
+
+
+def test_a_runner_plan_sends_sigterm_to_the_command_not_the_runner(host, tmp_path):
+    result = host.executor.run(_runner_plan(host, tmp_path, runner=True))
+    assert result.timed_out
+    assert result.stdout.text == "started\ntrapped\nrunner saw 3\n"
+    assert (result.exit_code, result.signal) == (3, None)
+    assert result.duration < 5  # the trap ran at the SIGTERM, long before the SIGKILL
+
+
+def test_without_the_runner_flag_sigterm_goes_to_the_group_only(host, tmp_path):
+    # The plan as every unconfined run has it: the group's leader (here the stand-in runner)
+    # gets SIGTERM and dies; the command in its own session is only killed by the sweep.
+    result = host.executor.run(_runner_plan(host, tmp_path, runner=False))
+    assert result.timed_out
+    assert result.stdout.text == "started\n"
+    assert (result.exit_code, result.signal) == (None, "SIGTERM")
+
+
+def test_descendants_are_every_level_below_a_process_parents_first():
+    from stockade_local import reaper
+
+    # outer sh -> (inner sh -> sleep), sleep: two levels, three processes below the root.
+    script = "sh -c 'sleep 30 & wait' & sleep 30 & wait"
+    proc = subprocess.Popen(["sh", "-c", script], process_group=0)
+    found: list[int] = []
+    try:
+        deadline = time.monotonic() + 5
+        while len(found) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+            found = reaper.descendants(proc.pid)
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(found) == 3, found
+        assert proc.pid not in found
+        assert sorted(found[:2]) == sorted(int(pid) for pid in children)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        for pid in found:  # re-parented to this process if it is a subreaper: reap them
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+    assert reaper.descendants(proc.pid) == []
+
+
 # --- errors and events -----------------------------------------------------------------------
 
 
@@ -431,7 +501,7 @@ def test_a_timed_out_run_is_recorded_as_a_result(make_host, event_log):
 
 
 def test_sandbox_unavailable_after_permission_is_recorded_as_an_error(make_host, event_log):
-    environ = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "bubblewrap"}
+    environ = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "bubblewrap,landlock"}
     host = make_host(allow_all=True, plugins=[event_log], environ=environ)
     with pytest.raises(SandboxUnavailable):
         host.run(ExecRequest(["true"], mode="workspace-write"))

@@ -5,4 +5,4 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _core_only(monkeypatch):
-    monkeypatch.setenv("STOCKADE_DISABLE_PLUGINS", "bubblewrap")
+    monkeypatch.setenv("STOCKADE_DISABLE_PLUGINS", "bubblewrap,landlock")

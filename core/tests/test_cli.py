@@ -13,7 +13,7 @@ STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
 
 
 def cli(*args, env=None, **kw):
-    environ = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "bubblewrap", **(env or {})}
+    environ = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "bubblewrap,landlock", **(env or {})}
     environ.pop("STOCKADE_CONFIG", None)
     environ["XDG_CONFIG_HOME"] = "/nonexistent"
     return subprocess.run(
@@ -126,7 +126,9 @@ def test_plugins_and_doctor_and_version():
     assert {p["name"] for p in listing["plugins"]} >= {"local", "stockade.builtin.policy"}
     assert [e["name"] for e in listing["executors"]] == ["local"]
     blocked = json.loads(
-        cli("plugins", "--json", env={"STOCKADE_DISABLE_PLUGINS": "local,bubblewrap"}).stdout
+        cli(
+            "plugins", "--json", env={"STOCKADE_DISABLE_PLUGINS": "local,bubblewrap,landlock"}
+        ).stdout
     )
     assert "local" not in {p["name"] for p in blocked["plugins"]}
     doctor = cli("doctor", "--json")
@@ -143,7 +145,7 @@ def test_plugins_and_doctor_and_version():
 
 
 def test_a_reader_that_leaves_early_gets_141_and_no_traceback():
-    environ = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "bubblewrap"}
+    environ = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "bubblewrap,landlock"}
     environ.pop("STOCKADE_CONFIG", None)
     read, write = os.pipe()
     os.close(read)  # the reader is gone before anything is written

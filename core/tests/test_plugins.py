@@ -57,7 +57,9 @@ def test_blocked_by_config_is_never_imported():
 
 def test_blocked_by_environment(make_host):
     host = make_host(
-        environ={"STOCKADE_DISABLE_PLUGINS": " local , stockade.builtin.unconfined,bubblewrap"}
+        environ={
+            "STOCKADE_DISABLE_PLUGINS": " local , stockade.builtin.unconfined,bubblewrap,landlock"
+        }
     )
     assert host.executors.names() == []
     assert host.sandboxes.names() == []

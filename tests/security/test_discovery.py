@@ -100,9 +100,14 @@ def test_no_working_bwrap_fails_closed(make_host, box, monkeypatch, tmp_path):
     host = make_host(allow_all=True, config=Config(sandbox="bubblewrap"))
     with pytest.raises(SandboxUnavailable, match="user namespaces are blocked"):
         host.run(box.py("print('ran')"))
-    auto = make_host(allow_all=True, config=Config())  # auto never falls back to unconfined
+    # auto falls back to Landlock, visibly; without it, never to running unconfined.
+    auto = make_host(allow_all=True, config=Config())
+    fallback = auto.run(ExecRequest(["true"], str(box.ws), mode="workspace-write"))
+    assert (fallback.exit_code, fallback.sandbox.provider) == (0, "landlock")
+    alone = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "landlock"}
+    strict = make_host(allow_all=True, config=Config(), environ=alone)
     with pytest.raises(SandboxUnavailable, match="cannot confine mode workspace-write"):
-        auto.run(ExecRequest(["true"], str(box.ws), mode="workspace-write"))
+        strict.run(ExecRequest(["true"], str(box.ws), mode="workspace-write"))
 
 
 def test_doctor_reports_the_bwrap_it_found():

@@ -114,6 +114,7 @@ def test_cli_reports_the_facts_in_json(box):
         "provider": "bubblewrap",
         "mode": "workspace-write",
         "enforcement": "full",
+        "missing": [],
         "denied": False,
         "runner_failed": False,
     }

@@ -154,6 +154,54 @@ def test_a_timed_out_command_leaves_nothing(host, box):
     assert procs.wait_until(lambda: not _with_marker(marker), timeout=5)
 
 
+def _graced_host(make_host, kill_grace: float):
+    from stockade.config import Config, TimeoutConfig
+
+    config = Config(sandbox="bubblewrap", timeout=TimeoutConfig(kill_grace=kill_grace))
+    return make_host(allow_all=True, config=config)
+
+
+def _timed(box, script: str, *, mode: str = "workspace-write", timeout: float = 1):
+    request = box.request(["sh", "-c", script], mode=mode)
+    return type(request)(
+        request.argv,
+        request.cwd,
+        mode=request.mode,
+        env=request.env,
+        sandbox="bubblewrap",
+        timeout=timeout,
+    )
+
+
+def test_a_timed_out_command_gets_sigterm_and_its_grace(make_host, box, mode):
+    # The runner (bwrap) must not be what gets SIGTERM: its death would kill the command
+    # before its trap runs. The trap prints, writes where it may, and exits 3.
+    marker = f"{os.getpid() % 1000}.{time.monotonic_ns() % 100000}3"
+    trapped = box.ws / "trapped"
+    write = f"echo cleaned > {trapped}; " if mode == "workspace-write" else ""
+    script = f'trap "{write}echo trapped; exit 3" TERM; echo started; sleep {marker} & wait'
+    host = _graced_host(make_host, kill_grace=10)
+    result = host.run(_timed(box, script, mode=mode))
+    assert result.timed_out
+    assert result.stdout.text == "started\ntrapped\n", result.stderr.text
+    assert (result.exit_code, result.signal) == (3, None)
+    assert result.duration_ms < 1000 + 5000  # it exited on SIGTERM, not at the SIGKILL
+    if mode == "workspace-write":
+        assert trapped.read_text() == "cleaned\n"
+    assert procs.wait_until(lambda: not _with_marker(marker), timeout=5), _with_marker(marker)
+
+
+def test_a_command_that_ignores_sigterm_is_killed_after_the_grace(make_host, box):
+    marker = f"{os.getpid() % 1000}.{time.monotonic_ns() % 100000}5"
+    host = _graced_host(make_host, kill_grace=0.5)
+    result = host.run(_timed(box, f'trap "" TERM; echo started; sleep {marker}'))
+    assert result.timed_out
+    assert result.stdout.text == "started\n"
+    assert (result.exit_code, result.signal) == (None, "SIGKILL")
+    assert 1500 <= result.duration_ms < 1500 + 5000  # the timeout, then the whole grace
+    assert procs.wait_until(lambda: not _with_marker(marker), timeout=5), _with_marker(marker)
+
+
 def test_an_output_flood_is_bounded_and_spilled(host, box):
     result = host.run(box.request(["head", "-c", str(64 << 20), "/dev/zero"]))
     assert result.exit_code == 0

@@ -219,6 +219,7 @@ class SandboxFacts:
         enforcement: ``full`` or ``partial``; ``None`` under ``danger-full-access``.
         denied: the run failed in a way the provider attributes to its own denial.
         runner_failed: the sandbox runner failed and the command never ran.
+        missing: what ``partial`` enforcement leaves out (empty when ``full``).
     """
 
     provider: str
@@ -226,6 +227,7 @@ class SandboxFacts:
     enforcement: Enforcement | None = field(kw_only=True, default=None)
     denied: bool = field(kw_only=True, default=False)
     runner_failed: bool = field(kw_only=True, default=False)
+    missing: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
 
 @frozen
@@ -257,6 +259,16 @@ class LaunchPlan:
         memory_mb: a memory limit the executor must enforce, or refuse.
         pass_fds: descriptors the runner needs inherited (a seccomp filter, ...).
         facts: how the provider confines this plan.
+        runner: the executable is a sandbox runner that starts the command as a descendant
+            in a session of its own. The grace signal (SIGTERM on timeout or abort) then goes
+            to the runner's descendants, not to the runner, whose death would tear the
+            sandbox down at once.
+        new_session: start the process in a session of its own (``setsid``), with no
+            controlling terminal; it still leads the process group the executor kills.
+        restrict: called, with no arguments, on a fresh thread that then spawns the process
+            and ends. For providers that confine the spawning thread itself (Landlock,
+            seccomp, ``no_new_privs``): what it restricts, the process inherits, and the
+            host's other threads are untouched. It must restrict only the calling thread.
     """
 
     executable: str
@@ -270,6 +282,9 @@ class LaunchPlan:
     memory_mb: int | None = field(kw_only=True, default=None)
     pass_fds: tuple[int, ...] = field(kw_only=True, default=(), converter=_ints)
     facts: SandboxFacts = field(kw_only=True)
+    runner: bool = field(kw_only=True, default=False)
+    new_session: bool = field(kw_only=True, default=False)
+    restrict: Callable[[], None] | None = field(kw_only=True, default=None, eq=False)
 
     @classmethod
     def from_spec(cls, spec: ExecSpec, facts: SandboxFacts, **changes: Any) -> LaunchPlan:  # noqa: ANN401 - any field

@@ -127,6 +127,7 @@ class BubblewrapSandbox(SandboxProvider):
             argv=(bwrap.path, "--args", str(args_fd), "--", spec.program, *spec.argv[1:]),
             env={},
             pass_fds=(args_fd, filter_fd),
+            runner=True,
         )
 
     def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:

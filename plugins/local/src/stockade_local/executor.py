@@ -2,10 +2,11 @@
 
 One run, in order: mark the environment, spawn the program in a new process group with no
 shell, feed stdin, drain stdout and stderr into bounded captures, wait on a pidfd for the
-leader, and on timeout or abort SIGTERM the group then SIGKILL it after the grace. When the
-leader is gone, whatever it left (group members, daemons that left the group) is swept, and
-only then are the pipes drained to their end. Everything happens on the calling thread with
-``poll``; no helper thread per run.
+leader, and on timeout or abort SIGTERM the group (a sandbox runner's descendants instead,
+when ``plan.runner``) then SIGKILL the group after the grace. When the leader is gone,
+whatever it left (group members, daemons that left the group) is swept, and only then are
+the pipes drained to their end. Everything happens on the calling thread with ``poll``; no
+helper thread per run.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stockade.errors import ProgramNotFound, SpawnFailed, Unsupported
+from stockade.errors import ProgramNotFound, SandboxUnavailable, SpawnFailed, Unsupported
 from stockade.executor import AbortToken, Executor
 from stockade.types import LaunchPlan, Probe, ProcessOutcome
 
@@ -92,18 +94,9 @@ class LocalExecutor(Executor):
         if self._reap:
             reaper.ensure_subreaper()
         try:
-            return subprocess.Popen(
-                plan.argv,
-                executable=plan.executable,
-                cwd=plan.cwd,
-                env=env,
-                stdin=subprocess.PIPE if plan.stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                close_fds=True,
-                pass_fds=plan.pass_fds,
-                process_group=0,
-            )
+            if plan.restrict is None:
+                return _popen(plan, env)
+            return _popen_restricted(plan, env, plan.restrict)
         except FileNotFoundError:
             raise ProgramNotFound(
                 f"program not found: {plan.executable}",
@@ -132,6 +125,56 @@ class LocalExecutor(Executor):
     def close(self) -> None:
         """Stop the warden."""
         self._warden.close()
+
+
+def _popen(plan: LaunchPlan, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        plan.argv,
+        executable=plan.executable,
+        cwd=plan.cwd,
+        env=env,
+        stdin=subprocess.PIPE if plan.stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+        pass_fds=plan.pass_fds,
+        # A new session also makes the process the leader of a new group: killpg reaches it.
+        start_new_session=plan.new_session,
+        process_group=None if plan.new_session else 0,
+    )
+
+
+def _popen_restricted(
+    plan: LaunchPlan, env: dict[str, str], restrict: Callable[[], None]
+) -> subprocess.Popen[bytes]:
+    """Spawn from a fresh thread that restricts itself first, then ends.
+
+    Landlock, seccomp and ``no_new_privs`` bind the calling thread and what it starts; the
+    host's other threads never carry them, and no Python runs in the forked child.
+    """
+    box: dict[str, Any] = {}
+
+    def spawn() -> None:
+        try:
+            restrict()
+        except Exception as error:  # noqa: BLE001 - handed to the caller as a refusal
+            box["error"] = SandboxUnavailable(
+                f"the sandbox could not be applied to the spawning thread: {error}",
+                hint="run `stockade doctor`; nothing was started",
+            )
+            return
+        try:
+            box["proc"] = _popen(plan, env)
+        except BaseException as error:  # noqa: BLE001 - handed to the caller, re-raised there
+            box["error"] = error
+
+    thread = threading.Thread(target=spawn, name="stockade-restricted-spawn", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    proc: subprocess.Popen[bytes] = box["proc"]
+    return proc
 
 
 def _abandon(proc: subprocess.Popen[bytes], sweep: Callable[[], None]) -> None:
@@ -242,7 +285,15 @@ class _Run:
                     self.poller.unregister(fd)
 
     def _terminate(self, now: float) -> None:
-        self._kill(signal.SIGTERM)
+        """Send the grace signal, and set when SIGKILL follows."""
+        if self.plan.runner:
+            # The command runs below the runner, in a session of its own: SIGTERM to the
+            # group would reach only the runner, whose death kills the command outright.
+            for pid in reaper.descendants(self.proc.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGTERM)
+        else:
+            self._kill(signal.SIGTERM)
         self.kill_at = now + self.plan.kill_grace
 
     def _kill(self, sig: signal.Signals) -> None:

@@ -82,14 +82,37 @@ def is_subreaper() -> bool:
 
 def own_children() -> list[int]:
     """The PIDs whose parent is this process (every thread's children)."""
+    return _children("self")
+
+
+def descendants(pid: int) -> list[int]:
+    """The PIDs below ``pid`` (``pid`` itself left out), parents before their children.
+
+    The tree is walked through ``/proc/<pid>/task/*/children``, one level at a time. A
+    process that ends during the walk is left out, and so are its children; one started
+    during the walk may be missed.
+    """
+    found: list[int] = []
+    seen = {pid}
+    parents = [pid]
+    while parents:
+        level = [child for parent in parents for child in _children(parent) if child not in seen]
+        seen.update(level)
+        found.extend(level)
+        parents = level
+    return found
+
+
+def _children(pid: int | str) -> list[int]:
+    """The PIDs whose parent is ``pid`` (every thread's children); empty if it is gone."""
     pids: list[int] = []
     try:
-        tasks = os.listdir("/proc/self/task")
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return pids
     for tid in tasks:
         try:
-            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
                 pids.extend(int(p) for p in f.read().split())
         except OSError:
             continue

@@ -1,0 +1,1 @@
+"""stockade-landlock: the ``landlock`` sandbox provider (no namespaces needed)."""

@@ -1,0 +1,53 @@
+"""The provider's settings (``[plugins.settings.landlock]``), checked strictly."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from attrs import frozen
+
+from stockade import settings as check
+from stockade.protected import DEFAULT_SCAN_LIMIT
+
+CHECKS: dict[str, check.Check] = {
+    "writable_roots": check.real_dirs,
+    "deny_read": check.paths,
+    "scan_limit": check.whole,
+    "seccomp_cache": check.path_or_off,
+    "unix_sockets": check.flag,
+    "accept_partial": check.flag,
+    "max_abi": check.whole,
+}
+
+
+@frozen
+class Settings:
+    """The Landlock provider's settings.
+
+    Attributes:
+        writable_roots: more directories writable in ``workspace-write`` (resolved).
+        deny_read: more paths made unreadable in every mode.
+        scan_limit: directories to scan for protected paths before refusing.
+        seccomp_cache: where the compiled filter is cached; ``""`` keeps it in memory only;
+            ``None`` means ``$XDG_CACHE_HOME/stockade/seccomp``.
+        unix_sockets: allow ``socket(AF_UNIX)`` (``socketpair`` always works). Landlock
+            does not govern connecting to a pathname socket, so with this on, every host
+            socket the user may open is reachable.
+        accept_partial: run even when the kernel's ABI cannot enforce everything (the
+            result then says ``enforcement: partial`` and what is missing).
+        max_abi: use at most this Landlock ABI (to try an older kernel's behaviour).
+    """
+
+    writable_roots: tuple[str, ...] = ()
+    deny_read: tuple[str, ...] = ()
+    scan_limit: int = DEFAULT_SCAN_LIMIT
+    seccomp_cache: str | None = None
+    unix_sockets: bool = False
+    accept_partial: bool = False
+    max_abi: int | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> Settings:
+        """Check ``options`` (see :mod:`stockade.settings`) and build the settings."""
+        return cls(**check.parse("landlock", options, CHECKS))
