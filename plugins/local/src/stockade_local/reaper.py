@@ -170,6 +170,7 @@ def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, signal.SIGKILL)
         targets = []
+        living = False  # a live target's children are re-parented to us when it dies
         for pid in own_children():
             if pid in exclude:
                 continue
@@ -182,6 +183,7 @@ def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
                 continue
             if mark == run_id or not is_live(mark):
                 targets.append(pid)
+                living = True
         if not targets:
             return killed
         for pid in targets:
@@ -192,4 +194,8 @@ def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
         killed += len(targets)
+        if not living:
+            # Only zombies: their children were re-parented to us before they died, so
+            # this round saw them already. Nothing new can have arrived.
+            return killed
     return killed
