@@ -24,7 +24,6 @@ from typing import ClassVar
 import attrs
 import pytest
 from stockade_bubblewrap import layout
-from stockade_bubblewrap.provider import DENIAL_SIGNATURES
 from stockade_bubblewrap.settings import Settings
 
 from stockade import hookimpl, hookspecs, protected, seccomp
@@ -37,7 +36,7 @@ from stockade.errors import (
     SandboxUnavailable,
     StockadeError,
 )
-from stockade.sandbox import SandboxProvider
+from stockade.sandbox import DENIAL_SIGNATURES, SandboxProvider
 from stockade.types import (
     Classification,
     ExecRequest,

@@ -15,6 +15,8 @@ from stockade.config import Config
 from stockade.errors import SandboxUnavailable
 from stockade.types import ExecRequest
 
+pytestmark = pytest.mark.sandboxes("bubblewrap")
+
 
 def test_auto_picks_bubblewrap_for_confined_modes(make_host, box, mode):
     host = make_host(allow_all=True, config=Config())

@@ -31,7 +31,7 @@ def test_git_init_add_commit_in_a_fresh_workspace(host, box):
     # The next run finds .git and protects it: committing needs a person outside the sandbox.
     again = host.run(_sh(box, "echo more >> README && git add README"))
     assert again.exit_code != 0
-    assert "Read-only file system" in again.stderr.text
+    assert box.write_refused in again.stderr.text
     assert again.sandbox.denied
 
 

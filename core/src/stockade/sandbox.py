@@ -16,6 +16,23 @@ from typing import Any, ClassVar
 
 from .types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
 
+# What a command prints when a sandbox, not its own logic, stopped it. Conservative:
+# ``denied`` is a hint for the reader of a failed run, never a verdict.
+DENIAL_SIGNATURES = (
+    "Permission denied",
+    "Read-only file system",
+    "Operation not permitted",
+    "Address family not supported",
+    "Network is unreachable",
+)
+
+
+def looks_denied(outcome: ProcessOutcome) -> bool:
+    """Whether a failed run's stderr carries one of :data:`DENIAL_SIGNATURES`."""
+    if outcome.exit_code == 0 or (outcome.exit_code is None and outcome.signal is None):
+        return False
+    return any(signature in outcome.stderr.text for signature in DENIAL_SIGNATURES)
+
 
 class SandboxProvider(ABC):
     """Confines commands. Subclasses set the class attributes and implement :meth:`confine`.

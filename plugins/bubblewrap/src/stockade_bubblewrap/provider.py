@@ -21,22 +21,13 @@ import attrs
 
 from stockade import seccomp
 from stockade.errors import SandboxUnavailable
-from stockade.sandbox import SandboxProvider
+from stockade.sandbox import SandboxProvider, looks_denied
 from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
 
 from . import discover, layout
 from .settings import Settings
 
 _BASE_ARGS = ("--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
-# What a command prints when the sandbox, not its own logic, stopped it. Conservative:
-# ``denied`` is a hint for the reader of a failed run, never a verdict.
-DENIAL_SIGNATURES = (
-    "Permission denied",
-    "Read-only file system",
-    "Operation not permitted",
-    "Address family not supported",
-    "Network is unreachable",
-)
 
 
 class BubblewrapSandbox(SandboxProvider):
@@ -138,7 +129,7 @@ class BubblewrapSandbox(SandboxProvider):
         stderr = outcome.stderr.text
         if outcome.exit_code == 1 and stderr.startswith("bwrap: "):
             return attrs.evolve(facts, runner_failed=True)
-        if any(signature in stderr for signature in DENIAL_SIGNATURES):
+        if looks_denied(outcome):
             return attrs.evolve(facts, denied=True)
         return facts
 

@@ -164,3 +164,45 @@ def restrict_self(ruleset: int) -> None:
 
 FS_ALL = fs_rights(5)
 """Every file-system right this binding knows (ABI 5 and later)."""
+
+
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_SYS_CAPSET = 126  # x86_64
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = (("version", ctypes.c_uint32), ("pid", ctypes.c_int))
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = (
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    )
+
+
+def drop_capabilities() -> None:
+    """Drop every capability of the calling thread: bounding, ambient, then the sets.
+
+    Capabilities are per thread, so the host's other threads keep theirs. Without
+    ``CAP_SETPCAP`` (an ordinary user) the bounding set cannot change, and there is
+    nothing in it to fear: the permitted set is already empty.
+    """
+    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EPERM without CAP_SETPCAP: fine
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(
+        _syscall()(_SYS_CAPSET, ctypes.byref(header), ctypes.byref(data)), "capset(no capabilities)"
+    )

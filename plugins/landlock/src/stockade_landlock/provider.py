@@ -29,12 +29,13 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+import attrs
 from attrs import frozen
 
 from stockade import protected, seccomp
 from stockade.errors import SandboxUnavailable
-from stockade.sandbox import SandboxProvider
-from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, SandboxFacts
+from stockade.sandbox import SandboxProvider, looks_denied
+from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
 
 from . import abi
 from .rules import Rule, expand
@@ -43,10 +44,11 @@ from .settings import Settings
 # The host's scratch and socket directories: unreadable; a private TMPDIR replaces them.
 # /dev too: only the devices below are granted (no disks, no terminals, no /dev/shm).
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev")  # noqa: S108 - masked
+_SINK = abi.FS_READ_FILE | abi.FS_WRITE_FILE | abi.FS_IOCTL_DEV  # ioctls there are harmless
 DEVICES = {
-    "/dev/null": abi.FS_READ_FILE | abi.FS_WRITE_FILE,
-    "/dev/zero": abi.FS_READ_FILE | abi.FS_WRITE_FILE,
-    "/dev/full": abi.FS_READ_FILE | abi.FS_WRITE_FILE,
+    "/dev/null": _SINK,
+    "/dev/zero": _SINK,
+    "/dev/full": _SINK,
     "/dev/random": abi.FS_READ_FILE,
     "/dev/urandom": abi.FS_READ_FILE,
 }
@@ -87,7 +89,9 @@ class Prepared:
     rules: tuple[Rule, ...]
 
     def restrict(self) -> None:
-        """Confine the calling thread for good: ``no_new_privs``, Landlock, then seccomp."""
+        """Confine the calling thread for good: no capabilities, ``no_new_privs``, Landlock,
+        then seccomp."""
+        abi.drop_capabilities()
         abi.restrict_self(self.ruleset)
         _load_filter(self.program)
 
@@ -171,6 +175,12 @@ class LandlockSandbox(SandboxProvider):
         return LaunchPlan.from_spec(
             spec, facts, env=env, restrict=prepared.restrict, new_session=True
         )
+
+    def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
+        """Add ``denied`` when a failed run's stderr reads like a Landlock or seccomp refusal."""
+        if looks_denied(outcome):
+            return attrs.evolve(plan.facts, denied=True)
+        return plan.facts
 
     def release(self, plan: LaunchPlan) -> None:
         """Close the ruleset and remove the scratch directory."""
