@@ -1,0 +1,129 @@
+"""What only the Landlock provider has to prove: it starts where namespaces are refused,
+it stays sound under concurrency, and it reports partial enforcement honestly."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from stockade.config import Config, PluginsConfig
+from stockade.errors import SandboxUnavailable
+
+pytestmark = pytest.mark.sandboxes("landlock")
+
+NO_NAMESPACES = """
+import ctypes, json, sys
+from stockade import seccomp
+from stockade_landlock.provider import _load_filter
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0  # no_new_privs, then a filter that refuses namespaces
+_load_filter(seccomp.bpf_program(network=True, unix=True, cache_dir=""))
+from stockade.config import Config
+from stockade.host import Host
+from stockade.testing import AllowAll
+from stockade.types import ExecRequest
+ws, secret, home = sys.argv[1:]
+with Host(Config(), plugins=[AllowAll()]) as host:
+    bwrap = host.probe(host.sandboxes.get("bubblewrap"))
+    result = host.run(ExecRequest(["cat", secret], ws, mode="workspace-write", env={"HOME": home}))
+    print(json.dumps({"bwrap": [bwrap.usable, bwrap.detail], "provider": result.sandbox.provider,
+                      "exit": result.exit_code, "out": result.stdout.text,
+                      "enforcement": result.sandbox.enforcement}))
+"""
+
+
+def test_where_namespaces_are_refused_auto_picks_landlock_and_stays_confined(box):
+    import json
+
+    secret = box.home / ".ssh" / "id_rsa"
+    secret.parent.mkdir()
+    secret.write_text(box.canary)
+    proc = subprocess.run(
+        [sys.executable, "-c", NO_NAMESPACES, str(box.ws), str(secret), str(box.home)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["bwrap"][0] is False, out  # bubblewrap really could not start here
+    assert "namespace" in out["bwrap"][1]
+    assert (out["provider"], out["enforcement"]) == ("landlock", "full")
+    assert out["exit"] != 0 and box.canary not in out["out"]
+
+
+def _fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_eight_threads_a_hundred_commands_each(host, box):
+    from helpers import procs
+    from stockade_local.reaper import own_children
+
+    (box.ws / "work").mkdir()
+    request = box.request(["sh", "-c", "echo $$ > work/$$ && cat work/$$"])
+    host.run(request)  # start the warden and warm the caches before counting
+    for leftover in (box.ws / "work").iterdir():
+        leftover.unlink()
+    before, children, scratch = _fds(), set(own_children()), _scratch_dirs()
+    errors: list[BaseException] = []
+    outputs: list[str] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(100):
+                result = host.run(request)
+                assert result.exit_code == 0, result.stderr.text
+                outputs.append(result.stdout.text)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads), "deadlock: a worker never ended"
+    assert not errors, errors[:3]
+    assert len(outputs) == 800
+    assert sorted(p.name for p in (box.ws / "work").iterdir()) == sorted(
+        {text.strip() for text in outputs}
+    )
+    assert _fds() == before, "descriptors leaked"
+    assert procs.wait_until(lambda: set(own_children()) <= children, timeout=5), "processes left"
+    assert _scratch_dirs() == scratch, "scratch directories left behind"
+
+
+def _scratch_dirs() -> set[str]:
+    import tempfile
+
+    root = tempfile.gettempdir()
+    return {name for name in os.listdir(root) if name.startswith("stockade-landlock-")}
+
+
+def test_an_old_abi_is_refused_unless_partial_is_accepted(make_host, box):
+    strict = make_host(
+        allow_all=True,
+        config=Config(
+            sandbox="landlock", plugins=PluginsConfig(settings={"landlock": {"max_abi": 4}})
+        ),
+    )
+    with pytest.raises(SandboxUnavailable, match="Landlock ABI 4 cannot enforce") as caught:
+        strict.run(box.request(["true"]))
+    assert "signals to processes outside the sandbox (ABI 6)" in caught.value.details["missing"]
+    settings = {"landlock": {"max_abi": 4, "accept_partial": True}}
+    lenient = make_host(
+        allow_all=True, config=Config(sandbox="landlock", plugins=PluginsConfig(settings=settings))
+    )
+    result = lenient.run(box.py(f"open({str(box.secret)!r}, 'a').write('x')"))
+    assert result.exit_code != 0 and box.secret.read_text() == box.canary  # still confined
+    assert result.sandbox.enforcement == "partial"
+    assert result.sandbox.missing == (
+        "device ioctls (ABI 5)",
+        "signals to processes outside the sandbox (ABI 6)",
+    )
