@@ -329,7 +329,10 @@ def still_open(fd: int, inode: int) -> bool:
 
 
 @pytest.mark.parametrize("memory_mb", [None, 64], ids=["ran", "executor-refused"])
-def test_release_closes_the_plans_descriptors(make_host, tmp_path, memory_mb):
+def test_release_closes_the_plans_descriptors(make_host, tmp_path, memory_mb, monkeypatch):
+    from stockade_local import limits
+
+    monkeypatch.setattr(limits, "PRLIMIT_PATHS", ("/nonexistent/prlimit",))  # limits refused
     NiceWithDescriptor.opened.clear()
     host = make_host(plugins=[registering(NiceWithDescriptor)], config=Config(sandbox="nice"))
     request = ExecRequest(
@@ -338,7 +341,7 @@ def test_release_closes_the_plans_descriptors(make_host, tmp_path, memory_mb):
     if memory_mb is None:
         assert host.run(request).ok
     else:
-        with pytest.raises(StockadeError):  # the local executor refuses memory limits
+        with pytest.raises(StockadeError):  # no prlimit: the executor refuses limits
             host.run(request)
     [(fd, inode)] = NiceWithDescriptor.opened
     assert not still_open(fd, inode)
@@ -474,7 +477,8 @@ def cli(monkeypatch, tmp_path, capsys):
         ([], ["no-such-program-here"], 127),
         (["--timeout", "0.2"], ["sleep", "5"], 124),
         (["--timeout", "0.2"], ["sh", "-c", "trap 'exit 0' TERM; sleep 5 & wait"], 124),
-        (["--memory-mb", "64"], ["true"], 125),
+        (["--memory-mb", "64"], ["true"], 0),
+        (["--memory-mb", "64"], ["python3", "-c", "b = bytearray(256 << 20)"], 1),
     ],
 )
 def test_cli_exit_status(cli, options, argv, status):
@@ -515,8 +519,11 @@ def test_cli_json_result_keys(cli):
             "sandbox",
             "classification",
             "decision",
+            "limits",
+            "limit_hit",
         ]
     )
+    assert sorted(result["limits"]) == ["cpu_seconds", "file_size_mb", "memory_mb", "processes"]
     assert sorted(result["stdout"]) == ["sha256", "spill_path", "text", "total_bytes", "truncated"]
     assert sorted(result["sandbox"]) == [
         "denied",

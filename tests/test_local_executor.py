@@ -472,18 +472,30 @@ def test_events_are_action_permission_result_in_order(make_host, event_log):
     assert result.sandbox.mode == FULL
 
 
-def test_memory_limit_is_unsupported_and_recorded_as_an_error(make_host, event_log, tmp_path):
+@pytest.fixture
+def no_prlimit(monkeypatch):
+    """A machine without util-linux's prlimit: limits cannot be enforced."""
+    from stockade_local import limits
+
+    monkeypatch.setattr(limits, "PRLIMIT_PATHS", ("/nonexistent/prlimit",))
+
+
+def test_limits_without_prlimit_are_unsupported_and_recorded(
+    make_host, event_log, tmp_path, no_prlimit
+):
     host = make_host(allow_all=True, plugins=[event_log])
     with pytest.raises(Unsupported) as caught:
         host.run(req(["touch", str(tmp_path / "CANARY")], memory_mb=64))
     assert caught.value.code == "unsupported"
-    assert caught.value.details == {"option": "memory_mb"}
+    assert caught.value.details == {"option": "limits"}
     assert not (tmp_path / "CANARY").exists()
     assert event_log.kinds() == ["action", "permission", "error"]
     assert event_log.events[-1].code == "unsupported"
 
 
-def test_run_async_raises_the_same_typed_error_and_records_it(make_host, event_log, tmp_path):
+def test_run_async_raises_the_same_typed_error_and_records_it(
+    make_host, event_log, tmp_path, no_prlimit
+):
     host = make_host(allow_all=True, plugins=[event_log])
     with pytest.raises(Unsupported):
         asyncio.run(host.run_async(req(["touch", str(tmp_path / "CANARY")], memory_mb=64)))

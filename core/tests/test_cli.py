@@ -79,9 +79,9 @@ def test_json_result_keys():
             "error[bad_cwd]",
         ),
         (
-            ["run", "--mode", "danger-full-access", "--memory-mb", "64", "--", "true"],
+            ["run", "--mode", "danger-full-access", "--memory-mb", "0", "--", "true"],
             125,
-            "error[unsupported]",
+            "error[usage]: memory_mb must be a positive number",
         ),
         (
             ["run", "--mode", "danger-full-access", "--env", "NOEQUALS", "--", "true"],

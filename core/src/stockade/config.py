@@ -15,7 +15,7 @@ from typing import Any
 from attrs import Attribute, field, frozen
 
 from .errors import ConfigError
-from .types import MODES, Mode
+from .types import MODES, Limits, Mode
 
 
 def _positive(_inst: object, attr: Attribute[Any], value: float) -> None:
@@ -96,6 +96,7 @@ class Config:
         output: output bounds.
         plugins: plugin selection and settings.
         env: environment passing.
+        limits: resource limits for every command (a request's ``memory_mb`` wins).
         source: the file this was read from, if any (not a key in the file).
     """
 
@@ -106,6 +107,7 @@ class Config:
     output: OutputConfig = field(factory=OutputConfig)
     plugins: PluginsConfig = field(factory=PluginsConfig)
     env: EnvConfig = field(factory=EnvConfig)
+    limits: Limits = field(factory=Limits)
     source: str | None = field(default=None, kw_only=True)
 
 

@@ -352,6 +352,8 @@ class Host:
             sandbox=admitted.provider.interpret(plan, outcome),
             classification=admitted.classification,
             decision=admitted.decision,
+            limits=plan.limits,
+            limit_hit=outcome.limit_hit,
         )
         if not self._recording:
             return result

@@ -12,6 +12,8 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
+import attrs
+
 from .config import Config
 from .errors import BadCwd, ProgramNotFound, UsageError
 from .types import ExecRequest, ExecSpec, new_action_id
@@ -96,6 +98,9 @@ def resolve(request: ExecRequest, config: Config, ambient: Mapping[str, str]) ->
         raise UsageError(f"timeout must be a positive number of seconds, got {request.timeout!r}")
     if request.memory_mb is not None and request.memory_mb <= 0:
         raise UsageError(f"memory_mb must be a positive number, got {request.memory_mb!r}")
+    limits = config.limits
+    if request.memory_mb is not None:
+        limits = attrs.evolve(limits, memory_mb=request.memory_mb)
     for name in request.credentials:
         if not _ENV_NAME.match(name):
             raise UsageError(f"invalid environment variable name for a credential: {name!r}")
@@ -112,7 +117,7 @@ def resolve(request: ExecRequest, config: Config, ambient: Mapping[str, str]) ->
         mode=request.mode or config.mode,
         sandbox=request.sandbox or config.sandbox,
         output_limit=config.output.limit,
-        memory_mb=request.memory_mb,
+        limits=limits,
         credentials=request.credentials,
         origin=request.origin,
         profile=request.profile,

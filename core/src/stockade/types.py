@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Literal
 
+import attrs
 from attrs import field, frozen
 
 Mode = Literal["read-only", "workspace-write", "danger-full-access"]
@@ -18,6 +19,7 @@ Kind = Literal["reads", "writes", "network", "destroys"]
 Verdict = Literal["allow", "ask", "deny"]
 Origin = Literal["cli", "api", "mcp"]
 Enforcement = Literal["full", "partial"]
+LimitName = Literal["memory", "processes", "file_size", "cpu"]
 
 MODES: tuple[Mode, ...] = ("read-only", "workspace-write", "danger-full-access")
 KINDS: tuple[Kind, ...] = ("reads", "writes", "network", "destroys")
@@ -64,9 +66,36 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[Any, Any, Any], None]:
     return check
 
 
+def _positive(_instance: object, attr: attrs.Attribute[int | None], value: int | None) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{attr.name} must be a whole number >= 1, got {value!r}")
+
+
 def new_action_id() -> str:
     """A random identifier pairing the events of one command."""
     return os.urandom(8).hex()
+
+
+@frozen
+class Limits:
+    """Resource limits for one command and everything it starts (``None``: no limit).
+
+    Attributes:
+        memory_mb: address space per process, in MiB (``RLIMIT_AS``).
+        processes: processes the command may have at once (``RLIMIT_NPROC``; the kernel
+            counts them per user, and exempts root).
+        file_size_mb: the largest file the command may write, in MiB (``RLIMIT_FSIZE``).
+        cpu_seconds: CPU time per process, in seconds (``RLIMIT_CPU``).
+    """
+
+    memory_mb: int | None = field(kw_only=True, default=None, validator=_positive)
+    processes: int | None = field(kw_only=True, default=None, validator=_positive)
+    file_size_mb: int | None = field(kw_only=True, default=None, validator=_positive)
+    cpu_seconds: int | None = field(kw_only=True, default=None, validator=_positive)
+
+    def any(self) -> bool:
+        """Whether any limit is set."""
+        return any(v is not None for v in attrs.astuple(self))
 
 
 @frozen
@@ -123,7 +152,7 @@ class ExecSpec:
         mode: the effective sandbox mode.
         sandbox: the provider name asked for (``auto`` lets the host pick).
         output_limit: bytes of each stream kept in memory; the rest is spilled.
-        memory_mb: the memory limit asked for, if any.
+        limits: the resource limits, from the request and configuration.
         credentials: environment variable name -> handle, resolved at spawn time.
         origin: who typed the command.
         profile: the agent profile whose policy applies.
@@ -141,7 +170,7 @@ class ExecSpec:
     mode: Mode = field(kw_only=True)
     sandbox: str = field(kw_only=True)
     output_limit: int = field(kw_only=True)
-    memory_mb: int | None = field(kw_only=True, default=None)
+    limits: Limits = field(kw_only=True, factory=Limits)
     credentials: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
     origin: Origin = field(kw_only=True, default="api")
     profile: str = field(kw_only=True, default="default")
@@ -256,7 +285,7 @@ class LaunchPlan:
         timeout: seconds before the process group is terminated.
         kill_grace: seconds between SIGTERM and SIGKILL.
         output_limit: bytes of each stream kept in memory.
-        memory_mb: a memory limit the executor must enforce, or refuse.
+        limits: resource limits the executor must enforce, or refuse.
         pass_fds: descriptors the runner needs inherited (a seccomp filter, ...).
         facts: how the provider confines this plan.
         runner: the executable is a sandbox runner that starts the command as a descendant
@@ -279,7 +308,7 @@ class LaunchPlan:
     timeout: float = field(kw_only=True)
     kill_grace: float = field(kw_only=True)
     output_limit: int = field(kw_only=True)
-    memory_mb: int | None = field(kw_only=True, default=None)
+    limits: Limits = field(kw_only=True, factory=Limits)
     pass_fds: tuple[int, ...] = field(kw_only=True, default=(), converter=_ints)
     facts: SandboxFacts = field(kw_only=True)
     runner: bool = field(kw_only=True, default=False)
@@ -298,7 +327,7 @@ class LaunchPlan:
             "timeout": spec.timeout,
             "kill_grace": spec.kill_grace,
             "output_limit": spec.output_limit,
-            "memory_mb": spec.memory_mb,
+            "limits": spec.limits,
             "facts": facts,
         }
         fields.update(changes)
@@ -336,6 +365,7 @@ class ProcessOutcome:
         duration: seconds from spawn to exit.
         stdout: the captured standard output.
         stderr: the captured standard error.
+        limit_hit: the resource limit that most likely ended the run, if one did.
     """
 
     exit_code: int | None
@@ -345,6 +375,7 @@ class ProcessOutcome:
     duration: float = field(kw_only=True)
     stdout: CollectedOutput = field(kw_only=True)
     stderr: CollectedOutput = field(kw_only=True)
+    limit_hit: LimitName | None = field(kw_only=True, default=None)
 
 
 @frozen
@@ -363,6 +394,9 @@ class RunResult:
         stdout: the captured standard output.
         stderr: the captured standard error.
         sandbox: how the command was confined.
+        limits: the resource limits that applied.
+        limit_hit: the limit that most likely ended the run (``memory``, ``processes``,
+            ``file_size``, ``cpu``), read from the signal or stderr: a hint, like ``denied``.
         classification: what the command was judged to affect.
         decision: why it was allowed.
     """
@@ -380,6 +414,8 @@ class RunResult:
     sandbox: SandboxFacts = field(kw_only=True)
     classification: Classification = field(kw_only=True)
     decision: Decision = field(kw_only=True)
+    limits: Limits = field(kw_only=True, factory=Limits)
+    limit_hit: LimitName | None = field(kw_only=True, default=None)
 
     @property
     def ok(self) -> bool:

@@ -22,11 +22,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from stockade.errors import ProgramNotFound, SandboxUnavailable, SpawnFailed, Unsupported
 from stockade.executor import AbortToken, Executor
 from stockade.types import LaunchPlan, Probe, ProcessOutcome
 
-from . import reaper
+from . import limits, reaper
 from .capture import SpillDir, StreamCapture
 from .warden import Warden
 
@@ -53,15 +55,29 @@ class LocalExecutor(Executor):
             return Probe(False, "os.pidfd_open is missing (needs Linux 5.3 and Python 3.9)")
         if not os.path.exists(f"/proc/self/task/{os.getpid()}/children"):
             return Probe(False, "/proc/*/children is missing (kernel without CONFIG_PROC_CHILDREN)")
-        return Probe(True, "process groups, pidfds, child subreaper, warden for host death")
+        launcher = limits.prlimit()
+        if launcher is None:
+            how = "resource limits: refused (util-linux prlimit is missing)"
+        elif limits.root_exempt():
+            how = f"resource limits by {launcher}, but not processes: the kernel exempts root"
+        else:
+            how = f"resource limits by {launcher}"
+        return Probe(True, f"process groups, pidfds, child subreaper, warden for host death; {how}")
 
     def run(self, plan: LaunchPlan, *, abort: AbortToken | None = None) -> ProcessOutcome:
         """Run ``plan`` to completion (or timeout, or abort) and report what happened."""
-        if plan.memory_mb is not None:
-            raise Unsupported(
-                "the local executor cannot enforce a memory limit yet",
-                hint="drop --memory-mb, or use a backend that enforces resource limits",
-                details={"option": "memory_mb"},
+        limits.no_core_dumps()
+        if plan.limits.any():
+            launcher = limits.prlimit()
+            if launcher is None:
+                raise Unsupported(
+                    "resource limits need util-linux's prlimit, which is not installed here",
+                    hint="install util-linux, or drop the limits (--memory-mb, [limits])",
+                    details={"option": "limits"},
+                )
+            args = limits.launcher_args(launcher, plan.limits)
+            plan = attrs.evolve(
+                plan, executable=launcher, argv=(*args, plan.executable, *plan.argv[1:])
             )
         run_id = os.urandom(8).hex()
         env = dict(plan.env)
@@ -85,10 +101,12 @@ class LocalExecutor(Executor):
             except BaseException:
                 _abandon(proc, sweep)  # e.g. no fd left for the pidfd: never leave it running
                 raise
-            return watch.wait()
+            outcome = watch.wait()
         finally:
             reaper.end_run(run_id)
             self._warden.release(run_id)
+        hit = limits.limit_hit(plan.limits, outcome)
+        return attrs.evolve(outcome, limit_hit=hit) if hit else outcome
 
     def _spawn(self, plan: LaunchPlan, env: dict[str, str]) -> subprocess.Popen[bytes]:
         if self._reap:

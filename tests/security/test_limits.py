@@ -1,0 +1,130 @@
+"""Resource limits on every backend: memory, file size, CPU, processes, floods, cores."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from helpers import procs
+from stockade.config import Config
+from stockade.types import ExecRequest, Limits
+
+from .conftest import PYTHON
+
+pytestmark = pytest.mark.sandboxes("none", "bubblewrap", "landlock")
+
+
+def _host(make_host, sandbox: str, **limits: int):
+    return make_host(allow_all=True, config=Config(sandbox=sandbox, limits=Limits(**limits)))
+
+
+def _run(host, box, argv, *, timeout: float = 30):
+    mode = "danger-full-access" if box.sandbox == "none" else "workspace-write"
+    env = {"HOME": str(box.home)}
+    return host.run(
+        ExecRequest(argv, str(box.ws), mode=mode, sandbox=box.sandbox, env=env, timeout=timeout)
+    )
+
+
+def _died_of(result, sig: signal.Signals) -> bool:
+    return result.signal == sig.name or result.exit_code == 128 + sig
+
+
+def test_memory_past_the_limit_fails_and_the_result_says_why(make_host, box):
+    host = _host(make_host, box.sandbox, memory_mb=512)
+    small = _run(host, box, [PYTHON, "-S", "-c", "b = bytearray(64 << 20); print(len(b))"])
+    assert small.exit_code == 0 and small.stdout.text == f"{64 << 20}\n", small.stderr.text
+    big = _run(host, box, [PYTHON, "-S", "-c", "b = bytearray(3 << 30); print('allocated')"])
+    assert big.exit_code != 0 and "allocated" not in big.stdout.text
+    assert "MemoryError" in big.stderr.text
+    assert big.limit_hit == "memory"
+    assert big.limits.memory_mb == 512
+
+
+def test_a_file_past_the_size_limit_is_cut_off(make_host, box):
+    host = _host(make_host, box.sandbox, file_size_mb=1)
+    (box.ws / "out").mkdir()
+    result = _run(host, box, ["sh", "-c", "head -c 4194304 /dev/zero > out/big"])
+    assert _died_of(result, signal.SIGXFSZ) or result.exit_code != 0, result
+    assert (box.ws / "out" / "big").stat().st_size <= 1 << 20
+    assert result.limit_hit == "file_size"
+
+
+def test_cpu_time_runs_out(make_host, box):
+    host = _host(make_host, box.sandbox, cpu_seconds=1)
+    start = time.monotonic()
+    result = _run(host, box, [PYTHON, "-S", "-c", "while True: pass"], timeout=30)
+    assert not result.timed_out and time.monotonic() - start < 20
+    assert _died_of(result, signal.SIGKILL) or _died_of(result, signal.SIGXCPU), result
+    assert result.limit_hit == "cpu"
+
+
+def test_a_process_limit_holds_or_is_reported_where_the_kernel_ignores_it(make_host, box):
+    from stockade_local.executor import LocalExecutor
+
+    host = _host(make_host, box.sandbox, processes=40)
+    result = _run(host, box, [PYTHON, "-S", "-c", FORK_200], timeout=30)
+    if os.getuid() == 0:  # the kernel never limits root: doctor says so
+        assert result.stdout.text == "forked 200\n", result.stderr.text
+        assert "not processes: the kernel exempts root" in LocalExecutor.probe().detail
+    else:
+        forked = int(result.stdout.text.split()[1])
+        assert forked < 40, result.stdout.text
+        assert "Resource temporarily unavailable" in result.stderr.text
+        assert result.limit_hit == "processes"
+
+
+FORK_200 = """
+import os, signal, sys, time
+children = []
+try:
+    for _ in range(200):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        children.append(pid)
+except OSError as error:
+    print("forked", len(children))
+    print(error, file=sys.stderr)
+    status = 1
+else:
+    print("forked", len(children))
+    status = 0
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+sys.exit(status)
+"""
+
+
+def test_a_process_flood_under_a_timeout_leaves_nothing_behind(make_host, box):
+    host = _host(make_host, box.sandbox)
+    marker = f"{os.getpid() % 1000}.{time.monotonic_ns() % 100000}3"
+    script = f"i=0; while [ $i -lt 1500 ]; do sleep {marker} & i=$((i+1)); done; wait"
+    result = _run(host, box, ["sh", "-c", script], timeout=4)
+    assert result.timed_out
+
+    def left() -> list[int]:
+        needle = f"sleep\0{marker}".encode()
+        found = []
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    with open(f"/proc/{name}/cmdline", "rb") as f:
+                        if needle in f.read():
+                            found.append(int(name))
+                except OSError:
+                    pass
+        return found
+
+    assert procs.wait_until(lambda: not left(), timeout=10), len(left())
+
+
+def test_no_core_dumps(make_host, box):
+    host = _host(make_host, box.sandbox)
+    result = _run(host, box, ["sh", "-c", "ulimit -c; ulimit -Hc"])
+    assert result.stdout.text == "0\n0\n", result.stdout.text
