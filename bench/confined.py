@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 HOST_TARGET_MS = 1.5  # Host.run under bubblewrap may add at most this much over raw bwrap
+LANDLOCK_TARGET_MS = 2.0  # Host.run under landlock may add at most this over raw subprocess
 MODE: Final = "workspace-write"
 PEERS = {
     # Each peer's own CLI for "a sandboxed true", and the speed-up Stockade's CLI aims for.
@@ -249,4 +250,59 @@ def bench_cli_bubblewrap(
         "ratio_vs_python": stockade_ms / cases["python"]["median"],
         "peers": peers,
         "skipped": skipped,
+    }
+
+
+def bench_landlock(
+    runs: int, warmup: int, interleaved: Callable[..., dict[str, Any]]
+) -> dict[str, Any]:
+    """Host.run under Landlock (workspace-write) against raw ``subprocess.run``."""
+    from stockade_landlock.provider import LandlockSandbox
+
+    from stockade.config import Config
+    from stockade.host import Host
+    from stockade.types import ExecRequest
+
+    probe = LandlockSandbox.probe()
+    if not probe.usable:
+        return {"skipped": f"Landlock is not usable here: {probe.detail}"}
+    scratch = Path(tempfile.mkdtemp(prefix="stockade-bench-landlock-"))
+    host = Host(Config(sandbox="landlock"))
+    try:
+        ws = plant_workspace(scratch)
+        request = ExecRequest(["true"], str(ws), mode=MODE, origin="cli", sandbox="landlock")
+
+        def via_host() -> int:
+            result = host.run(request)
+            return result.exit_code if result.exit_code is not None else -1
+
+        def raw() -> int:
+            return subprocess.run(
+                ["true"], capture_output=True, stdin=subprocess.DEVNULL, check=False
+            ).returncode
+
+        cases = interleaved({"host": via_host, "raw": raw}, runs, warmup)
+        admitted = host.admit(request)
+        rules = len(admitted.plan.restrict.__self__.rules)  # type: ignore[union-attr]
+        admitted.provider.release(admitted.plan)
+        samples = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            admitted = host.admit(request)
+            samples.append((time.perf_counter() - start) * 1000)
+            admitted.provider.release(admitted.plan)
+    finally:
+        host.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    host_ms, raw_ms = cases["host"]["median"], cases["raw"]["median"]
+    return {
+        "runs": runs,
+        "warmup": warmup,
+        "detail": probe.detail,
+        **cases,
+        "rules": rules,
+        "admit_ms": statistics.median(samples),
+        "overhead_ms": host_ms - raw_ms,
+        "ratio": host_ms / raw_ms,
+        "target_overhead_ms": LANDLOCK_TARGET_MS,
     }

@@ -37,8 +37,8 @@ import confined  # bench/confined.py: this script's directory is first on sys.pa
 ROOT = Path(__file__).resolve().parent.parent
 USER_VENV = ROOT / "bench" / ".venv-user"
 STAMP = "bench-source-hash"
-PACKAGES = ("core", "plugins/local", "plugins/bubblewrap")
-DISTS = ("stockade", "stockade_local", "stockade_bubblewrap")
+PACKAGES = ("core", "plugins/local", "plugins/bubblewrap", "plugins/landlock")
+DISTS = ("stockade", "stockade_local", "stockade_bubblewrap", "stockade_landlock")
 RECIPE = "uv venv; uv pip install --no-sources --compile-bytecode -c <lock> " + " ".join(
     f"./{p}" for p in PACKAGES
 )
@@ -332,6 +332,7 @@ def report(
     imports: dict[str, Any],
     bwrap: dict[str, Any],
     bwrap_cli: dict[str, Any],
+    landlock: dict[str, Any],
 ) -> None:
     """Print the table, then the BENCH JSON line."""
     head = f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}"
@@ -379,7 +380,9 @@ def report(
     packages = ", ".join(f"{name} {ms:.1f}" for name, ms in imports["self_by_package_ms"].items())
     print(f"  self ms by top-level package: {packages}")
     report_bubblewrap(bwrap, bwrap_cli, head)
+    report_landlock(landlock, head)
     payload = {
+        "landlock": landlock,
         "meta": meta,
         "library": lib,
         "cli": cli,
@@ -431,6 +434,26 @@ def report_bubblewrap(bwrap: dict[str, Any], cli: dict[str, Any], head: str) -> 
         print(f"  {peer}: skipped, {why}")
 
 
+def report_landlock(landlock: dict[str, Any], head: str) -> None:
+    """Print section 5."""
+    if "skipped" in landlock:
+        print(f"\n5. Landlock: skipped, {landlock['skipped']}")
+        return
+    print(
+        f"\n5. Landlock ({landlock['detail']}, {landlock['rules']} rules), interleaved: "
+        f"{landlock['runs']} runs each after {landlock['warmup']} warm-up"
+    )
+    print(head)
+    print(_row(f'Host.run(ExecRequest(["true"], mode="{confined.MODE}"))', landlock["host"]))
+    print(_row('subprocess.run(["true"], capture_output=True, stdin=DEVNULL)', landlock["raw"]))
+    ok = landlock["overhead_ms"] <= confined.LANDLOCK_TARGET_MS
+    print(
+        f"  overhead: {landlock['overhead_ms']:+.3f} ms  ({landlock['ratio']:.2f}x)   "
+        f"target +{confined.LANDLOCK_TARGET_MS} ms median: {_verdict(ok)}"
+    )
+    print(f"  host.admit alone (median): {landlock['admit_ms']:.3f} ms")
+
+
 def git_state() -> tuple[str, bool]:
     """The short commit and whether the measured sources differ from it."""
 
@@ -474,6 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             venv=venv, runs=runs, warmup=warmup, env=env, cwd=scratch, interleaved=interleaved
         )
     bwrap = confined.bench_bubblewrap(runs * 5, warmup * 4, interleaved)
+    landlock = confined.bench_landlock(runs * 5, warmup * 4, interleaved)
     meta = {
         "commit": commit,
         "dirty": dirty,
@@ -484,7 +508,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (f", rebuilt in {build_s:.1f} s" if rebuilt else ", cached"),
         "quick": bool(args.quick),
     }
-    report(meta=meta, lib=lib, cli=cli, imports=imports, bwrap=bwrap, bwrap_cli=bwrap_cli)
+    report(
+        meta=meta,
+        lib=lib,
+        cli=cli,
+        imports=imports,
+        bwrap=bwrap,
+        bwrap_cli=bwrap_cli,
+        landlock=landlock,
+    )
     return 0
 
 

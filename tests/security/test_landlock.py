@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -70,7 +71,10 @@ def test_eight_threads_a_hundred_commands_each(host, box):
     host.run(request)  # start the warden and warm the caches before counting
     for leftover in (box.ws / "work").iterdir():
         leftover.unlink()
-    before, children, scratch = _fds(), set(own_children()), _scratch_dirs()
+    admitted = host.admit(request)
+    admitted.provider.release(admitted.plan)
+    parent = Path(admitted.plan.env["TMPDIR"]).parent  # the provider's scratch parent
+    before, children = _fds(), set(own_children())
     errors: list[BaseException] = []
     outputs: list[str] = []
 
@@ -96,14 +100,8 @@ def test_eight_threads_a_hundred_commands_each(host, box):
     )
     assert _fds() == before, "descriptors leaked"
     assert procs.wait_until(lambda: set(own_children()) <= children, timeout=5), "processes left"
-    assert _scratch_dirs() == scratch, "scratch directories left behind"
-
-
-def _scratch_dirs() -> set[str]:
-    import tempfile
-
-    root = tempfile.gettempdir()
-    return {name for name in os.listdir(root) if name.startswith("stockade-landlock-")}
+    left = list(parent.iterdir())  # only emptied ones, kept as spares for later runs
+    assert len(left) <= 8 and all(not any(d.iterdir()) for d in left), left
 
 
 def test_an_old_abi_is_refused_unless_partial_is_accepted(make_host, box):
@@ -127,3 +125,30 @@ def test_an_old_abi_is_refused_unless_partial_is_accepted(make_host, box):
         "device ioctls (ABI 5)",
         "signals to processes outside the sandbox (ABI 6)",
     )
+
+
+def test_each_run_gets_an_empty_scratch_that_others_cannot_write(host, box):
+    first = host.run(box.request(["sh", "-c", 'echo secret > "$TMPDIR/left"; echo "$TMPDIR"']))
+    assert first.exit_code == 0, first.stderr.text
+    second = host.run(box.request(["sh", "-c", 'ls -A "$TMPDIR"; echo "$TMPDIR"']))
+    listing, where = second.stdout.text.rsplit("\n", 2)[0], second.stdout.text.split()[-1]
+    assert "left" not in second.stdout.text and listing == where
+    # A run cannot write into another's scratch while both run (the second layer allows
+    # only its own).
+    (box.ws / "work").mkdir()
+    holder = threading.Thread(
+        target=host.run, args=(box.request(["sh", "-c", 'echo "$TMPDIR" > work/a; sleep 3']),)
+    )
+    holder.start()
+    try:
+        from helpers import procs
+
+        assert procs.wait_until(lambda: (box.ws / "work" / "a").exists(), timeout=10)
+        other = (box.ws / "work" / "a").read_text().strip()
+        attack = f'echo x > {other}/planted; echo "$?"; touch "$TMPDIR/mine" && echo own'
+        third = host.run(box.request(["sh", "-c", attack]))
+        assert third.stdout.text == "2\nown\n", (third.stdout.text, third.stderr.text)
+        assert "Permission denied" in third.stderr.text
+        assert not os.path.exists(os.path.join(other, "planted"))
+    finally:
+        holder.join()

@@ -126,7 +126,7 @@ def policy_digest(*, network: bool, unix: bool = False) -> str:
             sorted(PERSONA_FLAGS.values()),
             allowed_families(network=network, unix=unix),
             platform.machine(),
-            2,  # bump when the compiler below changes
+            3,  # bump when the compiler below changes
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -139,6 +139,10 @@ def compile_bpf(*, network: bool, unix: bool = False) -> bytes:
     f = sc.SyscallFilter(sc.ALLOW)
     f.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
     f.set_attr(sc.Attr.CTL_NNP, 0)  # bwrap sets no_new_privs itself
+    # A binary tree of syscall numbers, not a chain: an allowed call, the common case, is
+    # judged in a few comparisons instead of one per rule (libseccomp >= 2.5).
+    with contextlib.suppress(RuntimeError, OSError, ValueError):
+        f.set_attr(sc.Attr.CTL_OPTIMIZE, 2)
     eperm = sc.ERRNO(errno.EPERM)
     for name in DENIED:
         try:

@@ -100,12 +100,18 @@ _lock = threading.Lock()
 _libc: ctypes.CDLL | None = None
 
 
-def _syscall() -> Any:  # noqa: ANN401 - a ctypes foreign function
+def libc() -> ctypes.CDLL:
+    """The C library, loaded once (``dlopen`` is not free, and spawns are frequent)."""
     global _libc  # noqa: PLW0603 - loaded once
-    with _lock:
-        if _libc is None:
-            _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc.syscall
+    if _libc is None:
+        with _lock:
+            if _libc is None:
+                _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _syscall() -> Any:  # noqa: ANN401 - a ctypes foreign function
+    return libc().syscall
 
 
 class LandlockError(OSError):
@@ -157,8 +163,7 @@ def add_port_rule(ruleset: int, port: int, access: int) -> None:
 
 def restrict_self(ruleset: int) -> None:
     """Set ``no_new_privs`` and enforce ``ruleset`` on the calling thread, for good."""
-    libc_prctl = ctypes.CDLL(None, use_errno=True).prctl
-    _check(libc_prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    _check(libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     _check(_syscall()(SYS_RESTRICT_SELF, ruleset, 0), "landlock_restrict_self")
 
 
@@ -192,17 +197,27 @@ def drop_capabilities() -> None:
     ``CAP_SETPCAP`` (an ordinary user) the bounding set cannot change, and there is
     nothing in it to fear: the permitted set is already empty.
     """
-    libc = ctypes.CDLL(None, use_errno=True)
-    try:
-        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as f:
-            last = int(f.read())
-    except (OSError, ValueError):
-        last = 63
-    for cap in range(last + 1):
-        libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)  # EPERM without CAP_SETPCAP: fine
-    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    prctl = libc().prctl
+    if os.geteuid() == 0:  # only root holds CAP_SETPCAP to empty the bounding set with
+        for cap in range(_last_cap() + 1):
+            prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = _CapHeader(_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
     _check(
         _syscall()(_SYS_CAPSET, ctypes.byref(header), ctypes.byref(data)), "capset(no capabilities)"
     )
+
+
+_last: int | None = None
+
+
+def _last_cap() -> int:
+    global _last  # noqa: PLW0603 - a kernel constant, read once
+    if _last is None:
+        try:
+            with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as f:
+                _last = int(f.read())
+        except (OSError, ValueError):
+            _last = 63
+    return _last

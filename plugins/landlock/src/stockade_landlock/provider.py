@@ -26,6 +26,8 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -58,6 +60,8 @@ MASKED_KEEPS = abi.FS_READ_DIR
 FULL_ABI = 6  # scopes for signals and abstract sockets: nothing left to seccomp's care
 _SECCOMP_SET_MODE_FILTER = 1
 _SYS_SECCOMP = 317  # x86_64; the shared policy is x86_64-only too
+_MAX_BASES = 16  # cached base rulesets per provider (one per workspace and mode, mostly)
+_MAX_SPARE = 8  # emptied scratch directories kept for the next runs
 
 
 def missing_at(level: int) -> tuple[str, ...]:
@@ -74,26 +78,50 @@ def missing_at(level: int) -> tuple[str, ...]:
 
 @frozen
 class Prepared:
-    """A ruleset and a filter ready to be applied by the thread that spawns the command.
+    """Two rulesets and a filter, ready for the thread that spawns the command.
 
     Attributes:
-        ruleset: the Landlock ruleset descriptor (closed by the provider's ``release``).
+        base: a descriptor of the shared ruleset (a duplicate this plan owns): reads
+            everywhere but the carve-outs, writes to the writable roots (less their
+            protected paths) and to the provider's scratch parent, TCP and scopes.
+        top: this run's own ruleset, for writes only: its writable roots, the devices and
+            its own scratch directory, so no run writes into another's scratch.
         program: the seccomp BPF program.
         scratch: the private scratch directory (removed by ``release``).
-        rules: the rules in the ruleset (for ``doctor`` and the tests).
+        rules: the base ruleset's rules (for the tests and the docs).
     """
 
-    ruleset: int
+    base: int
+    top: int
     program: bytes
     scratch: str
     rules: tuple[Rule, ...]
 
     def restrict(self) -> None:
-        """Confine the calling thread for good: no capabilities, ``no_new_privs``, Landlock,
-        then seccomp."""
+        """Confine the calling thread for good: no capabilities, ``no_new_privs``, both
+        Landlock layers (a write must pass both), then seccomp."""
         abi.drop_capabilities()
-        abi.restrict_self(self.ruleset)
+        abi.restrict_self(self.base)
+        abi.restrict_self(self.top)
         _load_filter(self.program)
+
+
+@frozen
+class _Base:
+    """A cached base ruleset and what it was built from."""
+
+    fd: int
+    rules: tuple[Rule, ...]
+    listed: tuple[tuple[str, int], ...]  # (directory, mtime_ns) whose entries made rules
+
+    def fresh(self) -> bool:
+        for directory, mtime in self.listed:
+            try:
+                if os.stat(directory).st_mtime_ns != mtime:
+                    return False
+            except OSError:
+                return False
+        return True
 
 
 class LandlockSandbox(SandboxProvider):
@@ -110,6 +138,10 @@ class LandlockSandbox(SandboxProvider):
         super().__init__(options)
         self.settings = Settings.parse(self.options)
         self._prepared: dict[int, Prepared] = {}
+        self._bases: dict[tuple[object, ...], _Base] = {}
+        self._lock = threading.Lock()
+        self._scratch: str | None = None
+        self._spare: list[str] = []
 
     @classmethod
     def probe(cls) -> Probe:
@@ -156,15 +188,20 @@ class LandlockSandbox(SandboxProvider):
                 details={"abi": level, "missing": list(missing)},
             )
         program = self._program()
-        scratch = tempfile.mkdtemp(prefix="stockade-landlock-")
+        writable = self._writable(spec)
+        base = self._base(level, spec, writable)
+        scratch = self._take_scratch()
+        fds: list[int] = []
         try:
-            rules = self._rules(spec, scratch)
-            ruleset = _ruleset(level, rules)
+            fds.append(os.dup(base.fd))
+            fds.append(_top_ruleset(level, writable, scratch))
         except BaseException:
-            shutil.rmtree(scratch, ignore_errors=True)
+            for fd in fds:
+                os.close(fd)
+            self._give_back(scratch)
             raise
-        prepared = Prepared(ruleset, program, scratch, tuple(rules))
-        self._prepared[ruleset] = prepared
+        prepared = Prepared(fds[0], fds[1], program, scratch, base.rules)
+        self._prepared[prepared.top] = prepared
         env = {**spec.env, "TMPDIR": scratch, "XDG_CACHE_HOME": os.path.join(scratch, "cache")}
         facts = SandboxFacts(
             self.PLUGIN_NAME,
@@ -187,10 +224,11 @@ class LandlockSandbox(SandboxProvider):
         super().release(plan)
         restrict = plan.restrict
         owner = getattr(restrict, "__self__", None)
-        if isinstance(owner, Prepared) and self._prepared.pop(owner.ruleset, None) is owner:
-            with contextlib.suppress(OSError):
-                os.close(owner.ruleset)
-            shutil.rmtree(owner.scratch, ignore_errors=True)
+        if isinstance(owner, Prepared) and self._prepared.pop(owner.top, None) is owner:
+            for fd in (owner.base, owner.top):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._give_back(owner.scratch)
 
     def _program(self) -> bytes:
         settings = self.settings
@@ -207,21 +245,31 @@ class LandlockSandbox(SandboxProvider):
             hint="install stockade[seccomp] and the system's libseccomp2",
         )
 
-    def _rules(self, spec: ExecSpec, scratch: str) -> list[Rule]:
-        """The grants and carve-outs for ``spec``'s mode, expanded into rules."""
+    def _writable(self, spec: ExecSpec) -> list[str]:
+        """The writable roots of ``spec`` (none in ``read-only``), resolved."""
+        writable: list[str] = []
+        if spec.mode != "workspace-write":
+            return writable
+        for root in (os.path.realpath(spec.cwd), *self.settings.writable_roots):
+            real = os.path.realpath(root)
+            if real == "/":
+                raise SandboxUnavailable(
+                    "refusing / as a writable root: it would make every file writable",
+                    hint="name a project directory as the workspace",
+                )
+            if os.path.isdir(real) and real not in writable:
+                writable.append(real)
+        return writable
+
+    def _base(self, level: int, spec: ExecSpec, writable: list[str]) -> _Base:
+        """The shared ruleset for these grants and carve-outs, built once while it holds.
+
+        The protected paths are looked for on every run; the expansion into rules (and
+        the ruleset) is reused for as long as the same carve-outs exist and no directory
+        it listed has changed.
+        """
         settings = self.settings
         every = abi.FS_ALL
-        writable: list[str] = []
-        if spec.mode == "workspace-write":
-            for root in (os.path.realpath(spec.cwd), *settings.writable_roots):
-                real = os.path.realpath(root)
-                if real == "/":
-                    raise SandboxUnavailable(
-                        "refusing / as a writable root: it would make every file writable",
-                        hint="name a project directory as the workspace",
-                    )
-                if os.path.isdir(real) and real not in writable:
-                    writable.append(real)
         keep, _ = (
             protected.scan(
                 writable, settings.scan_limit, setting="plugins.settings.landlock.scan_limit"
@@ -239,11 +287,76 @@ class LandlockSandbox(SandboxProvider):
         for home in protected.homes(spec.env, os.environ):
             masked.append(os.path.join(home, ".cache"))
             masked += [os.path.join(home, name) for name in protected.CREDENTIAL_STORES]
-        grants = [("/", abi.FS_READ), (scratch, every), *((r, every) for r in writable)]
+        grants = [("/", abi.FS_READ), (self._scratch_parent(), every)]
+        grants += [(root, every) for root in writable]
         grants += list(DEVICES.items())
-        carveouts = [(p, every & ~MASKED_KEEPS) for p in masked]
-        carveouts += [(p, every & ~abi.FS_READ) for p in keep]
-        return expand(grants, carveouts)
+        carveouts = [(p, every & ~MASKED_KEEPS) for p in masked if os.path.lexists(p)]
+        carveouts += [(p, every & ~abi.FS_READ) for p in keep if os.path.lexists(p)]
+        key = (level, tuple(grants), tuple(carveouts))
+        with self._lock:
+            cached = self._bases.get(key)
+            if cached is not None and cached.fresh():
+                return cached
+            listed: list[str] = []
+            rules = expand(grants, carveouts, listed)
+            stamps = tuple((d, os.stat(d).st_mtime_ns) for d in listed)
+            base = _Base(_ruleset(level, rules), tuple(rules), stamps)
+            if cached is not None:
+                os.close(cached.fd)  # each plan holds its own duplicate
+            if len(self._bases) >= _MAX_BASES and key not in self._bases:
+                _, oldest = self._bases.popitem()
+                os.close(oldest.fd)
+            self._bases[key] = base
+            return base
+
+    def _take_scratch(self) -> str:
+        """An empty scratch directory of this run's own: a spare one, or a new one."""
+        with self._lock:
+            if self._spare:
+                return self._spare.pop()
+        return tempfile.mkdtemp(prefix="run-", dir=self._scratch_parent())
+
+    def _give_back(self, scratch: str) -> None:
+        """Keep an emptied scratch directory for the next run; its inode is never shared
+        by two runs at once, and nothing of one run is left for the next."""
+        try:
+            with os.scandir(scratch) as entries:
+                empty = next(entries, None) is None
+        except OSError:
+            return
+        if not empty:
+            shutil.rmtree(scratch, ignore_errors=True)
+            return
+        with self._lock:
+            if len(self._spare) < _MAX_SPARE:
+                self._spare.append(scratch)
+                return
+        with contextlib.suppress(OSError):
+            os.rmdir(scratch)
+
+    def _scratch_parent(self) -> str:
+        """This provider's directory of run scratch directories (made once, removed at exit)."""
+        with self._lock:
+            if self._scratch is None:
+                self._scratch = tempfile.mkdtemp(prefix="stockade-landlock-")
+                weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+            return self._scratch
+
+
+def _top_ruleset(level: int, writable: list[str], scratch: str) -> int:
+    """This run's own layer: writes only, to its writable roots, devices and scratch."""
+    writes = abi.fs_rights(level) & ~abi.FS_READ & ~abi.FS_IOCTL_DEV
+    fd = abi.create_ruleset(level, fs=writes)
+    try:
+        for path in (*writable, scratch):
+            abi.add_path_rule(fd, path, writes)
+        for device, access in DEVICES.items():
+            if access & writes and os.path.exists(device):
+                abi.add_path_rule(fd, device, access & writes & abi.FS_FILE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _ruleset(level: int, rules: list[Rule]) -> int:
@@ -264,11 +377,27 @@ class _SockFprog(ctypes.Structure):
     _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
 
 
+class _Filter:
+    """A BPF program laid out for ``seccomp(2)`` once, so installing it costs one call."""
+
+    def __init__(self, program: bytes) -> None:
+        self._buffer = ctypes.create_string_buffer(program, len(program))
+        self._prog = _SockFprog(len(program) // 8, ctypes.cast(self._buffer, ctypes.c_void_p))
+
+    def load(self) -> None:
+        """Install it on the calling thread (``no_new_privs`` must be set)."""
+        rc = abi.libc().syscall(_SYS_SECCOMP, _SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(self._prog))
+        if rc != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"seccomp(SET_MODE_FILTER): {os.strerror(err)}")
+
+
+_filters: dict[bytes, _Filter] = {}
+
+
 def _load_filter(program: bytes) -> None:
     """Install the BPF ``program`` on the calling thread (``no_new_privs`` must be set)."""
-    buffer = ctypes.create_string_buffer(program, len(program))
-    prog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(_SYS_SECCOMP, _SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(prog)) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"seccomp(SET_MODE_FILTER): {os.strerror(err)}")
+    loaded = _filters.get(program)
+    if loaded is None:
+        loaded = _filters.setdefault(program, _Filter(program))
+    loaded.load()

@@ -40,19 +40,27 @@ class Rule:
     access: int
 
 
-def expand(grants: Iterable[tuple[str, int]], carveouts: Iterable[tuple[str, int]]) -> list[Rule]:
+def expand(
+    grants: Iterable[tuple[str, int]],
+    carveouts: Iterable[tuple[str, int]],
+    listed: list[str] | None = None,
+) -> list[Rule]:
     """The rules that grant ``grants`` except what ``carveouts`` take away beneath them.
 
     Args:
         grants: ``(path, rights)``: rights beneath each path.
         carveouts: ``(path, rights)``: rights that must not hold beneath each path. A
             carve-out that does not exist is dropped: there is nothing there to keep.
+        listed: if given, every directory whose entries were listed is appended: the
+            rules stay right for as long as none of them changes (its mtime) and the same
+            carve-outs exist.
 
     Returns:
         One rule per path that needs one, in a stable order.
     """
     cuts = [(os.path.realpath(p), r) for p, r in carveouts if os.path.lexists(p)]
     rules: dict[str, int] = {}
+    walk = _Walk(rules, listed)
     for path, rights in grants:
         real = os.path.realpath(path)
         try:
@@ -60,43 +68,48 @@ def expand(grants: Iterable[tuple[str, int]], carveouts: Iterable[tuple[str, int
         except OSError:
             continue
         inner = [(c, r) for c, r in cuts if protected.inside(c, [real])]
-        _expand(real, rights, inner, rules, is_dir=stat.S_ISDIR(info.st_mode))
+        walk.expand(real, rights, inner, is_dir=stat.S_ISDIR(info.st_mode))
     return [Rule(path, access) for path, access in rules.items()]
 
 
-def _expand(
-    path: str, rights: int, cuts: list[tuple[str, int]], rules: dict[str, int], *, is_dir: bool
-) -> None:
-    for cut, removed in cuts:
-        if cut == path:
-            rights &= ~removed
-    # A carve-out that takes nothing this grant gives needs no split.
-    deeper = [(c, r) for c, r in cuts if c != path and r & rights]
-    if not is_dir:
-        _add(rules, path, rights & abi.FS_FILE)
-        return
-    if not deeper:
-        _add(rules, path, rights)
-        return
-    taken = 0
-    below: dict[str, list[tuple[str, int]]] = {}
-    prefix = len(path.rstrip("/")) + 1
-    for cut, removed in deeper:
-        taken |= removed
-        below.setdefault(cut[prefix:].split("/", 1)[0], []).append((cut, removed))
-    _add(rules, path, rights & ~taken)
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        return  # cannot list it: its entries get nothing of their own
-    for entry in entries:
-        if entry.is_symlink():
-            continue  # a rule on a link would not govern what it points at
+class _Walk:
+    def __init__(self, rules: dict[str, int], listed: list[str] | None) -> None:
+        self.rules = rules
+        self.listed = listed
+
+    def expand(self, path: str, rights: int, cuts: list[tuple[str, int]], *, is_dir: bool) -> None:
+        for cut, removed in cuts:
+            if cut == path:
+                rights &= ~removed
+        # A carve-out that takes nothing this grant gives needs no split.
+        deeper = [(c, r) for c, r in cuts if c != path and r & rights]
+        if not is_dir:
+            _add(self.rules, path, rights & abi.FS_FILE)
+            return
+        if not deeper:
+            _add(self.rules, path, rights)
+            return
+        taken = 0
+        below: dict[str, list[tuple[str, int]]] = {}
+        prefix = len(path.rstrip("/")) + 1
+        for cut, removed in deeper:
+            taken |= removed
+            below.setdefault(cut[prefix:].split("/", 1)[0], []).append((cut, removed))
+        _add(self.rules, path, rights & ~taken)
+        if self.listed is not None:
+            self.listed.append(path)
         try:
-            child_is_dir = entry.is_dir(follow_symlinks=False)
+            entries = list(os.scandir(path))
         except OSError:
-            continue
-        _expand(entry.path, rights, below.get(entry.name, []), rules, is_dir=child_is_dir)
+            return  # cannot list it: its entries get nothing of their own
+        for entry in entries:
+            if entry.is_symlink():
+                continue  # a rule on a link would not govern what it points at
+            try:
+                child_is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            self.expand(entry.path, rights, below.get(entry.name, []), is_dir=child_is_dir)
 
 
 def _add(rules: dict[str, int], path: str, access: int) -> None:
