@@ -143,7 +143,7 @@ def test_each_run_gets_an_empty_scratch_that_others_cannot_write(host, box):
     try:
         from helpers import procs
 
-        assert procs.wait_until(lambda: (box.ws / "work" / "a").exists(), timeout=10)
+        assert procs.wait_until((box.ws / "work" / "a").exists, timeout=10)
         other = (box.ws / "work" / "a").read_text().strip()
         attack = f'echo x > {other}/planted; echo "$?"; touch "$TMPDIR/mine" && echo own'
         third = host.run(box.request(["sh", "-c", attack]))
