@@ -152,3 +152,34 @@ def test_each_run_gets_an_empty_scratch_that_others_cannot_write(host, box):
         assert not os.path.exists(os.path.join(other, "planted"))
     finally:
         holder.join()
+
+
+DOCTOR_WITHOUT_NAMESPACES = """
+import ctypes, sys
+from stockade import seccomp
+from stockade_landlock.provider import _load_filter
+assert ctypes.CDLL(None).prctl(38, 1, 0, 0, 0) == 0
+_load_filter(seccomp.bpf_program(network=True, unix=True, cache_dir=""))
+from stockade.cli import main
+sys.exit(main(["doctor", "--json"]))
+"""
+
+
+def test_doctor_shows_the_fallback_and_why(box):
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k not in ("STOCKADE_DISABLE_PLUGINS",)}
+    env["XDG_CONFIG_HOME"] = str(box.root / "no-config")
+    proc = subprocess.run(
+        [sys.executable, "-c", DOCTOR_WITHOUT_NAMESPACES],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    mode = next(m for m in report["modes"] if m["name"] == "workspace-write")
+    assert mode["ok"], mode
+    assert mode["detail"].startswith("sandbox landlock (fallback: bubblewrap cannot run:"), mode

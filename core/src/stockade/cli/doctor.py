@@ -72,9 +72,19 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
         )
         try:
             provider = host.provider_for(spec)
-            modes.append(Fact(mode, True, f"sandbox {provider.PLUGIN_NAME}"))
         except StockadeError as error:
             modes.append(Fact(mode, False, str(error)))
+            continue
+        # A fallback says so: which stronger providers could not run, and why.
+        passed = [
+            f"{c.PLUGIN_NAME} cannot run: {probe.detail}"
+            for c in host.sandboxes.classes()
+            if mode in c.MODES and c.PRIORITY > provider.PRIORITY and spec.sandbox == "auto"
+            for probe in (host.probe(c),)
+            if not probe.usable
+        ]
+        fallback = f" (fallback: {'; '.join(passed)})" if passed else ""
+        modes.append(Fact(mode, True, f"sandbox {provider.PLUGIN_NAME}{fallback}"))
     executor_ok = any(f.ok and f.name == host.config.executor for f in executors)
     if not executor_ok:
         executors += (Fact(host.config.executor, False, "configured executor is not installed"),)
