@@ -62,19 +62,27 @@ def test_cpu_time_runs_out(make_host, box):
     assert result.limit_hit == "cpu"
 
 
-def test_a_process_limit_holds_or_is_reported_where_the_kernel_ignores_it(make_host, box):
+def test_a_process_limit_holds_for_users_and_for_root(make_host, box):
+    """An ordinary user gets ``RLIMIT_NPROC``; root, whom the kernel exempts from it, a pids
+    cgroup. A machine where root has neither fails here: the limit would not hold."""
+    from stockade_local import limits
     from stockade_local.executor import LocalExecutor
 
+    how = limits.processes_enforced_by()
+    assert how is not None, LocalExecutor.probe().detail
+    if how == "cgroup":
+        assert "processes by a pids cgroup" in LocalExecutor.probe().detail
     host = _host(make_host, box.sandbox, processes=40)
     result = _run(host, box, [PYTHON, "-S", "-c", FORK_200], timeout=30)
-    if os.getuid() == 0:  # the kernel never limits root: doctor says so
-        assert result.stdout.text == "forked 200\n", result.stderr.text
-        assert "not processes: the kernel exempts root" in LocalExecutor.probe().detail
-    else:
-        forked = int(result.stdout.text.split()[1])
-        assert forked < 40, result.stdout.text
-        assert "Resource temporarily unavailable" in result.stderr.text
-        assert result.limit_hit == "processes"
+    forked = int(result.stdout.text.split()[1])
+    assert forked < 40, result.stdout.text
+    assert "Resource temporarily unavailable" in result.stderr.text
+    assert result.limit_hit == "processes"
+    parent = f"{limits.PIDS_V1}/stockade"
+    left = (
+        [d for d in os.listdir(parent) if os.path.isdir(f"{parent}/{d}")] if how == "cgroup" else []
+    )
+    assert not left, f"cgroups left behind: {left}"
 
 
 FORK_200 = """

@@ -58,8 +58,13 @@ class LocalExecutor(Executor):
         launcher = limits.prlimit()
         if launcher is None:
             how = "resource limits: refused (util-linux prlimit is missing)"
+        elif limits.processes_enforced_by() == "cgroup":
+            how = f"resource limits by {launcher}; processes by a pids cgroup (root)"
         elif limits.root_exempt():
-            how = f"resource limits by {launcher}, but not processes: the kernel exempts root"
+            how = (
+                f"resource limits by {launcher}, but not processes: the kernel exempts root "
+                "and no cgroup v1 pids hierarchy is writable"
+            )
         else:
             how = f"resource limits by {launcher}"
         return Probe(True, f"process groups, pidfds, child subreaper, warden for host death; {how}")
@@ -80,6 +85,26 @@ class LocalExecutor(Executor):
                 plan, executable=launcher, argv=(*args, plan.executable, *plan.argv[1:])
             )
         run_id = os.urandom(8).hex()
+        cgroup = None
+        if plan.limits.processes is not None and limits.root_exempt():
+            cgroup = limits.PidsCgroup.make(run_id, plan.limits.processes)
+        try:
+            outcome = self._run(plan, run_id, cgroup, abort)
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
+        hit = limits.limit_hit(plan.limits, outcome)
+        if hit is None and cgroup is not None and cgroup.hit() and outcome.exit_code != 0:
+            hit = "processes"
+        return attrs.evolve(outcome, limit_hit=hit) if hit else outcome
+
+    def _run(
+        self,
+        plan: LaunchPlan,
+        run_id: str,
+        cgroup: limits.PidsCgroup | None,
+        abort: AbortToken | None,
+    ) -> ProcessOutcome:
         env = dict(plan.env)
         env[reaper.MARKER] = run_id
         reaper.start_run(run_id)  # before the spawn, so no sweep can mistake it for a leftover
@@ -88,7 +113,7 @@ class LocalExecutor(Executor):
         self._warden.watch(run_id)
         start = time.monotonic()
         try:
-            proc = self._spawn(plan, env)
+            proc = self._spawn(plan, env, cgroup)
         except BaseException:
             reaper.end_run(run_id)
             self._warden.release(run_id)
@@ -101,20 +126,20 @@ class LocalExecutor(Executor):
             except BaseException:
                 _abandon(proc, sweep)  # e.g. no fd left for the pidfd: never leave it running
                 raise
-            outcome = watch.wait()
+            return watch.wait()
         finally:
             reaper.end_run(run_id)
             self._warden.release(run_id)
-        hit = limits.limit_hit(plan.limits, outcome)
-        return attrs.evolve(outcome, limit_hit=hit) if hit else outcome
 
-    def _spawn(self, plan: LaunchPlan, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, plan: LaunchPlan, env: dict[str, str], cgroup: limits.PidsCgroup | None
+    ) -> subprocess.Popen[bytes]:
         if self._reap:
             reaper.ensure_subreaper()
         try:
-            if plan.restrict is None:
+            if plan.restrict is None and cgroup is None:
                 return _popen(plan, env)
-            return _popen_restricted(plan, env, plan.restrict)
+            return _popen_restricted(plan, env, cgroup, plan.restrict)
         except FileNotFoundError:
             raise ProgramNotFound(
                 f"program not found: {plan.executable}",
@@ -163,18 +188,25 @@ def _popen(plan: LaunchPlan, env: dict[str, str]) -> subprocess.Popen[bytes]:
 
 
 def _popen_restricted(
-    plan: LaunchPlan, env: dict[str, str], restrict: Callable[[], None]
+    plan: LaunchPlan,
+    env: dict[str, str],
+    cgroup: limits.PidsCgroup | None,
+    restrict: Callable[[], None] | None,
 ) -> subprocess.Popen[bytes]:
-    """Spawn from a fresh thread that restricts itself first, then ends.
+    """Spawn from a fresh thread that joins the run's cgroup and restricts itself, then ends.
 
-    Landlock, seccomp and ``no_new_privs`` bind the calling thread and what it starts; the
-    host's other threads never carry them, and no Python runs in the forked child.
+    Landlock, seccomp, ``no_new_privs`` and (cgroup v1) cgroup membership bind the calling
+    thread and what it starts; the host's other threads never carry them, and no Python runs
+    in the forked child.
     """
     box: dict[str, Any] = {}
 
     def spawn() -> None:
         try:
-            restrict()
+            if cgroup is not None:
+                cgroup.join()  # first: a restricted thread could not write to the cgroup
+            if restrict is not None:
+                restrict()
         except Exception as error:  # noqa: BLE001 - handed to the caller as a refusal
             box["error"] = SandboxUnavailable(
                 f"the sandbox could not be applied to the spawning thread: {error}",

@@ -19,6 +19,14 @@ What the kernel does with them:
 - ``file_size_mb``: ``RLIMIT_FSIZE``: a longer write gets ``SIGXFSZ``.
 - ``cpu_seconds``: ``RLIMIT_CPU`` per process: ``SIGKILL`` when it is used up.
 
+Root and processes: since the kernel ignores ``RLIMIT_NPROC`` for uid 0, a root host puts a
+command with a process limit into a pids cgroup of its own (``pids.max``), where the cgroup
+v1 pids hierarchy is writable (``/sys/fs/cgroup/pids``). The spawning thread joins the
+cgroup, spawns, and ends: cgroup v1 places threads one by one, so the host's other threads
+stay where they are, and the command is born inside, with no window before it is counted.
+(Under cgroup v2 a thread cannot leave its process's cgroup; there the limit is reported as
+not enforced.)
+
 Core dumps: the first spawn sets the host's own ``RLIMIT_CORE`` to 0, soft and hard, and
 every command inherits it. A core dump of the host would hold the credentials it handed
 out; one of a command could land anywhere ``core_pattern`` says.
@@ -26,11 +34,13 @@ out; one of a command could land anywhere ``core_pattern`` says.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import signal
 import stat
 import threading
+import time
 
 from stockade.types import LimitName, Limits, ProcessOutcome
 
@@ -57,8 +67,74 @@ def prlimit() -> str | None:
 
 
 def root_exempt() -> bool:
-    """Whether the kernel ignores ``processes`` here: the host runs as root."""
+    """Whether the kernel ignores ``RLIMIT_NPROC`` here: the host runs as root."""
     return os.getuid() == 0
+
+
+PIDS_V1 = "/sys/fs/cgroup/pids"
+
+
+def pids_hierarchy() -> str | None:
+    """The writable cgroup v1 pids hierarchy, if there is one."""
+    if os.path.isfile(os.path.join(PIDS_V1, "tasks")) and os.access(PIDS_V1, os.W_OK):
+        return PIDS_V1
+    return None
+
+
+def processes_enforced_by() -> str | None:
+    """How a process limit is enforced here: ``rlimit``, ``cgroup``, or ``None``."""
+    if not root_exempt():
+        return "rlimit"
+    return "cgroup" if pids_hierarchy() is not None else None
+
+
+class PidsCgroup:
+    """A pids cgroup (v1) of one run: ``pids.max``, joined by the spawning thread."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    @classmethod
+    def make(cls, run_id: str, processes: int) -> PidsCgroup | None:
+        """A new cgroup under ``stockade/`` allowing ``processes``; ``None`` if impossible."""
+        root = pids_hierarchy()
+        if root is None:
+            return None
+        path = os.path.join(root, "stockade", run_id)
+        try:
+            os.makedirs(path, mode=0o755)
+            with open(os.path.join(path, "pids.max"), "w", encoding="ascii") as f:
+                f.write(str(processes))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            return None
+        return cls(path)
+
+    def join(self) -> None:
+        """Move the calling thread (only it) into the cgroup."""
+        with open(os.path.join(self.path, "tasks"), "w", encoding="ascii") as f:
+            f.write(str(threading.get_native_id()))
+
+    def hit(self) -> bool:
+        """Whether a fork was refused because the cgroup was full."""
+        try:
+            with open(os.path.join(self.path, "pids.events"), encoding="ascii") as f:
+                counts = dict(line.split(maxsplit=1) for line in f if line.strip())
+            return int(counts.get("max", "0")) > 0
+        except (OSError, ValueError):
+            return False
+
+    def remove(self) -> None:
+        """Remove the cgroup once the run's processes are gone (retried briefly)."""
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.01)  # the last members are still being reaped
 
 
 def no_core_dumps() -> None:
