@@ -19,7 +19,7 @@ pytestmark = pytest.mark.sandboxes("landlock")
 NO_NAMESPACES = """
 import ctypes, json, sys
 from stockade import seccomp
-from stockade_landlock.provider import _load_filter
+from stockade_landlock.engine import _load_filter
 libc = ctypes.CDLL(None, use_errno=True)
 assert libc.prctl(38, 1, 0, 0, 0) == 0  # no_new_privs, then a filter that refuses namespaces
 _load_filter(seccomp.bpf_program(network=True, unix=True, cache_dir=""))
@@ -157,7 +157,7 @@ def test_each_run_gets_an_empty_scratch_that_others_cannot_write(host, box):
 DOCTOR_WITHOUT_NAMESPACES = """
 import ctypes, sys
 from stockade import seccomp
-from stockade_landlock.provider import _load_filter
+from stockade_landlock.engine import _load_filter
 assert ctypes.CDLL(None).prctl(38, 1, 0, 0, 0) == 0
 _load_filter(seccomp.bpf_program(network=True, unix=True, cache_dir=""))
 from stockade.cli import main

@@ -1,127 +1,22 @@
 """The ``landlock`` sandbox provider: confinement without namespaces.
 
-Landlock needs no user namespace, so it works where bubblewrap cannot start: under
-Ubuntu's AppArmor restriction, in containers, as an ordinary user on kernels from 5.13.
-
-How it is applied. Landlock and seccomp restrict the calling *thread* and whatever it starts
-afterwards. So nothing runs in a forked child of the (multi-threaded) host: the ruleset and
-the filter are prepared here, in the host, and the executor spawns the command from a fresh
-thread that first calls :meth:`Prepared.restrict` on itself (``no_new_privs``, Landlock,
-seccomp). The thread ends right after the spawn; the host's other threads are untouched.
-
-What it enforces, in both modes: read and execute everywhere except the credential stores,
-the host's ``/tmp``, ``/run`` and ``~/.cache`` (names there stay listable, contents do not),
-writes only to a private scratch directory (``TMPDIR``) and, in ``workspace-write``, to the
-writable roots minus their protected paths; no TCP (ABI 4) and the shared seccomp policy
-(no sockets but netlink, and Unix ones only when allowed); abstract Unix sockets and signals
-scoped to the sandbox (ABI 6); device ioctls refused (ABI 5). On an older ABI the missing
-parts are listed, and the run happens only when ``accept_partial`` is set.
+Landlock needs no user namespace, so it works where bubblewrap cannot start: under Ubuntu's
+AppArmor restriction, in containers, as an ordinary user on kernels from 5.13. The work
+(rulesets, scratch directories, the seccomp filter; see :mod:`stockade_landlock.engine`) is
+imported on first use: every ``stockade`` start registers this class, few confine with it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import os
-import shutil
-import sys
-import tempfile
-import threading
-import weakref
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-import attrs
-from attrs import frozen
-
-from stockade import protected, seccomp
 from stockade.errors import SandboxUnavailable
-from stockade.sandbox import SandboxProvider, looks_denied
+from stockade.sandbox import SandboxProvider
 from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
 
-from . import abi
-from .rules import Rule, expand
-from .settings import Settings
-
-# The host's scratch and socket directories: unreadable; a private TMPDIR replaces them.
-# /dev too: only the devices below are granted (no disks, no terminals, no /dev/shm).
-PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev")  # noqa: S108 - masked
-_SINK = abi.FS_READ_FILE | abi.FS_WRITE_FILE | abi.FS_IOCTL_DEV  # ioctls there are harmless
-DEVICES = {
-    "/dev/null": _SINK,
-    "/dev/zero": _SINK,
-    "/dev/full": _SINK,
-    "/dev/random": abi.FS_READ_FILE,
-    "/dev/urandom": abi.FS_READ_FILE,
-}
-# What a masked path keeps: its names can be listed (Landlock cannot take that away from a
-# directory above it without taking it from everything there), nothing else.
-MASKED_KEEPS = abi.FS_READ_DIR
-FULL_ABI = 6  # scopes for signals and abstract sockets: nothing left to seccomp's care
-_SECCOMP_SET_MODE_FILTER = 1
-_SYS_SECCOMP = 317  # x86_64; the shared policy is x86_64-only too
-_MAX_BASES = 16  # cached base rulesets per provider (one per workspace and mode, mostly)
-_MAX_SPARE = 8  # emptied scratch directories kept for the next runs
-
-
-def missing_at(level: int) -> tuple[str, ...]:
-    """What Landlock ABI ``level`` cannot enforce that this provider promises."""
-    missing = []
-    if level < 3:
-        missing.append("truncate of files outside the writable roots (ABI 3)")
-    if level < 5:
-        missing.append("device ioctls (ABI 5)")
-    if level < FULL_ABI:
-        missing.append("signals to processes outside the sandbox (ABI 6)")
-    return tuple(missing)
-
-
-@frozen
-class Prepared:
-    """Two rulesets and a filter, ready for the thread that spawns the command.
-
-    Attributes:
-        base: a descriptor of the shared ruleset (a duplicate this plan owns): reads
-            everywhere but the carve-outs, writes to the writable roots (less their
-            protected paths) and to the provider's scratch parent, TCP and scopes.
-        top: this run's own ruleset, for writes only: its writable roots, the devices and
-            its own scratch directory, so no run writes into another's scratch.
-        program: the seccomp BPF program.
-        scratch: the private scratch directory (removed by ``release``).
-        rules: the base ruleset's rules (for the tests and the docs).
-    """
-
-    base: int
-    top: int
-    program: bytes
-    scratch: str
-    rules: tuple[Rule, ...]
-
-    def restrict(self) -> None:
-        """Confine the calling thread for good: no capabilities, ``no_new_privs``, both
-        Landlock layers (a write must pass both), then seccomp."""
-        abi.drop_capabilities()
-        abi.restrict_self(self.base)
-        abi.restrict_self(self.top)
-        _load_filter(self.program)
-
-
-@frozen
-class _Base:
-    """A cached base ruleset and what it was built from."""
-
-    fd: int
-    rules: tuple[Rule, ...]
-    listed: tuple[tuple[str, int], ...]  # (directory, mtime_ns) whose entries made rules
-
-    def fresh(self) -> bool:
-        for directory, mtime in self.listed:
-            try:
-                if os.stat(directory).st_mtime_ns != mtime:
-                    return False
-            except OSError:
-                return False
-        return True
+if TYPE_CHECKING:
+    from .engine import Engine
 
 
 class LandlockSandbox(SandboxProvider):
@@ -136,268 +31,46 @@ class LandlockSandbox(SandboxProvider):
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self.settings = Settings.parse(self.options)
-        self._prepared: dict[int, Prepared] = {}
-        self._bases: dict[tuple[object, ...], _Base] = {}
-        self._lock = threading.Lock()
-        self._scratch: str | None = None
-        self._spare: list[str] = []
+        from .engine import Engine
+
+        self.engine: Engine = Engine(self.options)
+        self.settings = self.engine.settings
 
     @classmethod
     def probe(cls) -> Probe:
         """Whether Landlock is enabled here, which ABI it offers, and the seccomp filter."""
-        level = abi.version()
-        if level == 0:
-            return Probe(
-                False,
-                "Landlock is not enabled in this kernel (needs 5.13 and landlock in lsm=)",
-            )
-        why = seccomp.unavailable()
-        if why is not None:
-            return Probe(
-                False, f"Landlock ABI {level}; but the seccomp filter cannot be built: {why}"
-            )
-        missing = missing_at(level)
-        gaps = f"; partial: no {', no '.join(missing)}" if missing else ""
-        return Probe(True, f"Landlock ABI {level}{gaps}")
+        from .engine import Engine
+
+        return Engine.probe()
 
     def level(self) -> int:
         """The ABI in use: the kernel's, capped by the ``max_abi`` setting."""
-        level = abi.version()
-        cap = self.settings.max_abi
-        return min(level, cap) if cap is not None else level
+        return self.engine.level()
 
     def confine(self, spec: ExecSpec) -> LaunchPlan:
-        """Prepare the ruleset and the filter; the plan's ``restrict`` applies them."""
+        """Prepare the rulesets and the filter; the plan's ``restrict`` applies them."""
         if spec.mode not in self.MODES:
             raise SandboxUnavailable(
                 f"landlock does not run {spec.mode} commands",
                 hint="danger-full-access runs unconfined, without this provider",
             )
-        level = self.level()
-        if level == 0:
-            raise SandboxUnavailable(
-                "Landlock is not enabled in this kernel",
-                hint="run `stockade doctor`; boot with lsm=...,landlock or use bubblewrap",
-            )
-        missing = missing_at(level)
-        if missing and not self.settings.accept_partial:
-            raise SandboxUnavailable(
-                f"Landlock ABI {level} cannot enforce: {'; '.join(missing)}",
-                hint="set plugins.settings.landlock.accept_partial = true to run anyway",
-                details={"abi": level, "missing": list(missing)},
-            )
-        program = self._program()
-        writable = self._writable(spec)
-        base = self._base(level, spec, writable)
-        scratch = self._take_scratch()
-        fds: list[int] = []
-        try:
-            fds.append(os.dup(base.fd))
-            fds.append(_top_ruleset(level, writable, scratch))
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            self._give_back(scratch)
-            raise
-        prepared = Prepared(fds[0], fds[1], program, scratch, base.rules)
-        self._prepared[prepared.top] = prepared
-        env = {**spec.env, "TMPDIR": scratch, "XDG_CACHE_HOME": os.path.join(scratch, "cache")}
-        facts = SandboxFacts(
-            self.PLUGIN_NAME,
-            spec.mode,
-            enforcement="partial" if missing else "full",
-            missing=missing,
-        )
-        return LaunchPlan.from_spec(
-            spec, facts, env=env, restrict=prepared.restrict, new_session=True
-        )
+        return self.engine.confine(spec)
 
     def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
         """Add ``denied`` when a failed run's stderr reads like a Landlock or seccomp refusal."""
-        if looks_denied(outcome):
-            return attrs.evolve(plan.facts, denied=True)
-        return plan.facts
+        return self.engine.interpret(plan, outcome)
 
     def release(self, plan: LaunchPlan) -> None:
-        """Close the ruleset and remove the scratch directory."""
+        """Close the plan's descriptors and rulesets; give its scratch directory back."""
         super().release(plan)
-        restrict = plan.restrict
-        owner = getattr(restrict, "__self__", None)
-        if isinstance(owner, Prepared) and self._prepared.pop(owner.top, None) is owner:
-            for fd in (owner.base, owner.top):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._give_back(owner.scratch)
-
-    def _program(self) -> bytes:
-        settings = self.settings
-        try:
-            return seccomp.bpf_program(
-                network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
-            )
-        except ImportError as error:
-            why = f"pyseccomp is not installed ({error})"
-        except OSError as error:
-            why = f"libseccomp cannot be loaded ({error})"
-        raise SandboxUnavailable(
-            f"the seccomp filter cannot be built: {why}",
-            hint="install stockade[seccomp] and the system's libseccomp2",
-        )
-
-    def _writable(self, spec: ExecSpec) -> list[str]:
-        """The writable roots of ``spec`` (none in ``read-only``), resolved."""
-        writable: list[str] = []
-        if spec.mode != "workspace-write":
-            return writable
-        for root in (os.path.realpath(spec.cwd), *self.settings.writable_roots):
-            real = os.path.realpath(root)
-            if real == "/":
-                raise SandboxUnavailable(
-                    "refusing / as a writable root: it would make every file writable",
-                    hint="name a project directory as the workspace",
-                )
-            if os.path.isdir(real) and real not in writable:
-                writable.append(real)
-        return writable
-
-    def _base(self, level: int, spec: ExecSpec, writable: list[str]) -> _Base:
-        """The shared ruleset for these grants and carve-outs, built once while it holds.
-
-        The protected paths are looked for on every run; the expansion into rules (and
-        the ruleset) is reused for as long as the same carve-outs exist and no directory
-        it listed has changed.
-        """
-        settings = self.settings
-        every = abi.FS_ALL
-        keep, _ = (
-            protected.scan(
-                writable, settings.scan_limit, setting="plugins.settings.landlock.scan_limit"
-            )
-            if writable
-            else ([], 0)
-        )
-        cache = seccomp.cache_path(
-            network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
-        )
-        keep += [sys.prefix, sys.base_prefix]
-        if cache is not None:
-            keep.append(os.path.dirname(cache))
-        masked = [*PRIVATE_DIRS, *settings.deny_read, *protected.socket_paths(os.environ)]
-        for home in protected.homes(spec.env, os.environ):
-            masked.append(os.path.join(home, ".cache"))
-            masked += [os.path.join(home, name) for name in protected.CREDENTIAL_STORES]
-        grants = [("/", abi.FS_READ), (self._scratch_parent(), every)]
-        grants += [(root, every) for root in writable]
-        grants += list(DEVICES.items())
-        carveouts = [(p, every & ~MASKED_KEEPS) for p in masked if os.path.lexists(p)]
-        carveouts += [(p, every & ~abi.FS_READ) for p in keep if os.path.lexists(p)]
-        key = (level, tuple(grants), tuple(carveouts))
-        with self._lock:
-            cached = self._bases.get(key)
-            if cached is not None and cached.fresh():
-                return cached
-            listed: list[str] = []
-            rules = expand(grants, carveouts, listed)
-            stamps = tuple((d, os.stat(d).st_mtime_ns) for d in listed)
-            base = _Base(_ruleset(level, rules), tuple(rules), stamps)
-            if cached is not None:
-                os.close(cached.fd)  # each plan holds its own duplicate
-            if len(self._bases) >= _MAX_BASES and key not in self._bases:
-                _, oldest = self._bases.popitem()
-                os.close(oldest.fd)
-            self._bases[key] = base
-            return base
-
-    def _take_scratch(self) -> str:
-        """An empty scratch directory of this run's own: a spare one, or a new one."""
-        with self._lock:
-            if self._spare:
-                return self._spare.pop()
-        return tempfile.mkdtemp(prefix="run-", dir=self._scratch_parent())
-
-    def _give_back(self, scratch: str) -> None:
-        """Keep an emptied scratch directory for the next run; its inode is never shared
-        by two runs at once, and nothing of one run is left for the next."""
-        try:
-            with os.scandir(scratch) as entries:
-                empty = next(entries, None) is None
-        except OSError:
-            return
-        if not empty:
-            shutil.rmtree(scratch, ignore_errors=True)
-            return
-        with self._lock:
-            if len(self._spare) < _MAX_SPARE:
-                self._spare.append(scratch)
-                return
-        with contextlib.suppress(OSError):
-            os.rmdir(scratch)
-
-    def _scratch_parent(self) -> str:
-        """This provider's directory of run scratch directories (made once, removed at exit)."""
-        with self._lock:
-            if self._scratch is None:
-                self._scratch = tempfile.mkdtemp(prefix="stockade-landlock-")
-                weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
-            return self._scratch
+        self.engine.release(plan)
 
 
-def _top_ruleset(level: int, writable: list[str], scratch: str) -> int:
-    """This run's own layer: writes only, to its writable roots, devices and scratch."""
-    writes = abi.fs_rights(level) & ~abi.FS_READ & ~abi.FS_IOCTL_DEV
-    fd = abi.create_ruleset(level, fs=writes)
+def __getattr__(name: str) -> object:
+    """``missing_at``, ``Prepared`` and the rest still answer here, from the engine."""
+    from . import engine
+
     try:
-        for path in (*writable, scratch):
-            abi.add_path_rule(fd, path, writes)
-        for device, access in DEVICES.items():
-            if access & writes and os.path.exists(device):
-                abi.add_path_rule(fd, device, access & writes & abi.FS_FILE)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _ruleset(level: int, rules: list[Rule]) -> int:
-    handled = abi.fs_rights(level)
-    fd = abi.create_ruleset(level, fs=handled, net=abi.net_rights(level), scoped=abi.scopes(level))
-    try:
-        for rule in rules:
-            access = rule.access & handled
-            if access:
-                abi.add_path_rule(fd, rule.path, access)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-
-class _Filter:
-    """A BPF program laid out for ``seccomp(2)`` once, so installing it costs one call."""
-
-    def __init__(self, program: bytes) -> None:
-        self._buffer = ctypes.create_string_buffer(program, len(program))
-        self._prog = _SockFprog(len(program) // 8, ctypes.cast(self._buffer, ctypes.c_void_p))
-
-    def load(self) -> None:
-        """Install it on the calling thread (``no_new_privs`` must be set)."""
-        rc = abi.libc().syscall(_SYS_SECCOMP, _SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(self._prog))
-        if rc != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"seccomp(SET_MODE_FILTER): {os.strerror(err)}")
-
-
-_filters: dict[bytes, _Filter] = {}
-
-
-def _load_filter(program: bytes) -> None:
-    """Install the BPF ``program`` on the calling thread (``no_new_privs`` must be set)."""
-    loaded = _filters.get(program)
-    if loaded is None:
-        loaded = _filters.setdefault(program, _Filter(program))
-    loaded.load()
+        return getattr(engine, name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
