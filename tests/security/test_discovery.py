@@ -94,7 +94,7 @@ def test_only_root_owned_system_directories_are_trusted(box):
 def test_no_working_bwrap_fails_closed(make_host, box, monkeypatch, tmp_path):
     broken = tmp_path / "bwrap"
     broken.write_text(
-        "#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n"
+        "#!/bin/sh\necho 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
     )
     broken.chmod(0o755)
     monkeypatch.setattr(discover, "candidates", lambda: [(str(broken), "system")])

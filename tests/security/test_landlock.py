@@ -53,7 +53,7 @@ def test_where_namespaces_are_refused_auto_picks_landlock_and_stays_confined(box
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["bwrap"][0] is False, out  # bubblewrap really could not start here
-    assert "namespace" in out["bwrap"][1]
+    assert "user namespaces are blocked here" in out["bwrap"][1], out["bwrap"][1]
     assert (out["provider"], out["enforcement"]) == ("landlock", "full")
     assert out["exit"] != 0 and box.canary not in out["out"]
 
@@ -183,3 +183,15 @@ def test_doctor_shows_the_fallback_and_why(box):
     mode = next(m for m in report["modes"] if m["name"] == "workspace-write")
     assert mode["ok"], mode
     assert mode["detail"].startswith("sandbox landlock (fallback: bubblewrap cannot run:"), mode
+
+
+def test_unix_sockets_below_abi_6_are_listed_as_missing(make_host, box):
+    settings = {"landlock": {"max_abi": 5, "accept_partial": True, "unix_sockets": True}}
+    host = make_host(
+        allow_all=True, config=Config(sandbox="landlock", plugins=PluginsConfig(settings=settings))
+    )
+    result = host.run(box.request(["true"]))
+    assert result.sandbox.missing == (
+        "signals to processes outside the sandbox (ABI 6)",
+        "abstract Unix sockets outside the sandbox (ABI 6)",
+    )

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from .conftest import PYTHON
 
 
@@ -80,6 +82,7 @@ def test_make_and_pipes(host, box):
     assert (box.ws / "out.txt").read_text() == "c\nb\na\n"
 
 
+@pytest.mark.sandboxes("bubblewrap")  # bwrap's own facts: runner_failed comes from it
 def test_cli_reports_the_facts_in_json(box):
     env = {**os.environ, "HOME": str(box.home), "XDG_CONFIG_HOME": str(box.root / "cfg")}
     env.pop("STOCKADE_CONFIG", None)

@@ -136,3 +136,17 @@ def test_no_core_dumps(make_host, box):
     host = _host(make_host, box.sandbox)
     result = _run(host, box, ["sh", "-c", "ulimit -c; ulimit -Hc"])
     assert result.stdout.text == "0\n0\n", result.stdout.text
+
+
+def test_a_process_limit_root_cannot_have_is_refused(make_host, box, monkeypatch):
+    """Where neither RLIMIT_NPROC (root) nor a pids cgroup can hold it, nothing runs."""
+    from stockade.errors import Unsupported
+    from stockade_local import limits
+
+    if not limits.root_exempt():
+        monkeypatch.setattr(limits, "root_exempt", lambda: True)  # as root would be
+    monkeypatch.setattr(limits, "PIDS_V1", str(box.root / "no-cgroup-here"))
+    host = _host(make_host, box.sandbox, processes=40)
+    with pytest.raises(Unsupported, match="cannot be enforced for root"):
+        _run(host, box, ["touch", str(box.ws / "ran")])
+    assert not (box.ws / "ran").exists()

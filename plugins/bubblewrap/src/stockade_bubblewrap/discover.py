@@ -208,6 +208,7 @@ def _try(path: str, origin: str) -> Bwrap:
 
 
 def _explain(reason: str) -> str:
-    if "setting up uid map" in reason or "No permissions to create" in reason:
+    # bwrap 0.11 says "No permissions to creating new namespace"; older ones "... create".
+    if "setting up uid map" in reason or "No permissions to creat" in reason:
         return f"{reason}: user namespaces are blocked here (try the landlock sandbox)"
     return reason

@@ -64,8 +64,12 @@ _MAX_BASES = 16  # cached base rulesets per provider (one per workspace and mode
 _MAX_SPARE = 8  # emptied scratch directories kept for the next runs
 
 
-def missing_at(level: int) -> tuple[str, ...]:
-    """What Landlock ABI ``level`` cannot enforce that this provider promises."""
+def missing_at(level: int, *, unix_sockets: bool = False) -> tuple[str, ...]:
+    """What Landlock ABI ``level`` cannot enforce that this provider promises.
+
+    With ``unix_sockets`` the seccomp filter lets ``socket(AF_UNIX)`` through, so below
+    ABI 6 nothing keeps the command from abstract sockets outside the sandbox.
+    """
     missing = []
     if level < 3:
         missing.append("truncate of files outside the writable roots (ABI 3)")
@@ -73,6 +77,8 @@ def missing_at(level: int) -> tuple[str, ...]:
         missing.append("device ioctls (ABI 5)")
     if level < FULL_ABI:
         missing.append("signals to processes outside the sandbox (ABI 6)")
+        if unix_sockets:
+            missing.append("abstract Unix sockets outside the sandbox (ABI 6)")
     return tuple(missing)
 
 
@@ -169,7 +175,7 @@ class Engine:
                 "Landlock is not enabled in this kernel",
                 hint="run `stockade doctor`; boot with lsm=...,landlock or use bubblewrap",
             )
-        missing = missing_at(level)
+        missing = missing_at(level, unix_sockets=self.settings.unix_sockets)
         if missing and not self.settings.accept_partial:
             raise SandboxUnavailable(
                 f"Landlock ABI {level} cannot enforce: {'; '.join(missing)}",

@@ -5,8 +5,9 @@ shell, feed stdin, drain stdout and stderr into bounded captures, wait on a pidf
 leader, and on timeout or abort SIGTERM the group (a sandbox runner's descendants instead,
 when ``plan.runner``) then SIGKILL the group after the grace. When the leader is gone,
 whatever it left (group members, daemons that left the group) is swept, and only then are
-the pipes drained to their end. Everything happens on the calling thread with ``poll``; no
-helper thread per run.
+the pipes drained to their end. Everything happens on the calling thread with ``poll``; the
+only helper thread is the one that spawns a plan with ``restrict`` (or a cgroup to join),
+and it ends at the spawn.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ class LocalExecutor(Executor):
             launcher = limits.prlimit()
             if launcher is None:
                 raise Unsupported(
-                    "resource limits need util-linux's prlimit, which is not installed here",
+                    "resource limits need util-linux's prlimit, owned by root in /usr/bin or "
+                    "/bin; there is none here",
                     hint="install util-linux, or drop the limits (--memory-mb, [limits])",
                     details={"option": "limits"},
                 )
@@ -88,6 +90,14 @@ class LocalExecutor(Executor):
         cgroup = None
         if plan.limits.processes is not None and limits.root_exempt():
             cgroup = limits.PidsCgroup.make(run_id, plan.limits.processes)
+            if cgroup is None:  # the kernel would ignore RLIMIT_NPROC: refuse, never pretend
+                raise Unsupported(
+                    "a process limit cannot be enforced for root here: the kernel exempts "
+                    "root from RLIMIT_NPROC and no cgroup v1 pids hierarchy is writable",
+                    hint="drop limits.processes, run Stockade as an ordinary user, or make "
+                    "/sys/fs/cgroup/pids writable",
+                    details={"option": "processes"},
+                )
         try:
             outcome = self._run(plan, run_id, cgroup, abort)
         finally:

@@ -13,9 +13,8 @@ What the kernel does with them:
 - ``memory_mb``: ``RLIMIT_AS``, the address space of each process. An allocation past it
   fails (``MemoryError``, ``ENOMEM``); nothing is killed.
 - ``processes``: ``RLIMIT_NPROC``. The kernel counts every process of the user, not only the
-  command's, and never limits root (uid 0), not even without capabilities. Inside a
-  bubblewrap sandbox an ordinary user is counted in the sandbox's own user namespace, so the
-  limit holds for the sandbox alone.
+  command's (inside a bubblewrap sandbox too: the user's processes outside count), and never
+  limits root (uid 0), not even without capabilities; for root, see below.
 - ``file_size_mb``: ``RLIMIT_FSIZE``: a longer write gets ``SIGXFSZ``.
 - ``cpu_seconds``: ``RLIMIT_CPU`` per process: ``SIGKILL`` when it is used up.
 
