@@ -74,8 +74,10 @@ def test_a_process_limit_holds_for_users_and_for_root(make_host, box):
         assert "processes by a pids cgroup" in LocalExecutor.probe().detail
     host = _host(make_host, box.sandbox, processes=40)
     result = _run(host, box, [PYTHON, "-S", "-c", FORK_200], timeout=30)
+    said = (result.exit_code, result.signal, result.stdout.text, result.stderr.text[-2000:])
+    assert result.stdout.text.startswith("forked "), said
     forked = int(result.stdout.text.split()[1])
-    assert forked < 40, result.stdout.text
+    assert forked < 40, said
     assert "Resource temporarily unavailable" in result.stderr.text
     assert result.limit_hit == "processes"
     parent = f"{limits.PIDS_V1}/stockade"
