@@ -152,3 +152,35 @@ def test_a_process_limit_root_cannot_have_is_refused(make_host, box, monkeypatch
     with pytest.raises(Unsupported, match="cannot be enforced for root"):
         _run(host, box, ["touch", str(box.ws / "ran")])
     assert not (box.ws / "ran").exists()
+
+
+def test_a_command_that_dies_with_its_parent_survives_a_spawning_thread(make_host, box):
+    """bwrap's --die-with-parent (PR_SET_PDEATHSIG) counts the thread that forked it: the
+    spawning thread of a restricted or cgroup run must live as long as the run."""
+    host = _host(make_host, box.sandbox, processes=40)
+    script = (
+        "import ctypes, signal, time\n"
+        "ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+        "time.sleep(0.3)\nprint('alive')"
+    )
+    for _ in range(10):
+        result = _run(host, box, [PYTHON, "-S", "-c", script])
+        assert (result.exit_code, result.stdout.text) == (0, "alive\n"), result
+
+
+def test_the_spawning_thread_lives_as_long_as_the_run(make_host, box):
+    import threading
+
+    host = _host(make_host, box.sandbox, processes=40)
+    (box.ws / "work").mkdir()
+    runner = threading.Thread(
+        target=_run, args=(host, box, ["sh", "-c", "touch work/started; sleep 1"])
+    )
+    runner.start()
+    try:
+        assert procs.wait_until((box.ws / "work" / "started").exists, timeout=10)
+        names = [t.name for t in threading.enumerate() if t.is_alive()]
+        assert "stockade-spawner" in names, names
+    finally:
+        runner.join()
+    assert "stockade-spawner" not in [t.name for t in threading.enumerate()]

@@ -123,7 +123,7 @@ class LocalExecutor(Executor):
         self._warden.watch(run_id)
         start = time.monotonic()
         try:
-            proc = self._spawn(plan, env, cgroup)
+            proc, spawner = self._spawn(plan, env, cgroup)
         except BaseException:
             reaper.end_run(run_id)
             self._warden.release(run_id)
@@ -138,18 +138,21 @@ class LocalExecutor(Executor):
                 raise
             return watch.wait()
         finally:
+            if spawner is not None:
+                spawner.finish()  # only now: the forking thread's end is a parent death
             reaper.end_run(run_id)
             self._warden.release(run_id)
 
     def _spawn(
         self, plan: LaunchPlan, env: dict[str, str], cgroup: limits.PidsCgroup | None
-    ) -> subprocess.Popen[bytes]:
+    ) -> tuple[subprocess.Popen[bytes], _Spawner | None]:
         if self._reap:
             reaper.ensure_subreaper()
         try:
             if plan.restrict is None and cgroup is None:
-                return _popen(plan, env)
-            return _popen_restricted(plan, env, cgroup, plan.restrict)
+                return _popen(plan, env), None
+            spawner = _Spawner(plan, env, cgroup, plan.restrict)
+            return spawner.spawn(), spawner
         except FileNotFoundError:
             raise ProgramNotFound(
                 f"program not found: {plan.executable}",
@@ -197,44 +200,65 @@ def _popen(plan: LaunchPlan, env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
-def _popen_restricted(
-    plan: LaunchPlan,
-    env: dict[str, str],
-    cgroup: limits.PidsCgroup | None,
-    restrict: Callable[[], None] | None,
-) -> subprocess.Popen[bytes]:
-    """Spawn from a fresh thread that joins the run's cgroup and restricts itself, then ends.
+class _Spawner:
+    """A fresh thread that joins the run's cgroup, restricts itself, spawns, and then waits.
 
     Landlock, seccomp, ``no_new_privs`` and (cgroup v1) cgroup membership bind the calling
     thread and what it starts; the host's other threads never carry them, and no Python runs
-    in the forked child.
+    in the forked child. The thread stays parked until the run is over: the kernel counts a
+    child's parent death (``PR_SET_PDEATHSIG``, bwrap's ``--die-with-parent``) from the
+    thread that forked it, so a thread that ended at once would kill such a command.
     """
-    box: dict[str, Any] = {}
 
-    def spawn() -> None:
-        try:
-            if cgroup is not None:
-                cgroup.join()  # first: a restricted thread could not write to the cgroup
-            if restrict is not None:
-                restrict()
-        except Exception as error:  # noqa: BLE001 - handed to the caller as a refusal
-            box["error"] = SandboxUnavailable(
-                f"the sandbox could not be applied to the spawning thread: {error}",
-                hint="run `stockade doctor`; nothing was started",
-            )
-            return
-        try:
-            box["proc"] = _popen(plan, env)
-        except BaseException as error:  # noqa: BLE001 - handed to the caller, re-raised there
-            box["error"] = error
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        env: dict[str, str],
+        cgroup: limits.PidsCgroup | None,
+        restrict: Callable[[], None] | None,
+    ) -> None:
+        self._plan, self._env, self._cgroup, self._restrict = plan, env, cgroup, restrict
+        self._spawned = threading.Event()
+        self._done = threading.Event()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, name="stockade-spawner", daemon=True)
 
-    thread = threading.Thread(target=spawn, name="stockade-restricted-spawn", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    proc: subprocess.Popen[bytes] = box["proc"]
-    return proc
+    def spawn(self) -> subprocess.Popen[bytes]:
+        """Start the process from the thread; raise what the thread could not do."""
+        self._thread.start()
+        self._spawned.wait()
+        if self._error is not None or self._proc is None:
+            self.finish()
+            raise self._error or RuntimeError("the spawning thread started nothing")
+        return self._proc
+
+    def finish(self) -> None:
+        """Let the thread end (the run is over)."""
+        self._done.set()
+        self._thread.join()
+
+    def _work(self) -> None:
+        try:
+            try:
+                if self._cgroup is not None:
+                    self._cgroup.join()  # first: a restricted thread could not write there
+                if self._restrict is not None:
+                    self._restrict()
+            except Exception as error:  # noqa: BLE001 - handed to the caller as a refusal
+                self._error = SandboxUnavailable(
+                    f"the sandbox could not be applied to the spawning thread: {error}",
+                    hint="run `stockade doctor`; nothing was started",
+                )
+                return
+            try:
+                self._proc = _popen(self._plan, self._env)
+            except BaseException as error:  # noqa: BLE001 - re-raised by spawn()
+                self._error = error
+                return
+        finally:
+            self._spawned.set()
+        self._done.wait()
 
 
 def _abandon(proc: subprocess.Popen[bytes], sweep: Callable[[], None]) -> None:
