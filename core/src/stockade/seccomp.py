@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import os
 import platform
@@ -116,6 +117,7 @@ def allowed_families(*, network: bool, unix: bool = False) -> tuple[int, ...]:
     return tuple(sorted(families))
 
 
+@functools.cache
 def policy_digest(*, network: bool, unix: bool = False) -> str:
     """A digest of the policy as data, with the machine and this module's version."""
     text = repr(

@@ -59,8 +59,8 @@ def build(
         host_env: the host's environment (to find its home and sockets).
         extra_writable: more writable roots from configuration.
         deny_read: more paths to mask.
-        keep_read_only: paths to keep read-only if they lie in a writable root (the host's
-            own installation, the bwrap binary).
+        keep_read_only: resolved paths to keep read-only if they lie in a writable root
+            (the host's own installation, the bwrap binary, the seccomp cache).
         scan_limit: directories to visit at most looking for protected paths.
 
     Raises:
@@ -82,9 +82,8 @@ def build(
         if writable
         else ([], 0)
     )
-    for path in keep_read_only:
-        real = os.path.realpath(path)
-        if os.path.exists(real) and paths.inside(real, writable):
+    for real in keep_read_only:  # resolved by the caller
+        if paths.inside(real, writable) and os.path.exists(real):
             protected.append(real)
     for path in protected:
         args += ["--ro-bind", path, path]

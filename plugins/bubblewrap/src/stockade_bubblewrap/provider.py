@@ -12,6 +12,7 @@ would be readable by every user in ``/proc/*/cmdline``. Only the command follows
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import sys
 from collections.abc import Mapping
@@ -85,9 +86,12 @@ class BubblewrapSandbox(SandboxProvider):
             cache = seccomp.cache_path(
                 network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
             )
-            keep = [sys.prefix, sys.base_prefix, os.path.dirname(bwrap.path)]
-            if cache is not None:
-                keep.append(os.path.dirname(cache))
+            keep = _resolved(
+                sys.prefix,
+                sys.base_prefix,
+                os.path.dirname(bwrap.path),
+                os.path.dirname(cache) if cache is not None else sys.prefix,
+            )
             plan_layout = layout.build(
                 mode=spec.mode,
                 cwd=spec.cwd,
@@ -132,6 +136,13 @@ class BubblewrapSandbox(SandboxProvider):
         if looks_denied(outcome):
             return attrs.evolve(facts, denied=True)
         return facts
+
+
+@functools.lru_cache(maxsize=16)
+def _resolved(*paths: str) -> tuple[str, ...]:
+    """The host's own paths, resolved once per process: no command can move them (each is
+    kept read-only inside every sandbox that could reach it)."""
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
 
 
 def _filter_fd(settings: Settings) -> int:
