@@ -182,3 +182,17 @@ def test_a_recorder_dying_after_the_run_gives_one_json_document(monkeypatch, cap
     assert document["error"]["code"] == "recorder_failed"
     assert document["result"]["stdout"]["text"] == "hi\n"
     assert document["result"]["exit_code"] == 0
+
+
+def test_classify_says_the_class_and_why_and_runs_nothing(tmp_path):
+    done = cli("classify", "--json", "--", "git", "push", "--force")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["kind"] == "destroys"
+    assert "git push --force" in result["reasons"][0]
+    assert result["by"] == ["builtin-classifier"]
+    canary = tmp_path / "canary"
+    plain = cli("classify", "--", "touch", str(canary))
+    assert plain.stdout.strip() == "writes: touch is listed as writes"
+    assert not canary.exists()
+    assert cli("classify").returncode == 125

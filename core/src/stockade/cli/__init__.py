@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
 
+    classify = commands.add_parser("classify", help="say what a command may affect (runs nothing)")
+    classify.add_argument("--json", action="store_true", help="print the classification as JSON")
+    classify.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
+
     plugins = commands.add_parser("plugins", help="list the installed plugins")
     plugins.add_argument("--json", action="store_true")
     doctor = commands.add_parser("doctor", help="say what works on this machine and why not")
@@ -81,6 +85,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .run import run_command
 
         return run_command(args, parser)
+    if args.command == "classify":
+        from .classify import classify_command
+
+        return classify_command(args, parser)
     if args.command == "plugins":
         from .plugins import plugins_command
 
