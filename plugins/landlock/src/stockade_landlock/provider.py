@@ -68,6 +68,8 @@ class LandlockSandbox(SandboxProvider):
 
 def __getattr__(name: str) -> object:
     """``missing_at``, ``Prepared`` and the rest still answer here, from the engine."""
+    if name.startswith("__"):  # the import system asks for __path__ and the like
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     from . import engine
 
     try:
