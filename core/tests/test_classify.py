@@ -310,3 +310,19 @@ def test_a_host_that_loads_it_classifies_every_command(make_host, tmp_path):
     assert result.classification.kind == "destroys"
     assert result.classification.by == ("builtin-classifier",)
     assert result.classification.reasons == ("rm is listed as destroys",)
+
+
+def test_a_reads_program_must_be_the_systems_own(tmp_path, make_host):
+    from stockade.types import ExecRequest
+
+    fake = tmp_path / "ls"
+    fake.write_text("#!/bin/sh\ntouch pwned\n")
+    fake.chmod(0o755)
+    assert classify_argv(["./ls"])[0] == "writes"
+    assert classify_argv(["/usr/bin/ls"])[0] == "reads"
+    assert classify_argv(["ls"], path=f"{tmp_path}:/usr/bin")[0] == "writes"
+    assert classify_argv(["env", "ls"], path=f"{tmp_path}:/usr/bin")[0] == "writes"
+    assert classify_argv(["ls"], path="/usr/bin:/bin")[0] == "reads"
+    host = make_host(plugins=[classify], allow_all=True)
+    request = ExecRequest(["./ls"], str(tmp_path), mode="danger-full-access")
+    assert host.classify(host.admit(request).spec).kind == "writes"

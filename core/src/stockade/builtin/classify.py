@@ -274,7 +274,7 @@ def _find(args: Sequence[str]) -> Verdict:
                 inner = inner[: inner.index(";")]
             elif "+" in inner:
                 inner = inner[: inner.index("+")]
-            kind, why = classify_argv([*inner] or ["?"])
+            kind, why = _classify([*inner] or ["?"])
             kind = _max(kind, "writes")
             return kind, f"find {action} runs a command for each match ({why})"
     if any(a in args for a in ("-fprint", "-fprint0", "-fprintf", "-fls")):
@@ -554,8 +554,47 @@ def _max(a: Kind, b: Kind) -> Kind:
     return a if _SEVERITY[a] >= _SEVERITY[b] else b
 
 
-def classify_argv(argv: Sequence[str], extra: Mapping[str, Rule] | None = None) -> Verdict:
-    """The class of ``argv`` and the reason, with ``extra`` rules taking precedence."""
+SYSTEM_DIRS = frozenset(
+    {"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"}
+)
+
+
+def classify_argv(
+    argv: Sequence[str],
+    extra: Mapping[str, Rule] | None = None,
+    *,
+    path: str | None = None,
+) -> Verdict:
+    """The class of ``argv`` and the reason, with ``extra`` rules taking precedence.
+
+    The table knows programs by name, so ``reads`` is given only to one that is what its
+    name says: named bare (found on ``path``, the command's ``PATH``, when given) or by a
+    path, in a system directory. ``./ls`` in a workspace, or an ``ls`` that ``PATH`` finds
+    in one, could be anything: it counts as ``writes``.
+    """
+    kind, why = _classify(argv, extra)
+    if kind == "reads":
+        inner = _unwrap(argv)[0]
+        if inner and not _trusted_name(inner[0], path):
+            return (
+                "writes",
+                f"{inner[0]} is not the system's {_base(inner[0])}, so it counts as writes",
+            )
+    return kind, why
+
+
+def _trusted_name(name: str, path: str | None) -> bool:
+    import shutil
+
+    if "/" in name:
+        return os.path.dirname(os.path.normpath(name)) in SYSTEM_DIRS
+    if path is None:
+        return True
+    found = shutil.which(name, path=path)
+    return found is None or os.path.dirname(found) in SYSTEM_DIRS
+
+
+def _classify(argv: Sequence[str], extra: Mapping[str, Rule] | None = None) -> Verdict:
     inner, wrappers = _unwrap(argv)
     through = f" (through {' '.join(wrappers)})" if wrappers else ""
     if not inner:
@@ -582,7 +621,7 @@ def _interpreter(name: str, args: Sequence[str], extra: Mapping[str, Rule] | Non
     if name == "python" and args[:1] == ["-m"] and args[1:2]:
         module = args[1]
         if module in RULES or module in READS | WRITES | NETWORK | DESTROYS:
-            kind, why = classify_argv([module, *args[2:]], extra)
+            kind, why = _classify([module, *args[2:]], extra)
             return kind, f"python -m {module}: {why}"
         return "writes", f"python -m {module} runs a module"
     return "writes", f"{name} runs a script, which may change anything"
@@ -606,5 +645,7 @@ def _listed(name: str, through: str) -> Verdict:
 @hookimpl
 def stockade_classify(spec: ExecSpec) -> Classification:
     """Classify ``spec.argv`` with the built-in table (see the module docstring)."""
-    kind, why = classify_argv(spec.argv)
+    kind, why = classify_argv(spec.argv, path=spec.env.get("PATH", ""))
+    if kind == "reads" and os.path.dirname(spec.program) not in SYSTEM_DIRS:
+        kind, why = "writes", f"{spec.program} is not in a system directory, so it counts as writes"
     return Classification(kind, (why,), by=(NAME,))
