@@ -158,7 +158,12 @@ class Engine:
                 False, f"Landlock ABI {level}; but the seccomp filter cannot be built: {why}"
             )
         missing = missing_at(level)
-        gaps = f"; partial: no {', no '.join(missing)}" if missing else ""
+        gaps = (
+            f"; partial: no {', no '.join(missing)} (runs need "
+            "plugins.settings.landlock.accept_partial = true)"
+            if missing
+            else ""
+        )
         return Probe(True, f"Landlock ABI {level}{gaps}")
 
     def level(self) -> int:
