@@ -70,6 +70,25 @@ def socket_paths(host_env: Mapping[str, str]) -> list[str]:
     return [p for p in paths if p and os.path.isabs(p)]
 
 
+def writable_roots(roots: Iterable[str]) -> list[str]:
+    """``roots`` resolved, existing directories only, each once; ``/`` is refused.
+
+    Raises:
+        SandboxUnavailable: a root is ``/``, which would make every file writable.
+    """
+    writable: list[str] = []
+    for root in roots:
+        real = os.path.realpath(root)
+        if real == "/":
+            raise SandboxUnavailable(
+                "refusing / as a writable root: it would make every file writable",
+                hint="name a project directory as the workspace",
+            )
+        if os.path.isdir(real) and real not in writable:
+            writable.append(real)
+    return writable
+
+
 def inside(path: str, roots: Iterable[str]) -> bool:
     """Whether ``path`` is one of ``roots`` or lies beneath one."""
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)

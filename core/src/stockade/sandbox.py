@@ -9,6 +9,7 @@ any spec it cannot confine as asked: it never degrades to an unconfined run.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -32,6 +33,24 @@ def looks_denied(outcome: ProcessOutcome) -> bool:
     if outcome.exit_code == 0 or (outcome.exit_code is None and outcome.signal is None):
         return False
     return any(signature in outcome.stderr.text for signature in DENIAL_SIGNATURES)
+
+
+def sealed_memfd(name: str, data: bytes) -> int:
+    """A close-on-exec memfd holding ``data``, sealed against change, at offset 0.
+
+    For what a provider hands its runner by descriptor (options, a BPF program): no process
+    that shares it can write, grow or shrink it.
+    """
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    try:
+        os.write(fd, data)
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class SandboxProvider(ABC):

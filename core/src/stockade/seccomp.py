@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import functools
 import hashlib
 import os
@@ -28,6 +27,9 @@ import platform
 import stat
 import threading
 from typing import Any
+
+from .errors import SandboxUnavailable
+from .sandbox import sealed_memfd
 
 # syscall -> why it is refused (EPERM). Shown in the docs; keep the reasons short.
 DENIED: dict[str, str] = {
@@ -234,25 +236,33 @@ def unavailable(cache_dir: str | None = None) -> str | None:
     try:
         bpf_program(network=False, cache_dir=cache_dir)
     except ImportError as error:
-        return f"pyseccomp is not installed ({error}); install stockade[seccomp]"
+        return f"{_missing(error)}; install stockade[seccomp]"
     except OSError as error:
-        return f"libseccomp cannot be loaded ({error}); install libseccomp2"
+        return f"{_missing(error)}; install libseccomp2"
     return None
 
 
-def program_fd(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> int:
-    """A fresh descriptor (offset 0) holding the BPF program, for one runner to read."""
-    program = bpf_program(network=network, unix=unix, cache_dir=cache_dir)
-    fd = os.memfd_create("stockade-seccomp", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+def required(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> bytes:
+    """:func:`bpf_program`, or ``SandboxUnavailable`` saying what is missing."""
     try:
-        os.write(fd, program)
-        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)  # no process sharing it can change it
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return bpf_program(network=network, unix=unix, cache_dir=cache_dir)
+    except (ImportError, OSError) as error:
+        raise SandboxUnavailable(
+            f"the seccomp filter cannot be built: {_missing(error)}",
+            hint="install stockade[seccomp] and the system's libseccomp2",
+        ) from None
+
+
+def _missing(error: ImportError | OSError) -> str:
+    if isinstance(error, ImportError):
+        return f"pyseccomp is not installed ({error})"
+    return f"libseccomp cannot be loaded ({error})"
+
+
+def program_fd(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> int:
+    """A fresh sealed descriptor (offset 0) holding the BPF program, for one runner to read."""
+    program = bpf_program(network=network, unix=unix, cache_dir=cache_dir)
+    return sealed_memfd("stockade-seccomp", program)
 
 
 def default_cache_dir() -> str:

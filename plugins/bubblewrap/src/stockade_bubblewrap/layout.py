@@ -14,7 +14,6 @@ from collections.abc import Iterable, Mapping
 from attrs import frozen
 
 from stockade import protected as paths
-from stockade.errors import SandboxUnavailable
 
 # Where host sockets and shared scratch live: replaced by private, empty tmpfs.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")  # noqa: S108 - masked
@@ -72,7 +71,9 @@ def build(
     for private in PRIVATE_DIRS:
         if os.path.isdir(private) and not os.path.islink(private):
             args += ["--tmpfs", private]
-    writable = _writable_roots(workspace, extra_writable) if mode == "workspace-write" else []
+    writable = (
+        paths.writable_roots((workspace, *extra_writable)) if mode == "workspace-write" else []
+    )
     if workspace not in writable:
         args += ["--ro-bind", workspace, workspace]  # visible even under a private /tmp
     for root in writable:
@@ -98,20 +99,6 @@ def build(
         _mask(path, args, masked)
     args += ["--chdir", os.path.realpath(cwd)]
     return Layout(tuple(args), tuple(writable), tuple(protected), tuple(masked), scanned)
-
-
-def _writable_roots(workspace: str, extra: Iterable[str]) -> list[str]:
-    writable: list[str] = []
-    for root in (workspace, *extra):
-        real = os.path.realpath(root)
-        if real == "/":
-            raise SandboxUnavailable(
-                "refusing / as a writable root: it would make every file writable",
-                hint="name a project directory as the workspace",
-            )
-        if os.path.isdir(real) and real not in writable:
-            writable.append(real)
-    return writable
 
 
 def _mask(path: str, args: list[str], masked: list[str]) -> None:

@@ -11,7 +11,6 @@ would be readable by every user in ``/proc/*/cmdline``. Only the command follows
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 import sys
@@ -22,7 +21,7 @@ import attrs
 
 from stockade import seccomp
 from stockade.errors import SandboxUnavailable
-from stockade.sandbox import SandboxProvider, looks_denied
+from stockade.sandbox import SandboxProvider, looks_denied, sealed_memfd
 from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
 
 from . import discover, layout
@@ -81,7 +80,10 @@ class BubblewrapSandbox(SandboxProvider):
                 hint="run `stockade doctor`; install bubblewrap or stockade-landlock",
             )
         # The filter first: its cache directory then exists, and is kept read-only below.
-        filter_fd = _filter_fd(settings)
+        program = seccomp.required(
+            network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
+        )
+        filter_fd = sealed_memfd("stockade-seccomp", program)
         try:
             cache = seccomp.cache_path(
                 network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
@@ -108,7 +110,9 @@ class BubblewrapSandbox(SandboxProvider):
             args += ["--seccomp", str(filter_fd)]
             if _has_argv0(bwrap.version):
                 args += ["--argv0", spec.argv[0]]
-            args_fd = _sealed(args)
+            args_fd = sealed_memfd(
+                "stockade-bwrap-args", b"".join(a.encode() + b"\0" for a in args)
+            )
         except BaseException:
             os.close(filter_fd)
             raise
@@ -145,22 +149,6 @@ def _resolved(*paths: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
 
 
-def _filter_fd(settings: Settings) -> int:
-    """The seccomp program in a fresh memfd, or ``SandboxUnavailable`` saying what is missing."""
-    try:
-        return seccomp.program_fd(
-            network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
-        )
-    except ImportError as error:
-        why = f"pyseccomp is not installed ({error})"
-    except OSError as error:
-        why = f"libseccomp cannot be loaded ({error})"
-    raise SandboxUnavailable(
-        f"the seccomp filter cannot be built: {why}",
-        hint="install stockade[seccomp] and the system's libseccomp2",
-    )
-
-
 def _has_argv0(version: str) -> bool:
     """``--argv0`` came with bubblewrap 0.9.0."""
     try:
@@ -168,17 +156,3 @@ def _has_argv0(version: str) -> bool:
     except (ValueError, IndexError):
         return False
     return (major, minor) >= (0, 9)
-
-
-def _sealed(args: list[str]) -> int:
-    """A memfd holding ``args`` NUL-separated, sealed against change, positioned at the start."""
-    fd = os.memfd_create("stockade-bwrap-args", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-    try:
-        os.write(fd, b"".join(arg.encode() + b"\0" for arg in args))
-        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd

@@ -187,7 +187,11 @@ class Engine:
                 hint="set plugins.settings.landlock.accept_partial = true to run anyway",
                 details={"abi": level, "missing": list(missing)},
             )
-        program = self._program()
+        program = seccomp.required(
+            network=False,
+            unix=self.settings.unix_sockets,
+            cache_dir=self.settings.seccomp_cache,
+        )
         writable = self._writable(spec)
         base = self._base(level, spec, writable)
         scratch = self._take_scratch()
@@ -229,36 +233,11 @@ class Engine:
                     os.close(fd)
             self._give_back(owner.scratch)
 
-    def _program(self) -> bytes:
-        settings = self.settings
-        try:
-            return seccomp.bpf_program(
-                network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
-            )
-        except ImportError as error:
-            why = f"pyseccomp is not installed ({error})"
-        except OSError as error:
-            why = f"libseccomp cannot be loaded ({error})"
-        raise SandboxUnavailable(
-            f"the seccomp filter cannot be built: {why}",
-            hint="install stockade[seccomp] and the system's libseccomp2",
-        )
-
     def _writable(self, spec: ExecSpec) -> list[str]:
         """The writable roots of ``spec`` (none in ``read-only``), resolved."""
-        writable: list[str] = []
         if spec.mode != "workspace-write":
-            return writable
-        for root in (os.path.realpath(spec.cwd), *self.settings.writable_roots):
-            real = os.path.realpath(root)
-            if real == "/":
-                raise SandboxUnavailable(
-                    "refusing / as a writable root: it would make every file writable",
-                    hint="name a project directory as the workspace",
-                )
-            if os.path.isdir(real) and real not in writable:
-                writable.append(real)
-        return writable
+            return []
+        return protected.writable_roots((spec.cwd, *self.settings.writable_roots))
 
     def _base(self, level: int, spec: ExecSpec, writable: list[str]) -> _Base:
         """The shared ruleset for these grants and carve-outs, built once while it holds.
