@@ -31,6 +31,23 @@ PEERS = {
 }
 
 
+def timed_command(argv: list[str], env: dict[str, str], cwd: str) -> Callable[[], int]:
+    """A case for ``interleaved``: run ``argv`` silently, return its exit status."""
+
+    def call() -> int:
+        return subprocess.run(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        ).returncode
+
+    return call
+
+
 def plant_workspace(root: Path) -> Path:
     """A small but real workspace: a repository with a nested one and some files."""
     ws = root / "ws"
@@ -219,21 +236,9 @@ def bench_cli_bubblewrap(
         if proc.returncode != 0:
             raise SystemExit(f"bench: {name} failed ({proc.returncode}):\n{proc.stderr}")
 
-    def timed(argv: list[str]) -> Callable[[], int]:
-        def call() -> int:
-            return subprocess.run(
-                argv,
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                check=False,
-            ).returncode
-
-        return call
-
-    cases = interleaved({name: timed(argv) for name, argv in commands.items()}, runs, warmup)
+    cases = interleaved(
+        {name: timed_command(argv, env, cwd) for name, argv in commands.items()}, runs, warmup
+    )
     stockade_ms = cases["stockade"]["median"]
     peers = {
         peer: {

@@ -249,21 +249,11 @@ def bench_cli(venv: Path, runs: int, warmup: int, env: dict[str, str], cwd: str)
         if proc.returncode != 0:
             raise SystemExit(f"bench: {name} failed ({proc.returncode}):\n{proc.stderr}")
 
-    def timed(argv: list[str]) -> Callable[[], int]:
-        def call() -> int:
-            return subprocess.run(
-                argv,
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                check=False,
-            ).returncode
-
-        return call
-
-    cases = interleaved({name: timed(argv) for name, argv in commands.items()}, runs, warmup)
+    cases = interleaved(
+        {name: confined.timed_command(argv, env, cwd) for name, argv in commands.items()},
+        runs,
+        warmup,
+    )
     stockade_ms, python_ms = cases["stockade"]["median"], cases["python"]["median"]
     return {
         "runs": runs,

@@ -133,20 +133,7 @@ def test_a_process_flood_under_a_timeout_leaves_nothing_behind(make_host, box):
     result = _run(host, box, ["sh", "-c", script], timeout=4)
     assert result.timed_out
 
-    def left() -> list[int]:
-        needle = f"sleep\0{marker}".encode()
-        found = []
-        for name in os.listdir("/proc"):
-            if name.isdigit():
-                try:
-                    with open(f"/proc/{name}/cmdline", "rb") as f:
-                        if needle in f.read():
-                            found.append(int(name))
-                except OSError:
-                    pass
-        return found
-
-    assert procs.wait_until(lambda: not left(), timeout=10), len(left())
+    assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=10), procs.sleeping(marker)
 
 
 def test_no_core_dumps(make_host, box):
