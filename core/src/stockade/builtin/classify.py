@@ -36,6 +36,12 @@ Rule = Callable[[Sequence[str]], Verdict]
 
 _SEVERITY: dict[Kind, int] = {"reads": 0, "writes": 1, "network": 2, "destroys": 3}
 
+
+def _names(text: str) -> frozenset[str]:
+    """A set of program names, written as words."""
+    return frozenset(text.split())
+
+
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "fish", "ksh", "mksh", "csh", "tcsh", "ash"})
 # interpreter -> the options that give it code inline
 INLINE = {
@@ -54,181 +60,33 @@ INLINE = {
     "gawk": set(),
     "mawk": set(),
 }
-READS = frozenset(
-    [
-        "ls",
-        "cat",
-        "head",
-        "tail",
-        "wc",
-        "grep",
-        "egrep",
-        "fgrep",
-        "rg",
-        "ag",
-        "stat",
-        "file",
-        "diff",
-        "cmp",
-        "pwd",
-        "echo",
-        "printf",
-        "true",
-        "false",
-        "which",
-        "whereis",
-        "type",
-        "whoami",
-        "id",
-        "date",
-        "uname",
-        "hostname",
-        "printenv",
-        "du",
-        "df",
-        "tree",
-        "less",
-        "more",
-        "cut",
-        "tr",
-        "uniq",
-        "nl",
-        "jq",
-        "yq",
-        "md5sum",
-        "sha1sum",
-        "sha256sum",
-        "sha512sum",
-        "b2sum",
-        "cksum",
-        "realpath",
-        "basename",
-        "dirname",
-        "readlink",
-        "test",
-        "[",
-        "seq",
-        "expr",
-        "column",
-        "fold",
-        "rev",
-        "od",
-        "hexdump",
-        "xxd",
-        "strings",
-        "comm",
-        "join",
-        "paste",
-        "look",
-        "getconf",
-        "locale",
-        "nproc",
-        "free",
-        "uptime",
-        "ps",
-        "pgrep",
-        "lsof",
-        "env-show",
-        "man",
-        "info",
-        "help",
-        "tldr",
-    ]
+READS = _names(
+    """
+    ls cat head tail wc grep egrep fgrep rg ag stat file diff cmp pwd echo printf true false
+    which whereis type whoami id date uname hostname printenv du df tree less more cut tr
+    uniq nl jq yq md5sum sha1sum sha256sum sha512sum b2sum cksum realpath basename dirname
+    readlink test [ seq expr column fold rev od hexdump xxd strings comm join paste look
+    getconf locale nproc free uptime ps pgrep lsof env-show man info help tldr
+    """
 )
-WRITES = frozenset(
-    [
-        "cp",
-        "mv",
-        "mkdir",
-        "touch",
-        "tee",
-        "ln",
-        "chmod",
-        "chown",
-        "chgrp",
-        "install",
-        "patch",
-        "make",
-        "cmake",
-        "ninja",
-        "meson",
-        "gcc",
-        "cc",
-        "g++",
-        "clang",
-        "clang++",
-        "rustc",
-        "javac",
-        "tar",
-        "zip",
-        "unzip",
-        "gzip",
-        "gunzip",
-        "bzip2",
-        "xz",
-        "unxz",
-        "zstd",
-        "mktemp",
-        "pytest",
-        "tox",
-        "nox",
-        "ruff",
-        "black",
-        "isort",
-        "mypy",
-        "eslint",
-        "prettier",
-        "tsc",
-        "jest",
-        "vitest",
-        "mvn",
-        "gradle",
-        "bazel",
-        "ctest",
-        "go-test",
-        "mkfifo",
-        "split",
-        "csplit",
-    ]
+WRITES = _names(
+    """
+    cp mv mkdir touch tee ln chmod chown chgrp install patch make cmake ninja meson gcc cc
+    g++ clang clang++ rustc javac tar zip unzip gzip gunzip bzip2 xz unxz zstd mktemp pytest
+    tox nox ruff black isort mypy eslint prettier tsc jest vitest mvn gradle bazel ctest
+    go-test mkfifo split csplit
+    """
 )
-NETWORK = frozenset(
-    [
-        "curl",
-        "wget",
-        "ssh",
-        "scp",
-        "sftp",
-        "gh",
-        "nc",
-        "ncat",
-        "netcat",
-        "telnet",
-        "ftp",
-        "ping",
-        "traceroute",
-        "dig",
-        "nslookup",
-        "host",
-        "git-remote-http",
-        "http",
-        "https",
-        "aria2c",
-    ]
+NETWORK = _names(
+    """
+    curl wget ssh scp sftp gh nc ncat netcat telnet ftp ping traceroute dig nslookup host
+    git-remote-http http https aria2c
+    """
 )
-DESTROYS = frozenset(
-    [
-        "rm",
-        "rmdir",
-        "shred",
-        "dd",
-        "truncate",
-        "wipefs",
-        "fdisk",
-        "sfdisk",
-        "parted",
-        "unlink",
-        "srm",
-    ]
+DESTROYS = _names(
+    """
+    rm rmdir shred dd truncate wipefs fdisk sfdisk parted unlink srm
+    """
 )
 
 
@@ -395,30 +253,12 @@ _GIT_SPECIAL: dict[str, Rule] = {
 }
 
 
-_GIT_READS = frozenset(
-    [
-        "status",
-        "log",
-        "diff",
-        "show",
-        "blame",
-        "rev-parse",
-        "ls-files",
-        "ls-tree",
-        "cat-file",
-        "describe",
-        "shortlog",
-        "grep",
-        "reflog",
-        "show-ref",
-        "for-each-ref",
-        "name-rev",
-        "whatchanged",
-        "help",
-        "version",
-        "count-objects",
-        "check-ignore",
-    ]
+_GIT_READS = _names(
+    """
+    status log diff show blame rev-parse ls-files ls-tree cat-file describe shortlog grep
+    reflog show-ref for-each-ref name-rev whatchanged help version count-objects
+    check-ignore
+    """
 )
 _GIT_NETWORK = frozenset(["fetch", "pull", "clone", "ls-remote", "archive", "request-pull"])
 
