@@ -16,13 +16,19 @@ from stockade.errors import SandboxUnavailable
 
 pytestmark = pytest.mark.sandboxes("landlock")
 
-NO_NAMESPACES = """
+# The start of a child process where user namespaces are refused, as under a container's
+# seccomp profile: no_new_privs, then the shared policy, which refuses them.
+REFUSE_NAMESPACES = """
 import ctypes, json, sys
 from stockade import seccomp
 from stockade_landlock.engine import _load_filter
-libc = ctypes.CDLL(None, use_errno=True)
-assert libc.prctl(38, 1, 0, 0, 0) == 0  # no_new_privs, then a filter that refuses namespaces
+assert ctypes.CDLL(None).prctl(38, 1, 0, 0, 0) == 0
 _load_filter(seccomp.bpf_program(network=True, unix=True, cache_dir=""))
+"""
+
+NO_NAMESPACES = (
+    REFUSE_NAMESPACES
+    + """
 from stockade.config import Config
 from stockade.host import Host
 from stockade.testing import AllowAll
@@ -35,6 +41,7 @@ with Host(Config(), plugins=[AllowAll()]) as host:
                       "exit": result.exit_code, "out": result.stdout.text,
                       "enforcement": result.sandbox.enforcement}))
 """
+)
 
 
 def test_where_namespaces_are_refused_auto_picks_landlock_and_stays_confined(box):
@@ -154,15 +161,13 @@ def test_each_run_gets_an_empty_scratch_that_others_cannot_write(host, box):
         holder.join()
 
 
-DOCTOR_WITHOUT_NAMESPACES = """
-import ctypes, sys
-from stockade import seccomp
-from stockade_landlock.engine import _load_filter
-assert ctypes.CDLL(None).prctl(38, 1, 0, 0, 0) == 0
-_load_filter(seccomp.bpf_program(network=True, unix=True, cache_dir=""))
+DOCTOR_WITHOUT_NAMESPACES = (
+    REFUSE_NAMESPACES
+    + """
 from stockade.cli import main
 sys.exit(main(["doctor", "--json"]))
 """
+)
 
 
 def test_doctor_shows_the_fallback_and_why(box):
