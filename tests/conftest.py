@@ -18,6 +18,14 @@ FULL = "danger-full-access"
 """The only mode usable without a sandbox plugin."""
 
 
+@pytest.fixture(autouse=True)
+def _private_state(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Held steps go to a store of the test's own, never the user's.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 @pytest.fixture
 def host(make_host: Callable[..., Host]) -> Host:
     """A fresh allow-all host with the embedded configuration."""

@@ -6,3 +6,9 @@ import pytest
 @pytest.fixture(autouse=True)
 def _core_only(monkeypatch):
     monkeypatch.setenv("STOCKADE_DISABLE_PLUGINS", "bubblewrap,landlock")
+
+
+@pytest.fixture(autouse=True)
+def _private_state(monkeypatch, tmp_path_factory):
+    # Held steps go to a store of the test's own, never the user's.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

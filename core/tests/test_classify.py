@@ -48,6 +48,8 @@ CASES = {
         "dirname /a/b",
         "readlink -f f",
         "sed s/a/b/ f",
+        "git diff -Oorder.txt",
+        "git -C sub log -p",
         "sed -n 1p f",
         "sort f",
         "sort -u f",
@@ -86,6 +88,9 @@ CASES = {
         "/bin/cat f",
     ],
     "writes": [
+        "git log --output=pwned",
+        "git diff --output x",
+        "git show --output=f HEAD",
         "cp a b",
         "mv a b",
         "mkdir d",
@@ -190,6 +195,11 @@ CASES = {
         "find . -exec rm {} ;",
         "find . -execdir rm {} +",
         "git reset --hard",
+        "git -c core.fsmonitor=./x status",
+        "git -c diff.external=./x diff",
+        "git --config-env=core.pager=X log",
+        "git grep -Ovim x",
+        "git grep --open-files-in-pager=./x x",
         "git clean -f",
         "git clean -fd",
         "git push --force",
@@ -300,10 +310,10 @@ def test_an_unknown_program_is_never_reads(name, args):
     assert classify_argv([name, *args])[0] != "reads"
 
 
-def test_a_host_that_loads_it_classifies_every_command(make_host, tmp_path):
+def test_the_host_loads_it_and_classifies_every_command(make_host, tmp_path):
     from stockade.types import ExecRequest
 
-    host = make_host(plugins=[classify], allow_all=True)
+    host = make_host(allow_all=True)
     full = {"mode": "danger-full-access", "cwd": str(tmp_path)}
     assert host.classify(host.admit(ExecRequest(["ls"], **full)).spec).kind == "reads"
     result = host.run(ExecRequest(["rm", "-f", str(tmp_path / "nothing")], **full))
@@ -323,6 +333,6 @@ def test_a_reads_program_must_be_the_systems_own(tmp_path, make_host):
     assert classify_argv(["ls"], path=f"{tmp_path}:/usr/bin")[0] == "writes"
     assert classify_argv(["env", "ls"], path=f"{tmp_path}:/usr/bin")[0] == "writes"
     assert classify_argv(["ls"], path="/usr/bin:/bin")[0] == "reads"
-    host = make_host(plugins=[classify], allow_all=True)
+    host = make_host(allow_all=True)
     request = ExecRequest(["./ls"], str(tmp_path), mode="danger-full-access")
     assert host.classify(host.admit(request).spec).kind == "writes"

@@ -29,7 +29,14 @@ def cli(*args, env=None, **kw):
 
 def test_run_prints_output_and_passes_the_exit_status():
     done = cli(
-        "run", "--mode", "danger-full-access", "--", "sh", "-c", "echo out; echo err >&2; exit 7"
+        "run",
+        "--yes",
+        "--mode",
+        "danger-full-access",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 7",
     )
     assert (done.returncode, done.stdout, done.stderr) == (7, "out\n", "err\n")
 
@@ -38,6 +45,7 @@ def test_json_result_keys():
     done = cli(
         "run",
         "--json",
+        "--yes",
         "--mode",
         "danger-full-access",
         "--env",
@@ -106,7 +114,7 @@ def test_stockade_errors_have_their_exit_status(args, status, message):
 def test_timeout_signal_and_json_error_statuses():
     timed = cli("run", "--mode", "danger-full-access", "--timeout", "0.2", "--", "sleep", "5")
     assert timed.returncode == 124
-    killed = cli("run", "--mode", "danger-full-access", "--", "sh", "-c", "kill -9 $$")
+    killed = cli("run", "--yes", "--mode", "danger-full-access", "--", "sh", "-c", "kill -9 $$")
     assert killed.returncode == 128 + 9
     error = cli("run", "--json", "--", "true")
     assert error.returncode == 125

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stockade import hookimpl
+from stockade.config import Config, PluginsConfig
 from stockade.errors import (
     CredentialUnavailable,
     PolicyDenied,
@@ -18,18 +19,25 @@ from stockade.types import Classification, Decision, ExecRequest, PendingApprova
 UNCONFINED = {"mode": "danger-full-access"}
 
 
-def test_builtin_policy_allows_the_cli_and_denies_agents(make_host, event_log):
+def test_builtin_policy_follows_the_default_profile(make_host, event_log, tmp_path):
     host = make_host(plugins=[event_log])
-    assert host.run(ExecRequest(["true"], origin="cli", **UNCONFINED)).decision.by == (
-        "builtin-policy"
+    canary = tmp_path / "canary"
+    first = host.run(ExecRequest(["true"], origin="cli", **UNCONFINED))
+    assert (first.decision.by, first.decision.reason) == (
+        "builtin-policy",
+        "reads is not in agents.default.ask",
     )
+    assert host.run(ExecRequest(["touch", str(canary)], origin="api", **UNCONFINED)).exit_code == 0
     for origin in ("api", "mcp"):
-        with pytest.raises(PolicyDenied, match="only allows what a person types") as caught:
-            host.run(ExecRequest(["touch", "canary"], origin=origin, **UNCONFINED))
+        with pytest.raises(PolicyHeld, match="destroys always waits for a person") as caught:
+            host.run(ExecRequest(["rm", str(canary)], origin=origin, **UNCONFINED))
         assert caught.value.exit_status == 126
+    assert canary.exists()
     permissions = [e for e in event_log.events if e.kind == "permission"]
-    assert [p.decision.verdict for p in permissions] == ["allow", "deny", "deny"]
-    assert event_log.kinds() == ["action", "permission", "result"] + ["action", "permission"] * 2
+    assert [p.decision.verdict for p in permissions] == ["allow", "allow", "ask", "ask"]
+    assert (
+        event_log.kinds() == ["action", "permission", "result"] * 2 + ["action", "permission"] * 2
+    )
 
 
 def test_confined_mode_without_provider_never_runs_unconfined(make_host, tmp_path):
@@ -56,11 +64,13 @@ def test_unclassified_counts_as_writes_and_most_severe_vote_wins(make_host):
         def stockade_classify(self, spec):
             return None
 
-    plain = make_host(allow_all=True).run(ExecRequest(["true"], **UNCONFINED))
+    alone = Config(plugins=PluginsConfig(disable=("stockade.builtin.classify",)))
+    plain = make_host(allow_all=True, config=alone).run(ExecRequest(["true"], **UNCONFINED))
     assert plain.classification.kind == "writes"
     host = make_host(
         plugins=[Voter("reads", "a"), Abstain(), Voter("network", "b"), Voter("writes", "c")],
         allow_all=True,
+        config=alone,
     )
     result = host.run(ExecRequest(["true"], **UNCONFINED))
     assert result.classification.kind == "network"

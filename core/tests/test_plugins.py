@@ -145,14 +145,14 @@ def test_auto_picks_the_strongest_usable_provider_for_the_mode(make_host):
     result = host.run(ExecRequest(["true"], mode="read-only"))
     assert result.sandbox == SandboxFacts("jail", "read-only", enforcement="full")
     with pytest.raises(SandboxUnavailable) as caught:
-        host.run(ExecRequest(["true"], mode="workspace-write"))
+        host.run(ExecRequest(["cp", "--version"], mode="workspace-write"))  # writes
     assert "broken: the kernel lacks the feature" in caught.value.message
 
 
 def test_explicit_provider_must_support_mode_and_work(make_host):
     host = make_host(plugins=[_Providers()], allow_all=True)
     with pytest.raises(SandboxUnavailable, match="'jail' cannot enforce mode workspace-write"):
-        host.run(ExecRequest(["true"], mode="workspace-write", sandbox="jail"))
+        host.run(ExecRequest(["cp", "--version"], mode="workspace-write", sandbox="jail"))
     with pytest.raises(SandboxUnavailable, match="'broken' is not usable here"):
         host.run(ExecRequest(["true"], mode="read-only", sandbox="broken"))
     with pytest.raises(SandboxUnavailable, match="'none' cannot enforce mode read-only"):

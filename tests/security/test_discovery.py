@@ -104,12 +104,12 @@ def test_no_working_bwrap_fails_closed(make_host, box, monkeypatch, tmp_path):
         host.run(box.py("print('ran')"))
     # auto falls back to Landlock, visibly; without it, never to running unconfined.
     auto = make_host(allow_all=True, config=Config())
-    fallback = auto.run(ExecRequest(["true"], str(box.ws), mode="workspace-write"))
+    fallback = auto.run(ExecRequest(["touch", "made"], str(box.ws), mode="workspace-write"))
     assert (fallback.exit_code, fallback.sandbox.provider) == (0, "landlock")
     alone = {**os.environ, "STOCKADE_DISABLE_PLUGINS": "landlock"}
     strict = make_host(allow_all=True, config=Config(), environ=alone)
     with pytest.raises(SandboxUnavailable, match="cannot confine mode workspace-write"):
-        strict.run(ExecRequest(["true"], str(box.ws), mode="workspace-write"))
+        strict.run(ExecRequest(["touch", "made"], str(box.ws), mode="workspace-write"))
 
 
 def test_doctor_reports_the_bwrap_it_found():

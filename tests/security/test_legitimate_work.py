@@ -99,6 +99,7 @@ def test_cli_reports_the_facts_in_json(box):
                 "--mode",
                 "workspace-write",
                 "--json",
+                "--yes",
                 "--",
                 *argv,
             ],

@@ -15,7 +15,7 @@ from typing import Any
 from attrs import Attribute, field, frozen
 
 from .errors import ConfigError
-from .types import MODES, Limits, Mode
+from .types import MODES, Limits, Mode, Profile
 
 
 def _positive(_inst: object, attr: Attribute[Any], value: float) -> None:
@@ -85,6 +85,17 @@ class EnvConfig:
 
 
 @frozen
+class StoreConfig:
+    """The embedded store: held approvals now, the audit record with it.
+
+    Attributes:
+        path: the SQLite file (``$XDG_STATE_HOME/stockade/store.db`` by default).
+    """
+
+    path: str | None = None
+
+
+@frozen
 class Config:
     """Everything configurable, with the embedded defaults.
 
@@ -97,6 +108,9 @@ class Config:
         plugins: plugin selection and settings.
         env: environment passing.
         limits: resource limits for every command (a request's ``memory_mb`` wins).
+        agents: agent profiles by name (``[agents.NAME]``); ``default`` applies when a
+            request names none, with the built-in defaults when it is not configured.
+        store: where held approvals are kept.
         source: the file this was read from, if any (not a key in the file).
     """
 
@@ -108,7 +122,35 @@ class Config:
     plugins: PluginsConfig = field(factory=PluginsConfig)
     env: EnvConfig = field(factory=EnvConfig)
     limits: Limits = field(factory=Limits)
+    agents: Mapping[str, Profile] = field(factory=dict)
+    store: StoreConfig = field(factory=StoreConfig)
     source: str | None = field(default=None, kw_only=True)
+
+    def profile(self, name: str) -> Profile:
+        """The profile called ``name``; ``default`` is built in when not configured.
+
+        Raises:
+            ConfigError: no profile of that name is configured.
+        """
+        found = self.agents.get(name)
+        if found is not None:
+            return found
+        if name == "default":
+            return Profile()
+        names = ", ".join(sorted(self.agents)) or "none"
+        raise ConfigError(
+            f"unknown agent profile {name!r}; configured: {names}",
+            hint=f"add [agents.{name}] to the config, or name a configured profile",
+            details={"profile": name, "configured": sorted(self.agents)},
+        )
+
+
+def state_dir(environ: Mapping[str, str]) -> str:
+    """Stockade's directory under ``XDG_STATE_HOME`` (``~/.local/state`` by default)."""
+    base = environ.get("XDG_STATE_HOME") or os.path.join(
+        environ.get("HOME") or os.path.expanduser("~"), ".local", "state"
+    )
+    return os.path.join(base, "stockade")
 
 
 def config_path(environ: Mapping[str, str]) -> str | None:

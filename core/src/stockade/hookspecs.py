@@ -6,7 +6,7 @@ Each docstring ends with the calling convention. Plugins implement these with
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -14,7 +14,14 @@ import pluggy
 from . import NAME
 from .executor import Executor
 from .sandbox import SandboxProvider
-from .types import Classification, Decision, ExecSpec, PendingApproval, Profile
+from .types import (
+    Classification,
+    ClassifierRule,
+    Decision,
+    ExecSpec,
+    PendingApproval,
+    Profile,
+)
 
 if TYPE_CHECKING:
     from .events import Event
@@ -53,10 +60,24 @@ def stockade_register_sandboxes(register: Callable[[type[SandboxProvider]], None
 
 
 @hookspec
-def stockade_classify(spec: ExecSpec) -> Classification | None:
+def stockade_classifier_rules() -> Mapping[str, ClassifierRule] | None:
+    """Extend the classifier's table: program name -> ``rule(args) -> (kind, why)``.
+
+    A rule decides for the program it names, after wrappers are seen through, over the
+    built-in table; it cannot make a shell or an interpreter given inline code anything but
+    ``destroys``. Two plugins naming the same program is an error.
+
+    Convention: all implementations are called once per host; the tables are merged.
+    """
+
+
+@hookspec
+def stockade_classify(spec: ExecSpec, rules: Mapping[str, ClassifierRule]) -> Classification | None:
     """Judge what the command may affect: ``reads``, ``writes``, ``network``, ``destroys``.
 
-    Return ``None`` to abstain. With no votes at all the command counts as ``writes``.
+    ``rules`` is the merged table from :func:`stockade_classifier_rules`, for classifiers
+    that keep one (an implementation may leave the argument out). Return ``None`` to
+    abstain. With no votes at all the command counts as ``writes``.
 
     Convention: all results are merged: the most severe kind wins, every reason is kept.
     """

@@ -1,16 +1,21 @@
 """The host: sequences the stages of one command and nothing else.
 
-    resolve -> classify -> decide -> credentials -> confine -> execute -> record
+    resolve -> classify -> enforce the class -> decide (-> hold) -> credentials -> confine
+            -> execute -> record
 
 Each stage is a hook call (or a plain function of its inputs); the host owns no policy, no
 confinement and no process handling of its own. Read :meth:`Host.run` top to bottom to see
-the whole path of a command.
+the whole path of a command, and :meth:`Host.resume` for a held one a person approved.
+
+One host is one *run*: its commands are the run's steps, numbered from 1, which is what a
+profile's budget counts and what names a held step (``run_id``, ``step``).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -18,6 +23,7 @@ import attrs
 import pluggy
 
 from .config import Config, load_config
+from .enforce import enforce_class
 from .errors import (
     CredentialUnavailable,
     PolicyDenied,
@@ -25,6 +31,7 @@ from .errors import (
     RecorderFailed,
     SandboxUnavailable,
     StockadeError,
+    UsageError,
 )
 from .executor import AbortToken, Executor
 from .plugins import Hooks, get_plugin_manager
@@ -33,6 +40,7 @@ from .sandbox import SandboxProvider
 
 if TYPE_CHECKING:
     from . import events
+    from .store import HeldStep, Store
 
 from .types import (
     Classification,
@@ -44,8 +52,8 @@ from .types import (
     PendingApproval,
     Probe,
     ProcessOutcome,
-    Profile,
     RunResult,
+    new_run_id,
 )
 
 UNCLASSIFIED = Classification(
@@ -83,6 +91,9 @@ class Host:
         environ: the ambient environment children are filtered from (``os.environ``).
         plugins: extra plugin objects, registered after the installed ones.
         load_entry_points: load installed plugins from the ``stockade`` entry points.
+
+    Attributes:
+        run_id: the run this host's commands are steps of.
     """
 
     def __init__(
@@ -104,6 +115,11 @@ class Host:
         self.hooks = Hooks(self.pm)
         self.executors = self.hooks.executors()
         self.sandboxes = self.hooks.sandboxes()
+        self.rules = self.hooks.classifier_rules()
+        self.run_id = new_run_id()
+        self._steps = 0
+        self._started: float | None = None
+        self._store: Store | None = None
         self._lock = threading.Lock()
         self._executor: Executor | None = None
         self._providers: dict[str, SandboxProvider] = {}
@@ -167,8 +183,15 @@ class Host:
         return self._finish(admitted, outcome)
 
     def admit(self, request: ExecRequest) -> Admitted:
-        """Every stage before execution: resolve, classify, decide, credentials, confine."""
-        spec = resolve(request, self.config, self.environ)
+        """Every stage before execution: resolve, classify, decide, credentials, confine.
+
+        Raises:
+            PolicyHeld: the command waits for a person; it is kept as this run's step.
+        """
+        step, elapsed = self._next_step()
+        spec = resolve(
+            request, self.config, self.environ, run_id=self.run_id, step=step, run_elapsed=elapsed
+        )
         if self._recording:
             from . import events
 
@@ -183,7 +206,14 @@ class Host:
                 )
             )
         classification = self.classify(spec)
+        spec = enforce_class(spec, classification)
         decision = self.decide(spec, classification)
+        return self._prepare(spec, classification, decision)
+
+    def _prepare(
+        self, spec: ExecSpec, classification: Classification, decision: Decision
+    ) -> Admitted:
+        """Credentials and confinement for a command that may run."""
         try:
             secrets = self.credentials(spec)
             provider = self.provider_for(spec)
@@ -196,7 +226,7 @@ class Host:
 
     def classify(self, spec: ExecSpec) -> Classification:
         """Every classifier votes; the most severe kind wins and all reasons are kept."""
-        votes = self.hooks.classify(spec)
+        votes = self.hooks.classify(spec, self.rules)
         if not votes:
             return UNCLASSIFIED
         worst = max(votes, key=lambda vote: vote.severity)
@@ -204,6 +234,7 @@ class Host:
             worst.kind,
             tuple(reason for vote in votes for reason in vote.reasons),
             by=tuple(name for vote in votes for name in vote.by),
+            programs=tuple(dict.fromkeys(p for vote in votes for p in vote.programs)),
         )
 
     def decide(self, spec: ExecSpec, classification: Classification) -> Decision:
@@ -211,13 +242,15 @@ class Host:
 
         Raises:
             PolicyDenied: the command is denied.
-            PolicyHeld: the command needs a person and none answered.
+            PolicyHeld: the command needs a person and none answered; it is kept in the
+                store as step ``spec.step`` of run ``spec.run_id`` for ``stockade approve``.
         """
-        decision = self.hooks.decide(spec, classification, Profile(spec.profile)) or Decision(
+        profile = self.config.profile(spec.profile)
+        decision = self.hooks.decide(spec, classification, profile) or Decision(
             "deny", "no policy plugin is loaded (the built-in one is blocked)", by="host"
         )
         if decision.verdict == "ask":
-            if spec.preapproved:
+            if spec.preapproved and spec.origin != "mcp":
                 decision = Decision(
                     "allow", f"approved in advance: {decision.reason}", by="preapproved"
                 )
@@ -234,12 +267,97 @@ class Host:
                 details={"action_id": spec.action_id, "kind": classification.kind},
             )
         if decision.verdict == "ask":
+            self.store.hold(PendingApproval(spec, classification, decision))
+            run, step = spec.run_id, spec.step
             raise PolicyHeld(
-                f"held for a person's approval: {decision.reason}",
-                hint="no approver could reach a person; run it yourself with --yes",
-                details={"action_id": spec.action_id, "kind": classification.kind},
+                f"held for a person's approval as step {step} of run {run}: {decision.reason}",
+                hint=f"a person runs it with `stockade approve {run} {step}` or refuses it "
+                f"with `stockade decline {run} {step}`; `stockade pending` lists what waits",
+                details={
+                    "action_id": spec.action_id,
+                    "kind": classification.kind,
+                    "run_id": run,
+                    "step": step,
+                    "argv": list(spec.argv),
+                },
             )
         return decision
+
+    # --- held steps ----------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The embedded store (opened on first use)."""
+        if self._store is None:
+            from .store import open_store
+
+            with self._lock:
+                if self._store is None:
+                    self._store = open_store(self.config, self.environ)
+        return self._store
+
+    def answer(self, run_id: str, step: int, *, approve: bool, by: str) -> HeldStep:
+        """Record a person's answer to a held step (it runs on :meth:`resume`)."""
+        return self.store.answer(run_id, step, approve=approve, by=by)
+
+    def resume(self, run_id: str, step: int, *, abort: AbortToken | None = None) -> RunResult:
+        """Run a held step a person approved, exactly as it was shown; once.
+
+        A step that already ran gives back the result it had.
+
+        Raises:
+            PolicyHeld: nobody has answered yet.
+            PolicyDenied: a person declined it.
+            UsageError: no such step, or another process is running it now.
+        """
+        from .wire import from_json, to_json
+
+        held = self.store.get(run_id, step)
+        spec, classification, shown = held.spec, held.classification, held.decision
+        names = {"run_id": run_id, "step": step}
+        if held.state == "held":
+            raise PolicyHeld(
+                f"step {step} of run {run_id} still waits for a person",
+                hint=f"`stockade approve {run_id} {step}`",
+                details=names,
+            )
+        if held.state == "declined":
+            raise PolicyDenied(f"declined by {held.answered_by}", details=names)
+        if held.state == "done" and held.outcome is not None:
+            return from_json(held.outcome, RunResult)
+        if held.state == "failed" or not self.store.claim(run_id, step):
+            raise UsageError(
+                f"step {step} of run {run_id} is {self.store.get(run_id, step).state}: it is "
+                "running, or ran, in another process",
+                details=names,
+            )
+        decision = Decision("allow", f"approved: {shown.reason}", by=held.answered_by or "")
+        try:
+            if self._recording:
+                from . import events
+
+                self._record(
+                    events.PermissionEvent(spec.action_id, classification, decision=decision)
+                )
+            admitted = self._prepare(spec, classification, decision)
+            try:
+                outcome = self.executor.run(admitted.plan, abort=abort)
+            finally:
+                admitted.provider.release(admitted.plan)
+            result = self._finish(admitted, outcome)
+        except StockadeError as error:
+            self.store.finish(run_id, step, outcome=to_json(error.to_dict()), failed=True)
+            raise
+        self.store.finish(run_id, step, outcome=to_json(result))
+        return result
+
+    def _next_step(self) -> tuple[int, float]:
+        with self._lock:
+            now = time.monotonic()
+            if self._started is None:
+                self._started = now
+            self._steps += 1
+            return self._steps, now - self._started
 
     def credentials(self, spec: ExecSpec) -> dict[str, str]:
         """Each requested handle resolved to its value by a broker, at spawn time only.
@@ -394,9 +512,12 @@ class Host:
             self._record(events.ErrorEvent(spec.action_id, code, message=message))
 
     def close(self) -> None:
-        """Release the executor's helpers."""
+        """Release the executor's helpers and the store."""
         if self._executor is not None:
             self._executor.close()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
 
     def __enter__(self) -> Host:
         return self

@@ -19,13 +19,25 @@ from .entrypoints import entry_points
 from .errors import PluginError
 from .executor import Executor
 from .sandbox import SandboxProvider
-from .types import Classification, Decision, ExecSpec, PendingApproval, Profile
+from .types import (
+    Classification,
+    ClassifierRule,
+    Decision,
+    ExecSpec,
+    PendingApproval,
+    Profile,
+)
 
 if TYPE_CHECKING:
     from .events import Event
 
 DISABLE_ENV = "STOCKADE_DISABLE_PLUGINS"
-BUILTIN_PLUGINS = ("stockade.builtin.policy", "stockade.builtin.unconfined")
+BUILTIN_PLUGINS = (
+    "stockade.builtin.classify",
+    "stockade.builtin.policy",
+    "stockade.builtin.approval",
+    "stockade.builtin.unconfined",
+)
 """Modules of the built-in defaults, registered under these names like any plugin."""
 
 T = TypeVar("T", Executor, SandboxProvider)
@@ -176,9 +188,30 @@ class Hooks:
         self._hook.stockade_register_sandboxes(register=registry.add)
         return registry
 
-    def classify(self, spec: ExecSpec) -> list[Classification]:
+    def classifier_rules(self) -> dict[str, ClassifierRule]:
+        """The program rules every plugin adds to the classifier's table, merged.
+
+        Raises:
+            PluginError: two plugins name the same program.
+        """
+        merged: dict[str, ClassifierRule] = {}
+        owner: dict[str, str] = {}
+        impls = self._hook.stockade_classifier_rules.get_hookimpls()
+        for impl in reversed(impls):  # registration order
+            table: Mapping[str, ClassifierRule] | None = impl.function()  # type: ignore[assignment]
+            for program, rule in (table or {}).items():
+                if program in merged:
+                    raise PluginError(
+                        f"plugins {owner[program]!r} and {impl.plugin_name!r} both add a "
+                        f"classifier rule for {program!r}",
+                        hint="uninstall or block one of them",
+                    )
+                merged[program], owner[program] = rule, impl.plugin_name
+        return merged
+
+    def classify(self, spec: ExecSpec, rules: Mapping[str, ClassifierRule]) -> list[Classification]:
         """Every classifier's vote (abstentions dropped)."""
-        votes: list[Classification | None] = self._hook.stockade_classify(spec=spec)
+        votes: list[Classification | None] = self._hook.stockade_classify(spec=spec, rules=rules)
         return [v for v in votes if v is not None]
 
     def decide(

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from .config import Config
-from .errors import BadCwd, ProgramNotFound, UsageError
-from .types import ExecRequest, ExecSpec, new_action_id
+from .errors import BadCwd, ProgramNotFound, Unsupported, UsageError
+from .types import ExecRequest, ExecSpec, Profile, new_action_id
 
 AMBIENT_ALLOW = ("PATH", "HOME", "LANG", "TZ")
 SECRET_PATTERN = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -77,30 +77,48 @@ def find_program(name: str, search_path: str, cwd: str) -> str:
     )
 
 
-def resolve(request: ExecRequest, config: Config, ambient: Mapping[str, str]) -> ExecSpec:
-    """The spec for ``request``: defaults filled, caps applied, cwd and program checked.
+def resolve(
+    request: ExecRequest,
+    config: Config,
+    ambient: Mapping[str, str],
+    *,
+    run_id: str = "",
+    step: int = 0,
+    run_elapsed: float = 0.0,
+) -> ExecSpec:
+    """The spec for ``request``: defaults filled from its agent profile and the config,
+    caps applied, cwd and program checked.
 
     Raises:
+        ConfigError: the request names an agent profile that is not configured.
+        Unsupported: the profile asks for something not enforced yet (``quota_mb``).
         UsageError: a timeout or limit is out of range, or an env entry is invalid.
-        BadCwd: the working directory does not exist or is not a directory.
+        BadCwd: the working directory does not exist, or lies outside the workspace.
         ProgramNotFound: ``argv[0]`` names no executable.
     """
-    cwd = os.path.abspath(request.cwd if request.cwd is not None else os.getcwd())
-    if not os.path.isdir(cwd):
-        what = "is not a directory" if os.path.exists(cwd) else "does not exist"
-        raise BadCwd(
-            f"working directory {cwd} {what}",
-            hint="pass an existing directory with --cwd",
-            details={"cwd": cwd},
+    profile = config.profile(request.profile)
+    if profile.quota_mb is not None:
+        raise Unsupported(
+            f"agents.{profile.name}.quota_mb is set, but workspace quotas are not enforced "
+            "yet, so commands under this profile are refused rather than run unbounded",
+            hint=f"remove quota_mb from [agents.{profile.name}] until workspace quotas land",
         )
-    timeout = config.timeout.default if request.timeout is None else float(request.timeout)
+    workspace, cwd = _workspace(request, profile)
+    timeout = request.timeout if request.timeout is not None else profile.timeout
+    timeout = config.timeout.default if timeout is None else float(timeout)
     if not timeout > 0 or math.isinf(timeout):
         raise UsageError(f"timeout must be a positive number of seconds, got {request.timeout!r}")
     if request.memory_mb is not None and request.memory_mb <= 0:
         raise UsageError(f"memory_mb must be a positive number, got {request.memory_mb!r}")
     limits = config.limits
-    if request.memory_mb is not None:
-        limits = attrs.evolve(limits, memory_mb=request.memory_mb)
+    memory = request.memory_mb if request.memory_mb is not None else profile.memory_mb
+    if memory is not None:
+        # The profile's limit is a cap: a request may ask for less, never more.
+        memory = min(memory, profile.memory_mb or memory)
+        limits = attrs.evolve(limits, memory_mb=memory)
+    mode = request.mode or config.mode
+    if profile.autonomy == "read-only":
+        mode = "read-only"
     for name in request.credentials:
         if not _ENV_NAME.match(name):
             raise UsageError(f"invalid environment variable name for a credential: {name!r}")
@@ -110,11 +128,12 @@ def resolve(request: ExecRequest, config: Config, ambient: Mapping[str, str]) ->
         request.argv,
         program=find_program(request.argv[0], env["PATH"], cwd),
         cwd=cwd,
+        workspace=workspace,
         env=env,
         stdin=request.stdin or b"",
         timeout=min(timeout, config.timeout.max),
         kill_grace=config.timeout.kill_grace,
-        mode=request.mode or config.mode,
+        mode=mode,
         sandbox=request.sandbox or config.sandbox,
         output_limit=config.output.limit,
         limits=limits,
@@ -122,4 +141,38 @@ def resolve(request: ExecRequest, config: Config, ambient: Mapping[str, str]) ->
         origin=request.origin,
         profile=request.profile,
         preapproved=request.preapproved,
+        run_id=run_id,
+        step=step,
+        run_elapsed=run_elapsed,
     )
+
+
+def _workspace(request: ExecRequest, profile: Profile) -> tuple[str, str]:
+    """The workspace and the working directory; the second lies inside the first."""
+    workspace = os.path.expanduser(profile.workspace) if profile.workspace else None
+    default = workspace if workspace is not None else os.getcwd()
+    cwd = os.path.abspath(request.cwd if request.cwd is not None else default)
+    if not os.path.isdir(cwd):
+        what = "is not a directory" if os.path.exists(cwd) else "does not exist"
+        raise BadCwd(
+            f"working directory {cwd} {what}",
+            hint="pass an existing directory with --cwd",
+            details={"cwd": cwd},
+        )
+    if workspace is None:
+        return cwd, cwd
+    if not os.path.isdir(workspace):
+        raise BadCwd(
+            f"the workspace of agent {profile.name!r}, {workspace}, is not a directory",
+            hint=f"create it, or fix agents.{profile.name}.workspace",
+            details={"workspace": workspace},
+        )
+    real, real_cwd = os.path.realpath(workspace), os.path.realpath(cwd)
+    if os.path.commonpath((real, real_cwd)) != real:
+        raise BadCwd(
+            f"working directory {cwd} is outside the workspace of agent {profile.name!r} "
+            f"({workspace})",
+            hint="run inside the workspace, or name a profile whose workspace holds it",
+            details={"cwd": cwd, "workspace": workspace},
+        )
+    return real, cwd

@@ -18,13 +18,18 @@ Mode = Literal["read-only", "workspace-write", "danger-full-access"]
 Kind = Literal["reads", "writes", "network", "destroys"]
 Verdict = Literal["allow", "ask", "deny"]
 Origin = Literal["cli", "api", "mcp"]
+Autonomy = Literal["standard", "read-only"]
 Enforcement = Literal["full", "partial"]
 LimitName = Literal["memory", "processes", "file_size", "cpu"]
+
+ClassifierRule = Callable[[Sequence[str]], "tuple[Kind, str]"]
+"""``rule(args)``: the class of a program's command and why, from the arguments after it."""
 
 MODES: tuple[Mode, ...] = ("read-only", "workspace-write", "danger-full-access")
 KINDS: tuple[Kind, ...] = ("reads", "writes", "network", "destroys")
 """Classes of effect, least severe first: the order in which votes are ranked."""
 ORIGINS: tuple[Origin, ...] = ("cli", "api", "mcp")
+AUTONOMIES: tuple[Autonomy, ...] = ("standard", "read-only")
 
 
 def _frozen_map(value: Mapping[str, str]) -> Mapping[str, str]:
@@ -74,6 +79,11 @@ def _positive(_instance: object, attr: attrs.Attribute[int | None], value: int |
 def new_action_id() -> str:
     """A random identifier pairing the events of one command."""
     return os.urandom(8).hex()
+
+
+def new_run_id() -> str:
+    """A random identifier for one run: the steps one host (one agent session) takes."""
+    return "r" + os.urandom(6).hex()
 
 
 @frozen
@@ -145,6 +155,8 @@ class ExecSpec:
         argv: the argv as requested; ``argv[0]`` is the name the caller used.
         program: the absolute path of the executable that ``argv[0]`` resolved to.
         cwd: the absolute working directory, known to exist.
+        workspace: the folder ``workspace-write`` makes writable: the agent profile's
+            workspace (``cwd`` lies inside it), else ``cwd`` itself.
         env: the complete environment of the child, before credentials are added.
         stdin: bytes for stdin (empty: stdin is ``/dev/null``).
         timeout: the effective timeout in seconds, after defaulting and capping.
@@ -157,12 +169,16 @@ class ExecSpec:
         origin: who typed the command.
         profile: the agent profile whose policy applies.
         preapproved: whether a person approved in advance what would ask.
+        run_id: the run this command is a step of.
+        step: its number in the run, from 1.
+        run_elapsed: seconds since the run's first step began (for duration budgets).
     """
 
     action_id: str
     argv: tuple[str, ...]
     program: str = field(kw_only=True)
     cwd: str = field(kw_only=True)
+    workspace: str = field(kw_only=True, default=attrs.Factory(lambda s: s.cwd, takes_self=True))
     env: Mapping[str, str] = field(kw_only=True, converter=_frozen_map)
     stdin: bytes = field(kw_only=True)
     timeout: float = field(kw_only=True)
@@ -175,6 +191,9 @@ class ExecSpec:
     origin: Origin = field(kw_only=True, default="api")
     profile: str = field(kw_only=True, default="default")
     preapproved: bool = field(kw_only=True, default=False)
+    run_id: str = field(kw_only=True, default="")
+    step: int = field(kw_only=True, default=0)
+    run_elapsed: float = field(kw_only=True, default=0.0)
 
 
 @frozen
@@ -185,11 +204,15 @@ class Classification:
         kind: ``reads`` < ``writes`` < ``network`` < ``destroys``.
         reasons: human-readable reasons, from every voter.
         by: the names of the classifiers that voted.
+        programs: the programs the command would start, by name: wrappers (``env``,
+            ``xargs``, ...) and what they run. A profile's ``programs`` list is checked
+            against every one.
     """
 
     kind: Kind = field(validator=_one_of(KINDS))
     reasons: tuple[str, ...] = field(default=(), converter=_strings)
     by: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    programs: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
     @property
     def severity(self) -> int:
@@ -197,15 +220,59 @@ class Classification:
         return KINDS.index(self.kind)
 
 
+def _kinds(_inst: object, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for kind in value:
+        if kind not in KINDS:
+            raise ValueError(f"{attr.name} takes classes from {', '.join(KINDS)}; got {kind!r}")
+
+
+def _positive_number(
+    _inst: object, attr: attrs.Attribute[float | None], value: float | None
+) -> None:
+    if value is not None and not value > 0:
+        raise ValueError(f"{attr.name} must be greater than 0, got {value!r}")
+
+
 @frozen
-class Profile:
-    """The agent profile a decision is made for.
+class Budget:
+    """How much one run of an agent may do; past it, every command is denied.
 
     Attributes:
-        name: the profile's name from the request (``default`` when unnamed).
+        steps: commands per run (each one asked counts, whatever was decided).
+        duration: seconds from the run's first step.
     """
 
-    name: str = "default"
+    steps: int | None = field(kw_only=True, default=None, validator=_positive)
+    duration: float | None = field(kw_only=True, default=None, validator=_positive_number)
+
+
+@frozen
+class Profile:
+    """An agent profile (``[agents.NAME]`` in the config): what that agent may do.
+
+    Attributes:
+        name: the profile's name (the table's key; ``default`` when a request names none).
+        programs: the only programs it may run, by name; ``None`` for any program.
+        ask: the classes that wait for a person; ``destroys`` always waits.
+        hosts: the hosts a ``network`` command may reach (through the egress proxy).
+        workspace: the folder its commands run in and may not leave (``None``: the cwd).
+        timeout: its default timeout in seconds (capped by ``timeout.max``).
+        memory_mb: its memory limit (a request may ask for less, never more).
+        quota_mb: the size its workspace may reach.
+        autonomy: ``read-only`` agents (and evaluation runs) get only ``reads`` commands.
+        budget: steps and duration per run.
+    """
+
+    name: str = field(default="default", kw_only=True)
+    programs: tuple[str, ...] | None = field(kw_only=True, default=None)
+    ask: tuple[Kind, ...] = field(kw_only=True, default=("network",), validator=_kinds)
+    hosts: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    workspace: str | None = field(kw_only=True, default=None)
+    timeout: float | None = field(kw_only=True, default=None, validator=_positive_number)
+    memory_mb: int | None = field(kw_only=True, default=None, validator=_positive)
+    quota_mb: int | None = field(kw_only=True, default=None, validator=_positive)
+    autonomy: Autonomy = field(kw_only=True, default="standard", validator=_one_of(AUTONOMIES))
+    budget: Budget = field(kw_only=True, factory=Budget)
 
 
 @frozen
@@ -228,7 +295,7 @@ class PendingApproval:
     """A command waiting for a person: exactly what would run, and why it is held.
 
     Attributes:
-        spec: the resolved command.
+        spec: the resolved command (its ``run_id`` and ``step`` name it).
         classification: what it may affect.
         decision: the ``ask`` decision that held it.
     """

@@ -7,6 +7,8 @@ field, and config errors come out as readable paths (``unknown key 'timout' @ $`
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, TypeVar
@@ -56,9 +58,14 @@ def converter() -> cattrs.Converter:
         result: tuple[str, ...] = items(value, type_)
         return result
 
-    conv.register_structure_hook_func(lambda t: t == tuple[str, ...], strings)
+    conv.register_structure_hook_func(_homogeneous_tuple, strings)
     conv.register_unstructure_hook(bytes, lambda b: b.decode("utf-8", "replace"))
     return conv
+
+
+def _homogeneous_tuple(type_: object) -> bool:
+    args: tuple[object, ...] = getattr(type_, "__args__", ())
+    return getattr(type_, "__origin__", None) is tuple and args[1:] == (...,)
 
 
 def _strict(kind: type[T]) -> Callable[[object, type], T]:
@@ -127,22 +134,54 @@ def structure_config(data: Mapping[str, Any], *, source: str) -> Config:
     Raises:
         ConfigError: naming the file and every bad key with its path.
     """
-    if "source" in data:
-        data = dict(data)
-        problems = ["unknown key 'source' @ $"]
-    else:
-        problems = []
+    problems = ["unknown key 'source' @ $"] if "source" in data else []
+    agents = data.get("agents")
+    if isinstance(agents, Mapping):
+        problems += _agent_problems(agents)
     conv = converter()
+    config = None
     try:
         config = conv.structure(data, Config)
     except ClassValidationError as error:
         problems += cattrs.transform_error(error, path="$", format_exception=_format)
     except (ValueError, TypeError) as error:
         problems.append(f"invalid value: {error} @ $")
-    if problems:
+    if problems or config is None:
         raise ConfigError(
             f"invalid config {source}: " + "; ".join(problems),
             hint="fix or remove those keys; see the configuration reference",
             details={"source": source, "problems": problems},
         )
-    return attrs.evolve(config, source=source)
+    named = {name: attrs.evolve(p, name=name) for name, p in config.agents.items()}
+    return attrs.evolve(config, agents=named, source=source)
+
+
+_AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _agent_problems(agents: Mapping[str, Any]) -> list[str]:
+    """What the schema cannot say about ``[agents.NAME]`` tables."""
+    problems = []
+    for name, table in agents.items():
+        where = f"$.agents[{name!r}]"
+        if not _AGENT_NAME.match(name):
+            problems.append(f"invalid agent name {name!r}: letters, digits, '_.-' @ {where}")
+        if not isinstance(table, Mapping):
+            continue
+        if "name" in table:
+            problems.append(f"unknown key 'name' (the table's key is the name) @ {where}")
+        programs = table.get("programs")
+        if isinstance(programs, list):
+            for program in programs:
+                if isinstance(program, str) and ("/" in program or not program):
+                    problems.append(
+                        f"invalid value {program!r}: programs are named bare, without a "
+                        f"path @ {where}.programs"
+                    )
+        workspace = table.get("workspace")
+        if isinstance(workspace, str) and not os.path.isabs(os.path.expanduser(workspace)):
+            problems.append(
+                f"invalid value {workspace!r}: workspace must be an absolute path @ "
+                f"{where}.workspace"
+            )
+    return problems

@@ -10,29 +10,25 @@ which are classified by what they run. It never guesses at intent:
   ``destroys``: the code is not argv, so nothing here can judge it;
 - every reason names the rule that decided.
 
-The module is a plugin (``stockade_classify``) but is not among the built-ins the host
-loads yet: the agent profiles, the decisions and the enforcement of the class (a ``reads``
-command gets the workspace read-only) come with it, in one step. Until then a host loads it
-by name, e.g. ``Host(plugins=[stockade.builtin.classify])``.
-
-Another classifier plugin votes through ``stockade_classify`` (the most severe vote wins);
-:func:`classify_argv` takes ``extra`` rules that win over the table for the programs they
-name.
+The module is a built-in plugin (``stockade_classify``). Another classifier plugin votes
+beside it (the most severe vote wins); a plugin that knows its own programs better adds
+rules to this table through ``stockade_classifier_rules`` instead (a vote can only make a
+command more severe; a rule can say ``mytool status`` only reads). Rules win over the table
+for the programs they name, never over the shell and inline-code checks.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from .. import hookimpl
-from ..types import Classification, ExecSpec, Kind
+from ..types import Classification, ClassifierRule, ExecSpec, Kind
 
 NAME = "builtin-classifier"
 
 Verdict = tuple[Kind, str]
-Rule = Callable[[Sequence[str]], Verdict]
-"""``rule(args)``: the class of a command and why, from the arguments after the program."""
+Rule = ClassifierRule
 
 _SEVERITY: dict[Kind, int] = {"reads": 0, "writes": 1, "network": 2, "destroys": 3}
 
@@ -152,16 +148,25 @@ def _rsync(args: Sequence[str]) -> Verdict:
     return "writes", "rsync between local paths copies files"
 
 
-def _git(args: Sequence[str]) -> Verdict:
+def _git(args: Sequence[str]) -> Verdict:  # noqa: PLR0911 - one return per rule
     rest = list(args)
     while rest and rest[0].startswith("-"):  # global options: -C DIR, -c k=v, --no-pager
         option = rest.pop(0)
-        if option in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") and rest:
+        if option in ("-c", "--config-env", "--exec-path") or option.startswith(
+            ("--config-env=", "--exec-path=")
+        ):
+            # core.fsmonitor, diff.external, core.sshCommand, ...: a setting can be a command.
+            return "destroys", f"git {option} sets configuration, which can name a command to run"
+        if option in ("-C", "--git-dir", "--work-tree", "--namespace") and rest:
             rest.pop(0)
     if not rest:
         return "reads", "git without a subcommand prints help"
     sub, sub_args = rest[0], rest[1:]
     if sub in _GIT_READS:
+        if sub == "grep" and any(a.startswith(("-O", "--open-files-in-pager")) for a in sub_args):
+            return "destroys", f"git {sub} -O runs a program on the files it finds"
+        if any(a == "--output" or a.startswith("--output=") for a in sub_args):
+            return "writes", f"git {sub} --output writes a file"
         return "reads", f"git {sub} only reads the repository"
     special = _GIT_SPECIAL.get(sub)
     if special is not None:
@@ -434,7 +439,9 @@ def _trusted_name(name: str, path: str | None) -> bool:
     return found is None or os.path.dirname(found) in SYSTEM_DIRS
 
 
-def _classify(argv: Sequence[str], extra: Mapping[str, Rule] | None = None) -> Verdict:
+def _classify(  # noqa: PLR0911 - one return per kind of program, in the order checked
+    argv: Sequence[str], extra: Mapping[str, Rule] | None = None
+) -> Verdict:
     inner, wrappers = _unwrap(argv)
     through = f" (through {' '.join(wrappers)})" if wrappers else ""
     if not inner:
@@ -442,21 +449,41 @@ def _classify(argv: Sequence[str], extra: Mapping[str, Rule] | None = None) -> V
             return "reads", f"{wrappers[-1]} with no command only prints"
         return "writes", "no program: treated as unknown"
     name, args = _base(inner[0]), inner[1:]
+    if name in SHELLS:
+        return "destroys", f"{name} runs a shell script, which argv cannot show{through}"
+    if name in INLINE and _inline(name, args):
+        return "destroys", f"{name} is given code inline, which argv cannot show{through}"
     rule = (extra or {}).get(name) or RULES.get(name)
     if rule is not None:
         kind, why = rule(args)
         return kind, why + through
-    if name in SHELLS:
-        return "destroys", f"{name} runs a shell script, which argv cannot show{through}"
     if name in INLINE:
         kind, why = _interpreter(name, args, extra)
         return kind, why + through
     return _listed(name, through)
 
 
-def _interpreter(name: str, args: Sequence[str], extra: Mapping[str, Rule] | None) -> Verdict:
+def programs_run(argv: Sequence[str]) -> tuple[str, ...]:
+    """The programs ``argv`` starts, by name: each wrapper, then what they run.
+
+    A program named by a path outside the system directories keeps its path: ``/tmp/git``
+    is not ``git``.
+    """
+    inner, wrappers = _unwrap(argv)
+    if not inner:
+        return tuple(wrappers)
+    name = inner[0]
+    trusted = "/" not in name or os.path.dirname(os.path.normpath(name)) in SYSTEM_DIRS
+    return (*wrappers, os.path.basename(name) if trusted else name)
+
+
+def _inline(name: str, args: Sequence[str]) -> bool:
     flags = INLINE[name]
-    if not flags or any(a in flags or a.split("=", 1)[0] in flags for a in args):
+    return not flags or any(a in flags or a.split("=", 1)[0] in flags for a in args)
+
+
+def _interpreter(name: str, args: Sequence[str], extra: Mapping[str, Rule] | None) -> Verdict:
+    if _inline(name, args):
         return "destroys", f"{name} is given code inline, which argv cannot show"
     if name == "python" and args[:1] == ["-m"] and args[1:2]:
         module = args[1]
@@ -483,9 +510,9 @@ def _listed(name: str, through: str) -> Verdict:
 
 
 @hookimpl
-def stockade_classify(spec: ExecSpec) -> Classification:
-    """Classify ``spec.argv`` with the built-in table (see the module docstring)."""
-    kind, why = classify_argv(spec.argv, path=spec.env.get("PATH", ""))
+def stockade_classify(spec: ExecSpec, rules: Mapping[str, Rule]) -> Classification:
+    """Classify ``spec.argv`` with the built-in table and the plugins' rules."""
+    kind, why = classify_argv(spec.argv, rules, path=spec.env.get("PATH", ""))
     if kind == "reads" and os.path.dirname(spec.program) not in SYSTEM_DIRS:
         kind, why = "writes", f"{spec.program} is not in a system directory, so it counts as writes"
-    return Classification(kind, (why,), by=(NAME,))
+    return Classification(kind, (why,), by=(NAME,), programs=programs_run(spec.argv))

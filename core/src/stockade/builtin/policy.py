@@ -1,26 +1,105 @@
-"""The built-in decision: allow what a person typed at the CLI, deny everything else.
+"""The built-in policy: the agent profile decides, and every decision names its rule.
 
-It runs last (``trylast``), so any installed policy plugin decides first. It is honest about
-what it is: with no policy installed there is nobody to judge an agent's command, so an
-agent's command (origin ``api`` or ``mcp``) is denied with a reason that says what to install.
+The rules, in order; the first that applies decides:
+
+1. a ``read-only`` agent (``autonomy``) may run only ``reads`` commands;
+2. a program not in the profile's ``programs`` is denied (every program the command would
+   start counts: ``env rm`` starts ``rm``), and so is any program that resolves to a file in
+   the workspace, which the agent can write: its name says nothing about what it does;
+3. a run past its budget (``steps``, ``duration``) is denied;
+4. ``destroys`` always asks a person; so does any class in the profile's ``ask``;
+5. everything else is allowed.
+
+It runs last (``trylast``), so an installed policy plugin decides first. ``ask`` is answered
+by a person (the terminal prompt, ``stockade approve``); approving never widens the sandbox.
 """
 
 from __future__ import annotations
+
+import os
+from collections.abc import Callable
 
 from .. import hookimpl
 from ..types import Classification, Decision, ExecSpec, Profile
 
 NAME = "builtin-policy"
 
+Rule = Callable[[ExecSpec, Classification, Profile], "Decision | None"]
+
 
 @hookimpl(trylast=True)
 def stockade_decide(spec: ExecSpec, classification: Classification, profile: Profile) -> Decision:
-    """Allow commands from the CLI; deny agents' commands when no policy is installed."""
-    if spec.origin == "cli":
-        return Decision("allow", "typed at the command line by a person", by=NAME)
-    return Decision(
-        "deny",
-        f"no policy plugin decides {spec.origin} commands (profile {profile.name!r}), and the "
-        "built-in policy only allows what a person types at the CLI",
-        by=NAME,
-    )
+    """Allow, ask or deny ``spec`` under ``profile`` (see the module docstring)."""
+    for rule in RULES:
+        decision = rule(spec, classification, profile)
+        if decision is not None:
+            return decision
+    return Decision("allow", f"{classification.kind} is not in {_where(profile)}.ask", by=NAME)
+
+
+def autonomy(spec: ExecSpec, classification: Classification, profile: Profile) -> Decision | None:
+    """Rule 1: a read-only agent runs only ``reads`` commands."""
+    if profile.autonomy == "read-only" and classification.kind != "reads":
+        return _deny(
+            f"{_where(profile)} is read-only (autonomy), and this command {classification.kind}"
+        )
+    return None
+
+
+def programs(spec: ExecSpec, classification: Classification, profile: Profile) -> Decision | None:
+    """Rule 2: only the profile's programs, installed outside the workspace."""
+    if profile.programs is None:
+        return None
+    if _inside(spec.program, spec.workspace):
+        return _deny(
+            f"{spec.argv[0]} resolves to {spec.program}, inside the workspace, and "
+            f"{_where(profile)}.programs names programs installed outside it"
+        )
+    allowed = set(profile.programs)
+    for program in classification.programs or (os.path.basename(spec.argv[0]),):
+        if program not in allowed:
+            listed = ", ".join(profile.programs) or "none"
+            return _deny(f"{program} is not in {_where(profile)}.programs ({listed})")
+    return None
+
+
+def budget(spec: ExecSpec, classification: Classification, profile: Profile) -> Decision | None:
+    """Rule 3: nothing past the run's budget of steps and seconds."""
+    steps, duration = profile.budget.steps, profile.budget.duration
+    if steps is not None and spec.step > steps:
+        return _deny(
+            f"the run's budget is spent: this is step {spec.step} and "
+            f"{_where(profile)}.budget.steps allows {steps}"
+        )
+    if duration is not None and spec.run_elapsed > duration:
+        return _deny(
+            f"the run's budget is spent: it has run {spec.run_elapsed:.0f}s and "
+            f"{_where(profile)}.budget.duration allows {duration:g}s"
+        )
+    return None
+
+
+def ask(spec: ExecSpec, classification: Classification, profile: Profile) -> Decision | None:
+    """Rule 4: ``destroys`` and the profile's ``ask`` classes wait for a person."""
+    kind = classification.kind
+    if kind == "destroys":
+        return Decision("ask", "destroys always waits for a person", by=NAME)
+    if kind in profile.ask:
+        return Decision("ask", f"{kind} is in {_where(profile)}.ask", by=NAME)
+    return None
+
+
+RULES: tuple[Rule, ...] = (autonomy, programs, budget, ask)
+
+
+def _where(profile: Profile) -> str:
+    return f"agents.{profile.name}"
+
+
+def _inside(path: str, folder: str) -> bool:
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath((real, root)) == root
+
+
+def _deny(reason: str) -> Decision:
+    return Decision("deny", reason, by=NAME)

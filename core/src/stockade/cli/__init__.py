@@ -2,7 +2,8 @@
 
 Exit status: the command's own; 128+N when killed by signal N; 124 when timed out; 130 when
 interrupted; 125 for Stockade's own errors (usage, config, sandbox unavailable); 126 denied or
-held by policy, or the program could not be started; 127 program not found.
+held by policy, or the program could not be started; 127 program not found. ``approve``
+exits with the status of the command it ran.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="pass one environment entry (repeatable)",
     )
+    run.add_argument("--profile", metavar="AGENT", default="default", help="agent profile")
     run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
@@ -69,6 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
     classify = commands.add_parser("classify", help="say what a command may affect (runs nothing)")
     classify.add_argument("--json", action="store_true", help="print the classification as JSON")
     classify.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
+
+    pending = commands.add_parser("pending", help="list the steps waiting for a person")
+    pending.add_argument("--json", action="store_true")
+    for verb, what in (("approve", "approve a held step and run it"), ("decline", "refuse it")):
+        answer = commands.add_parser(verb, help=what, description=f"{what.capitalize()}.")
+        answer.add_argument("run", metavar="RUN", help="the run id the held result named")
+        answer.add_argument("step", metavar="STEP", type=int, help="the step number")
+        answer.add_argument("--json", action="store_true")
 
     plugins = commands.add_parser("plugins", help="list the installed plugins")
     plugins.add_argument("--json", action="store_true")
@@ -89,6 +99,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .classify import classify_command
 
         return classify_command(args, parser)
+    if args.command in ("pending", "approve", "decline"):
+        from .approve import answer_command, pending_command
+
+        if args.command == "pending":
+            return pending_command(args)
+        return answer_command(args, approve=args.command == "approve")
+    return _inspect(args, parser)
+
+
+def _inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.command == "plugins":
         from .plugins import plugins_command
 

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
 
 def classify_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Print the class of the argv after ``--`` (JSON with ``--json``); exit 0."""
-    from ..builtin import classify
     from ..host import Host
     from ..resolve import resolve
     from ..types import ExecRequest
@@ -24,10 +23,7 @@ def classify_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error("classify needs a program: stockade classify [--json] -- PROGRAM [ARG...]")
     try:
         request = ExecRequest(argv, mode="danger-full-access", origin="cli")
-        # The built-in classifier is loaded here even before hosts load it by default.
         with Host.from_environment(args.config, environ=os.environ) as host:
-            if not host.pm.is_registered(classify):
-                host.pm.register(classify, name="stockade.builtin.classify")
             spec = resolve(request, host.config, host.environ)
             classification = host.classify(spec)
     except StockadeError as error:

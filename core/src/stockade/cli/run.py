@@ -58,6 +58,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             sandbox=args.sandbox,
             memory_mb=args.memory_mb,
             origin="cli",
+            profile=args.profile,
             preapproved=args.yes,
         )
         host = make_host(args)
@@ -82,17 +83,18 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             document = {"error": error.to_dict(), "result": error.result}
             print(to_json(document, indent=2))
             return error.exit_status
-        _print_result(error.result, as_json=False)
+        print_result(error.result, as_json=False)
         return report_error(error, as_json=False)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     except (TypeError, ValueError) as error:
         return report_error(UsageError(str(error)), as_json=args.json)
-    _print_result(result, as_json=args.json)
+    print_result(result, as_json=args.json)
     return exit_status(result)
 
 
-def _print_result(result: RunResult, *, as_json: bool) -> None:
+def print_result(result: RunResult, *, as_json: bool) -> None:
+    """The command's output on stdout and stderr, or the whole result as JSON."""
     if as_json:
         from ..wire import to_json
 

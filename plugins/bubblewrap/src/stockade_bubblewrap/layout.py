@@ -42,6 +42,7 @@ def build(
     *,
     mode: str,
     cwd: str,
+    workspace: str | None = None,
     env: Mapping[str, str],
     host_env: Mapping[str, str],
     extra_writable: Iterable[str] = (),
@@ -53,7 +54,8 @@ def build(
 
     Args:
         mode: ``read-only`` or ``workspace-write``.
-        cwd: the workspace (the command's working directory).
+        cwd: the command's working directory.
+        workspace: the writable root of ``workspace-write`` (``cwd`` when omitted).
         env: the command's environment (its ``HOME`` is masked too).
         host_env: the host's environment (to find its home and sockets).
         extra_writable: more writable roots from configuration.
@@ -66,7 +68,7 @@ def build(
         SandboxUnavailable: a writable root is ``/``, or a protected path is a symlink or
             reached through one, or the scan limit was hit.
     """
-    workspace = os.path.realpath(cwd)
+    workspace = os.path.realpath(workspace or cwd)
     args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for private in PRIVATE_DIRS:
         if os.path.isdir(private) and not os.path.islink(private):

@@ -72,7 +72,7 @@ class BubblewrapSandbox(SandboxProvider):
                 hint="danger-full-access runs unconfined, without this provider",
             )
         settings = self.settings
-        roots = (os.path.realpath(spec.cwd), *settings.writable_roots)
+        roots = (os.path.realpath(spec.workspace), *settings.writable_roots)
         bwrap = discover.select(roots if spec.mode == "workspace-write" else ())
         if not bwrap.usable:
             raise SandboxUnavailable(
@@ -97,6 +97,7 @@ class BubblewrapSandbox(SandboxProvider):
             plan_layout = layout.build(
                 mode=spec.mode,
                 cwd=spec.cwd,
+                workspace=spec.workspace,
                 env=spec.env,
                 host_env=os.environ,
                 extra_writable=settings.writable_roots,

@@ -1,0 +1,82 @@
+"""The built-in approver: a person at the terminal answers for a command typed at the CLI.
+
+It asks only when the command came from the CLI and the CLI has a terminal (its stdin is
+one and ``/dev/tty`` opens): it shows exactly what would run, where, in which mode, the
+class and every reason, then reads one answer. Only ``y`` or ``yes`` approves. Anything
+else — including no terminal — is not an answer it can give: it returns ``None`` and the
+host holds the step for ``stockade approve``.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+from .. import hookimpl
+from ..types import Decision, PendingApproval
+
+NAME = "builtin-tty-approval"
+
+
+def describe(pending: PendingApproval) -> str:
+    """What a person is asked about: the command, where and how it runs, and why it asks."""
+    spec, classification = pending.spec, pending.classification
+    lines = [
+        f"  run:    {shlex.join(spec.argv)}",
+        f"  in:     {spec.cwd}  (mode {spec.mode}, sandbox {spec.sandbox})",
+        f"  class:  {classification.kind}",
+        *(f"          - {reason}" for reason in classification.reasons),
+        f"  asks:   {pending.decision.reason}",
+    ]
+    if spec.run_id:
+        lines.append(f"  step:   {spec.run_id} {spec.step}")
+    return "\n".join(lines)
+
+
+@hookimpl(trylast=True)
+def stockade_ask(pending: PendingApproval) -> Decision | None:
+    """Prompt at the terminal for a CLI command; ``None`` when there is no terminal."""
+    if pending.spec.origin != "cli" or not _interactive():
+        return None
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        question = f"stockade: this command waits for your approval\n{describe(pending)}\n"
+        os.write(tty, f"{question}approve? [y/N] ".encode())
+        answer = _line(tty).strip().lower()
+    finally:
+        os.close(tty)
+    user = _user()
+    if answer in ("y", "yes"):
+        return Decision("allow", f"approved at the terminal: {pending.decision.reason}", by=user)
+    return Decision("deny", f"declined at the terminal ({answer or 'no answer'})", by=user)
+
+
+def _line(fd: int) -> str:
+    """One line from the terminal (a terminal in canonical mode gives it whole)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 1024)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def _interactive() -> bool:
+    try:
+        return os.isatty(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(os.getuid()).pw_name} (terminal)"
+    except KeyError:
+        return f"uid {os.getuid()} (terminal)"

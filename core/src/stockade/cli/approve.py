@@ -1,0 +1,84 @@
+"""``stockade pending``, ``approve`` and ``decline``: a person answers for held steps."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ..errors import StockadeError
+from .common import make_host, report_error
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..store import HeldStep
+
+
+def pending_command(args: argparse.Namespace) -> int:
+    """List the steps waiting for a person, oldest first."""
+    try:
+        with make_host(args) as host:
+            waiting = host.store.waiting()
+    except StockadeError as error:
+        return report_error(error, as_json=args.json)
+    if args.json:
+        from ..wire import to_json
+
+        print(to_json([_summary(held) for held in waiting], indent=2))
+        return 0
+    if not waiting:
+        print("nothing waits for a person", file=sys.stderr)
+    for held in waiting:
+        print(_show(held))
+    return 0
+
+
+def answer_command(args: argparse.Namespace, *, approve: bool) -> int:
+    """Approve (and run, exactly as shown) or decline the held step ``RUN STEP``."""
+    from .run import exit_status, print_result
+
+    by = f"{_user()} (stockade {'approve' if approve else 'decline'})"
+    try:
+        with make_host(args) as host:
+            held = host.answer(args.run, args.step, approve=approve, by=by)
+            print(f"stockade: {held.state} by {by}:\n{_show(held)}", file=sys.stderr)
+            if not approve:
+                return 0
+            result = host.resume(args.run, args.step)
+    except StockadeError as error:
+        return report_error(error, as_json=args.json)
+    print_result(result, as_json=args.json)
+    return exit_status(result)
+
+
+def _summary(held: HeldStep) -> dict[str, object]:
+    return {
+        "run_id": held.run_id,
+        "step": held.step,
+        "state": held.state,
+        "created": held.created,
+        "argv": list(held.spec.argv),
+        "cwd": held.spec.cwd,
+        "mode": held.spec.mode,
+        "profile": held.spec.profile,
+        "classification": held.classification,
+        "decision": held.decision,
+    }
+
+
+def _show(held: HeldStep) -> str:
+    from ..builtin.approval import describe
+    from ..types import PendingApproval
+
+    pending = PendingApproval(held.spec, held.classification, held.decision)
+    return f"{held.run_id} {held.step} ({held.spec.profile})\n{describe(pending)}"
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"
