@@ -430,3 +430,13 @@ def test_two_plugins_with_a_rule_for_one_program_is_an_error(make_host):
     rule = {"mytool": lambda args: ("reads", "x")}
     with pytest.raises(PluginError, match="both add a classifier rule for 'mytool'"):
         make_host(plugins=[Rules(rule), Rules(dict(rule))])
+
+
+def test_a_grant_names_existing_folders_and_always_asks(tmp_path, make_host):
+    with pytest.raises(TypeError, match="not one string"):
+        ExecRequest(["true"], grant_writable="/tmp")
+    host = make_host(allow_all=True)  # even a policy that allows everything
+    with pytest.raises(UsageError, match="which is not a folder"):
+        host.run(ExecRequest(["true"], grant_writable=[str(tmp_path / "none")], **FULL))
+    with pytest.raises(PolicyHeld, match=f"one-shot grant: {tmp_path} writable"):
+        host.run(ExecRequest(["true"], grant_writable=[str(tmp_path)], **FULL))

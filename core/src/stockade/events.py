@@ -102,5 +102,25 @@ class ErrorEvent:
     kind: Literal["error"] = field(kw_only=True, default="error")
 
 
-Event = ActionEvent | PermissionEvent | ResultEvent | ErrorEvent
+@frozen
+class GrantEvent:
+    """A one-shot widening of one command's sandbox, granted by a person.
+
+    Attributes:
+        action_id: the command it widens (and only that one).
+        writable: folders writable for it beyond its workspace.
+        by: who granted it.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    writable: tuple[str, ...] = field(kw_only=True)
+    by: str = field(kw_only=True)
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["grant"] = field(kw_only=True, default="grant")
+
+
+Event = ActionEvent | PermissionEvent | GrantEvent | ResultEvent | ErrorEvent
 """Everything a recorder sees, tagged by its ``kind`` field."""

@@ -249,6 +249,13 @@ class Host:
         decision = self.hooks.decide(spec, classification, profile) or Decision(
             "deny", "no policy plugin is loaded (the built-in one is blocked)", by="host"
         )
+        if spec.grant_writable and decision.verdict == "allow":
+            # A widening is never the policy's to give: a person grants it, or nobody.
+            decision = Decision(
+                "ask",
+                f"it asks for a one-shot grant: {', '.join(spec.grant_writable)} writable",
+                by=decision.by,
+            )
         if decision.verdict == "ask":
             if spec.preapproved and spec.origin != "mcp":
                 decision = Decision(
@@ -261,6 +268,8 @@ class Host:
             from . import events
 
             self._record(events.PermissionEvent(spec.action_id, classification, decision=decision))
+            if spec.grant_writable and decision.verdict == "allow":
+                self._record(self._grant(spec, decision))
         if decision.verdict == "deny":
             raise PolicyDenied(
                 f"denied by {decision.by or 'policy'}: {decision.reason}",
@@ -339,6 +348,8 @@ class Host:
                 self._record(
                     events.PermissionEvent(spec.action_id, classification, decision=decision)
                 )
+                if spec.grant_writable:
+                    self._record(self._grant(spec, decision))
             admitted = self._prepare(spec, classification, decision)
             try:
                 outcome = self.executor.run(admitted.plan, abort=abort)
@@ -350,6 +361,12 @@ class Host:
             raise
         self.store.finish(run_id, step, outcome=to_json(result))
         return result
+
+    @staticmethod
+    def _grant(spec: ExecSpec, decision: Decision) -> events.GrantEvent:
+        from . import events
+
+        return events.GrantEvent(spec.action_id, writable=spec.grant_writable, by=decision.by)
 
     def _next_step(self) -> tuple[int, float]:
         with self._lock:

@@ -123,6 +123,7 @@ def resolve(
         if not _ENV_NAME.match(name):
             raise UsageError(f"invalid environment variable name for a credential: {name!r}")
     env = child_env(ambient, request.env, config.env.allow)
+    grants = tuple(_granted(path, cwd) for path in request.grant_writable)
     return ExecSpec(
         new_action_id(),
         request.argv,
@@ -144,7 +145,20 @@ def resolve(
         run_id=run_id,
         step=step,
         run_elapsed=run_elapsed,
+        grant_writable=grants,
     )
+
+
+def _granted(path: str, cwd: str) -> str:
+    """A folder named in a writable grant, resolved; it must exist."""
+    real = os.path.realpath(os.path.join(cwd, os.path.expanduser(path)))
+    if not os.path.isdir(real):
+        raise UsageError(
+            f"a writable grant names {path}, which is not a folder",
+            hint="grant an existing folder",
+            details={"grant_writable": path},
+        )
+    return real
 
 
 def _workspace(request: ExecRequest, profile: Profile) -> tuple[str, str]:

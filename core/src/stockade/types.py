@@ -54,6 +54,12 @@ def _check_argv(_inst: object, _attr: object, value: tuple[str, ...]) -> None:
         raise ValueError("argv[0] is empty: name a program")
 
 
+def _paths(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise TypeError("grant_writable takes a list of folders, not one string")
+    return tuple(value)
+
+
 def _strings(value: Iterable[str]) -> tuple[str, ...]:
     return tuple(value)
 
@@ -125,6 +131,8 @@ class ExecRequest:
         origin: who typed the command: ``cli`` (a person), ``api`` or ``mcp`` (an agent).
         profile: the agent profile whose policy applies.
         preapproved: a person approved in advance what would otherwise ask (``--yes``).
+        grant_writable: folders to make writable for this one command beyond its workspace:
+            a one-shot widening that always waits for a person and is recorded on its own.
     """
 
     argv: tuple[str, ...] = field(converter=_argv, validator=_check_argv)
@@ -139,6 +147,7 @@ class ExecRequest:
     origin: Origin = field(kw_only=True, default="api", validator=_one_of(ORIGINS))
     profile: str = field(kw_only=True, default="default")
     preapproved: bool = field(kw_only=True, default=False)
+    grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_paths)
 
     @classmethod
     def from_argv(cls, argv: Sequence[str], **fields: object) -> ExecRequest:
@@ -172,6 +181,7 @@ class ExecSpec:
         run_id: the run this command is a step of.
         step: its number in the run, from 1.
         run_elapsed: seconds since the run's first step began (for duration budgets).
+        grant_writable: resolved folders writable for this command only, by a person's grant.
     """
 
     action_id: str
@@ -194,6 +204,7 @@ class ExecSpec:
     run_id: str = field(kw_only=True, default="")
     step: int = field(kw_only=True, default=0)
     run_elapsed: float = field(kw_only=True, default=0.0)
+    grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
 
 @frozen

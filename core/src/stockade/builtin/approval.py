@@ -29,6 +29,8 @@ def describe(pending: PendingApproval) -> str:
         *(f"          - {reason}" for reason in classification.reasons),
         f"  asks:   {pending.decision.reason}",
     ]
+    if spec.grant_writable:
+        lines.append(f"  grant:  writable for this command only: {', '.join(spec.grant_writable)}")
     if spec.run_id:
         lines.append(f"  step:   {spec.run_id} {spec.step}")
     return "\n".join(lines)

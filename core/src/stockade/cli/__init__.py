@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--profile", metavar="AGENT", default="default", help="agent profile")
     run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
+    run.add_argument(
+        "--grant-write",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="make DIR writable for this command only (a one-shot grant; repeatable)",
+    )
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
 

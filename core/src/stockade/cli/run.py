@@ -60,6 +60,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             origin="cli",
             profile=args.profile,
             preapproved=args.yes,
+            grant_writable=args.grant_write,
         )
         host = make_host(args)
         previous = {

@@ -72,7 +72,7 @@ class BubblewrapSandbox(SandboxProvider):
                 hint="danger-full-access runs unconfined, without this provider",
             )
         settings = self.settings
-        roots = (os.path.realpath(spec.workspace), *settings.writable_roots)
+        roots = (os.path.realpath(spec.workspace), *settings.writable_roots, *spec.grant_writable)
         bwrap = discover.select(roots if spec.mode == "workspace-write" else ())
         if not bwrap.usable:
             raise SandboxUnavailable(
@@ -100,7 +100,7 @@ class BubblewrapSandbox(SandboxProvider):
                 workspace=spec.workspace,
                 env=spec.env,
                 host_env=os.environ,
-                extra_writable=settings.writable_roots,
+                extra_writable=(*settings.writable_roots, *spec.grant_writable),
                 deny_read=settings.deny_read,
                 keep_read_only=keep,
                 scan_limit=settings.scan_limit,

@@ -237,7 +237,9 @@ class Engine:
         """The writable roots of ``spec`` (none in ``read-only``), resolved."""
         if spec.mode != "workspace-write":
             return []
-        return protected.writable_roots((spec.workspace, *self.settings.writable_roots))
+        return protected.writable_roots(
+            (spec.workspace, *self.settings.writable_roots, *spec.grant_writable)
+        )
 
     def _base(self, level: int, spec: ExecSpec, writable: list[str]) -> _Base:
         """The shared ruleset for these grants and carve-outs, built once while it holds.
