@@ -7,6 +7,7 @@ pymdownx.snippets, so the tests below exercise exactly the code the pages show.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib.util
 import inspect
@@ -29,6 +30,7 @@ from stockade_landlock import provider as landlock_provider
 from stockade_landlock.settings import Settings as LandlockSettings
 
 from stockade import hookimpl, hookspecs, protected, seccomp
+from stockade.builtin import policy
 from stockade.cli import main
 from stockade.config import Config, OutputConfig, PluginsConfig, parse_config
 from stockade.errors import (
@@ -37,9 +39,14 @@ from stockade.errors import (
     PolicyHeld,
     SandboxUnavailable,
     StockadeError,
+    Unsupported,
 )
+from stockade.resolve import resolve
 from stockade.sandbox import DENIAL_SIGNATURES, SandboxProvider
+from stockade.store import store_path
+from stockade.testing import EventLog
 from stockade.types import (
+    Budget,
     Classification,
     ExecRequest,
     ExecSpec,
@@ -47,6 +54,7 @@ from stockade.types import (
     Limits,
     PendingApproval,
     ProcessOutcome,
+    Profile,
     SandboxFacts,
 )
 
@@ -193,13 +201,6 @@ def test_example_classifier_does_not_trust_a_local_ls(make_host, tmp_path):
     assert not (tmp_path / "pwned").exists()
 
 
-def test_without_a_policy_plugin_an_agent_command_is_denied(make_host, tmp_path):
-    host = make_host()
-    with pytest.raises(PolicyDenied):
-        host.run(ExecRequest(["true"], str(tmp_path), mode=FULL_ACCESS, origin="api"))
-    assert host.run(ExecRequest(["true"], str(tmp_path), mode=FULL_ACCESS, origin="cli")).ok
-
-
 # --- the example backends -----------------------------------------------------------------
 
 
@@ -303,7 +304,9 @@ def test_interpret_sets_the_facts_of_the_result(make_host, tmp_path):
     host = make_host(plugins=[registering(NiceWithFacts)], config=Config(sandbox="nice"))
 
     def facts(script: str) -> SandboxFacts:
-        request = ExecRequest(["sh", "-c", script], str(tmp_path), mode=FULL_ACCESS, origin="cli")
+        request = ExecRequest(
+            ["sh", "-c", script], str(tmp_path), mode=FULL_ACCESS, origin="cli", preapproved=True
+        )
         return host.run(request).sandbox
 
     assert facts("true") == SandboxFacts("nice", FULL_ACCESS)
@@ -373,6 +376,29 @@ def test_callback_approver(make_host, tmp_path, answer, outcome):
     assert [p.spec.argv for p in asked] == [("touch", "new")]
 
 
+def classification_of(host, *argv: str) -> Classification:
+    """How ``host`` classifies ``argv`` (resolved as ``true``, so any argv is judged)."""
+    spec = resolve(ExecRequest(["true"], mode=FULL_ACCESS), host.config, os.environ)
+    return host.classify(attrs.evolve(spec, argv=argv))
+
+
+def test_systemctl_rules(make_host):
+    host = make_host(plugins=[example("hooks_examples").SystemctlRules()])
+    assert classification_of(host, "systemctl", "status", "nginx").kind == "reads"
+    assert classification_of(host, "systemctl").kind == "reads"  # lists the units
+    assert classification_of(host, "env", "systemctl", "stop", "nginx").kind == "destroys"
+    assert classification_of(host, "systemctl", "-H", "db1", "status").kind == "network"
+    assert classification_of(host, "sh", "-c", "systemctl status").kind == "destroys"
+    without = make_host()
+    assert classification_of(without, "systemctl", "status").kind == "writes"  # unknown
+
+
+def test_two_plugins_cannot_rule_on_one_program(make_host):
+    rules = example("hooks_examples").SystemctlRules
+    with pytest.raises(PluginError, match="both add a classifier rule for 'systemctl'"):
+        make_host(plugins=[rules(), rules()])
+
+
 def test_file_broker_injects_and_redacts(make_host, tmp_path):
     secret = tmp_path / "token"
     secret.write_text("s3cr3t-value\nignored\n")
@@ -419,9 +445,34 @@ def test_run_tool_call(make_host, tmp_path):
         "stderr": "",
         "truncated": False,
     }
-    held = embedding.run_tool_call(host, ["rm", "a"], str(tmp_path))
-    assert held["error"]["code"] == "policy_held"  # type: ignore[index]
+    denied = embedding.run_tool_call(host, ["rm", "a"], str(tmp_path))  # destroys: denied
+    assert denied["error"]["code"] == "policy_denied"  # type: ignore[index]
     assert (tmp_path / "a").exists()
+    held = embedding.run_tool_call(host, ["touch", "b"], str(tmp_path))  # writes: asks
+    error = held["error"]
+    assert error["code"] == "policy_held"  # type: ignore[index]
+    assert error["details"]["run_id"] == host.run_id  # type: ignore[index]
+    assert error["details"]["step"] == 3  # type: ignore[index]
+    assert not (tmp_path / "b").exists()
+
+
+def test_run_approved_runs_the_held_step_once(make_host, tmp_path):
+    embedding = example("embedding")
+    agent = make_host()
+    request = ExecRequest(["rm", "a"], str(tmp_path), mode=FULL_ACCESS)  # destroys: asks
+    (tmp_path / "a").write_text("")
+    with pytest.raises(PolicyHeld) as caught:
+        agent.run(request)
+    assert (tmp_path / "a").exists()
+    person = make_host()  # another host on the same store, as `stockade approve` is
+    result = embedding.run_approved(person, caught.value, "alice")
+    assert result.ok
+    assert not (tmp_path / "a").exists()
+    assert (result.decision.verdict, result.decision.by) == ("allow", "alice")
+    assert result.decision.reason == "approved: destroys always waits for a person"
+    # The agent's host collects the same result; the step never runs twice.
+    run_id, step = caught.value.details["run_id"], caught.value.details["step"]
+    assert agent.resume(run_id, step) == result
 
 
 def test_run_all(make_host, tmp_path):
@@ -446,6 +497,33 @@ def test_open_host_reads_stockade_config(monkeypatch, tmp_path):
 def test_config_example_lists_the_defaults():
     config = parse_config((EXAMPLES / "config.toml").read_bytes())
     assert attrs.evolve(config, source=None) == Config()
+
+
+# Keys of work in progress (the recorder and the credential broker), documented when it lands.
+# Remove a name here once its row is written.
+KEYS_NOT_DOCUMENTED_YET = frozenset(
+    {"store.fail_closed", "credentials.env_prefix", "credentials.file"}
+)
+
+
+def test_every_config_key_has_a_row():
+    rows = table_keys(section(DOCS / "configuration.md", "## Every key"))
+    missing = []
+    for field in attrs.fields(attrs.resolve_types(Config)):
+        if field.name == "source":  # not a key in the file
+            continue
+        if attrs.has(field.type):  # a table: a row for each of its keys
+            table = attrs.resolve_types(field.type)
+            names = [f"{field.name}.{sub.name}" for sub in attrs.fields(table)]
+        else:  # agents: a row for agents.NAME
+            names = [field.name]
+        missing += [
+            name
+            for name in names
+            if name not in KEYS_NOT_DOCUMENTED_YET
+            and not any(row == name or row.startswith(name + ".") for row in rows)
+        ]
+    assert not missing, f"docs/configuration.md '## Every key' lacks rows for {missing}"
 
 
 def test_config_error_names_the_key():
@@ -485,7 +563,8 @@ def cli(monkeypatch, tmp_path, capsys):
     ],
 )
 def test_cli_exit_status(cli, options, argv, status):
-    assert cli("run", "--mode", FULL_ACCESS, *options, "--", *argv)[0] == status
+    # --yes: a shell, and python -c, count as destroys, which asks a person.
+    assert cli("run", "--yes", "--mode", FULL_ACCESS, *options, "--", *argv)[0] == status
 
 
 def test_cli_default_mode_fails_closed(cli, monkeypatch):
@@ -687,9 +766,10 @@ def test_the_bubblewrap_config_example_sets_every_setting_and_runs(make_host, tm
     config = parse_config(BUBBLEWRAP_TOML)
     assert sorted(config.plugins.settings["bubblewrap"]) == sorted(bubblewrap_settings())
     host = make_host(allow_all=True, config=attrs.evolve(config, sandbox="bubblewrap"))
-    result = host.run(ExecRequest(["true"], str(tmp_path), mode="workspace-write"))
+    result = host.run(ExecRequest(["touch", "made"], str(tmp_path), mode="workspace-write"))
     assert result.ok
     assert result.sandbox == SandboxFacts("bubblewrap", "workspace-write", enforcement="full")
+    assert (tmp_path / "made").exists()
 
 
 # --- the Landlock page --------------------------------------------------------------------
@@ -796,9 +876,10 @@ def test_the_landlock_config_example_sets_every_setting_and_runs(make_host, tmp_
     if not probe.usable or "partial" in probe.detail:
         pytest.skip(f"Landlock cannot enforce everything here: {probe.detail}")
     host = make_host(allow_all=True, config=attrs.evolve(config, sandbox="landlock"))
-    result = host.run(ExecRequest(["true"], str(tmp_path), mode="workspace-write"))
+    result = host.run(ExecRequest(["touch", "made"], str(tmp_path), mode="workspace-write"))
     assert result.ok
     assert result.sandbox == SandboxFacts("landlock", "workspace-write", enforcement="full")
+    assert (tmp_path / "made").exists()
 
 
 # --- the resource limits page --------------------------------------------------------------
@@ -838,3 +919,170 @@ def test_the_limits_config_example_sets_every_limit_and_runs(make_host, tmp_path
     assert result.limits == expected
     # KiB of address space, 512-byte blocks of file size, seconds of CPU, and no core dumps.
     assert result.stdout.text.split() == [str(2048 * 1024), str(1024 * 2048), "600", "0"]
+
+
+# --- the policy page ------------------------------------------------------------------------
+
+POLICY_PAGE = DOCS / "policy.md"
+AGENTS_TOML = EXAMPLES / "agents.toml"
+EXAMPLE_WORKSPACE = "/home/me/project"
+
+
+def table_rows(body: str) -> list[list[str]]:
+    """The cells of the Markdown table rows in ``body`` (the header and rule left out)."""
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")]
+        for line in body.splitlines()
+        if line.startswith("| ")
+    ]
+    return [row for row in rows[1:] if not set("".join(row)) <= set("-: ")]
+
+
+def unquoted(cell: str) -> str:
+    assert cell.startswith("`") and cell.endswith("`"), cell
+    return cell[1:-1]
+
+
+def toml_default(value: object) -> str:
+    """How the keys table writes an attrs default: unset, or the TOML value."""
+    if value is None:
+        return "unset"
+    if isinstance(value, tuple):
+        return "`[" + ", ".join(f'"{item}"' for item in value) + "]`"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    return f"`{value}`"
+
+
+def profile_keys() -> dict[str, object]:
+    """Every key of ``[agents.NAME]`` with its default: the fields of Profile and Budget."""
+    keys: dict[str, object] = {}
+    for field in attrs.fields(Profile):
+        if field.name == "name":  # the table's key, not a key in it
+            continue
+        if field.name == "budget":
+            keys.update({f"budget.{sub.name}": sub.default for sub in attrs.fields(Budget)})
+        else:
+            keys[field.name] = field.default
+    return keys
+
+
+def test_the_policy_page_has_a_row_for_every_profile_key():
+    rows = {unquoted(row[0]): row for row in table_rows(section(POLICY_PAGE, "### The keys"))}
+    assert sorted(rows) == sorted(profile_keys())
+    for key, default in profile_keys().items():
+        assert rows[key][2].startswith(toml_default(default)), (key, rows[key][2])
+
+
+def test_the_policy_page_lists_the_rules_in_their_order():
+    body = section(POLICY_PAGE, "## The decision rules")
+    named = re.findall(r"^\d+\. \*\*([a-z]+)\*\*:", body, flags=re.M)
+    assert named == [rule.__name__ for rule in policy.RULES]
+
+
+COMMAND_OF_CLASS = {
+    "reads": ["ls"],
+    "writes": ["touch", "notes"],
+    "network": ["git", "fetch"],
+    "destroys": ["rm", "notes"],
+}
+
+
+def decision_of(host, request: ExecRequest, log) -> tuple[str, str]:
+    """The verdict and reason the host recorded for ``request``, whatever it did next."""
+    # Denied, held, or allowed and then no sandbox here: the decision was recorded.
+    with contextlib.suppress(StockadeError):
+        host.run(request)
+    permissions = [event for event in log.events if event.kind == "permission"]
+    return permissions[-1].decision.verdict, permissions[-1].decision.reason
+
+
+@pytest.mark.parametrize("origin", ["cli", "api", "mcp"])
+def test_the_default_profile_decides_as_the_policy_page_says(make_host, tmp_path, origin):
+    rows = table_rows(section(POLICY_PAGE, "## The default profile"))
+    assert sorted(unquoted(row[0]) for row in rows) == sorted(COMMAND_OF_CLASS)
+    for cell, verdict, reason in rows:
+        kind = unquoted(cell)
+        log = EventLog()
+        host = make_host(plugins=[log])
+        request = ExecRequest(
+            COMMAND_OF_CLASS[kind], str(tmp_path), mode=FULL_ACCESS, origin=origin
+        )
+        assert decision_of(host, request, log) == (verdict, unquoted(reason))
+        assert log.events[1].classification.kind == kind
+        if verdict == "ask":  # approved in advance by a person, never by an MCP request
+            yes = attrs.evolve(request, preapproved=True)
+            expected = ("ask", unquoted(reason))
+            if origin != "mcp":
+                expected = ("allow", f"approved in advance: {unquoted(reason)}")
+            assert decision_of(host, yes, log) == expected
+
+
+def example_agents(workspace: Path) -> Config:
+    """docs/examples/agents.toml, with its workspace moved to ``workspace``."""
+    text = AGENTS_TOML.read_text(encoding="utf-8")
+    assert EXAMPLE_WORKSPACE in text
+    return parse_config(text.replace(EXAMPLE_WORKSPACE, str(workspace)))
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    """The example's workspace, holding an ``ls`` of the agent's own."""
+    folder = tmp_path.resolve() / "project"
+    folder.mkdir()
+    own = folder / "ls"
+    own.write_text("#!/bin/sh\ntouch pwned\n")
+    own.chmod(0o755)
+    return folder
+
+
+def test_the_policy_example_decides_as_the_table_says(make_host, workspace):
+    config = example_agents(workspace)
+    rows = table_rows(section(POLICY_PAGE, "### An example"))
+    assert {unquoted(row[0]) for row in rows} == set(config.agents)
+    for profile, command, verdict, reason in rows:
+        match = re.fullmatch(r"`([^`]+)`(?:, as step (\d+))?", command)
+        assert match, command
+        argv, step = match.group(1).split(), int(match.group(2) or 1)
+        log = EventLog()
+        host = make_host(plugins=[log], config=config)
+        request = ExecRequest(argv, str(workspace), mode=FULL_ACCESS, profile=unquoted(profile))
+        for _ in range(step - 1):  # every command asked counts as a step, denied or not
+            with pytest.raises(PolicyDenied):
+                host.run(attrs.evolve(request, argv=["touch", "x"]))
+        expected = unquoted(reason).replace(EXAMPLE_WORKSPACE, str(workspace))
+        assert decision_of(host, request, log) == (verdict, expected), command
+    assert not (workspace / "pwned").exists()
+
+
+def test_the_policy_example_profiles_set_what_the_keys_table_says(workspace, tmp_path):
+    config = example_agents(workspace)
+    reviewer = resolve(
+        ExecRequest(["ls"], str(workspace), mode="workspace-write", profile="reviewer"),
+        config,
+        os.environ,
+    )
+    assert (reviewer.mode, reviewer.timeout) == ("read-only", 60.0)
+    builder = resolve(ExecRequest(["ls"], profile="builder", memory_mb=4096), config, os.environ)
+    assert (builder.cwd, builder.workspace) == (str(workspace), str(workspace))
+    assert builder.limits.memory_mb == 2048  # a cap: a request may not ask for more
+    with pytest.raises(StockadeError) as outside:
+        resolve(ExecRequest(["ls"], str(tmp_path), profile="builder"), config, os.environ)
+    assert outside.value.code == "bad_cwd"
+
+
+def test_a_profile_with_a_quota_is_refused_until_quotas_land(make_host, tmp_path):
+    config = parse_config("[agents.big]\nquota_mb = 100\nhosts = ['pypi.org']\n")
+    host = make_host(config=config)
+    request = ExecRequest(["ls"], str(tmp_path), mode=FULL_ACCESS, profile="big")
+    with pytest.raises(Unsupported) as caught:
+        host.run(request)
+    assert caught.value.exit_status == 125
+
+
+def test_the_store_is_where_the_policy_page_says():
+    text = POLICY_PAGE.read_text(encoding="utf-8")
+    assert "`$XDG_STATE_HOME/stockade/store.db`" in text
+    assert "`~/.local/state/stockade/store.db`" in text
+    assert store_path(Config(), {"XDG_STATE_HOME": "/state"}) == "/state/stockade/store.db"
+    assert store_path(Config(), {"HOME": "/home/me"}) == "/home/me/.local/state/stockade/store.db"

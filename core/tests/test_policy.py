@@ -21,10 +21,10 @@ from stockade.errors import (
     PluginError,
     PolicyDenied,
     PolicyHeld,
+    RecorderFailed,
     Unsupported,
     UsageError,
 )
-from stockade.store import StoreError
 from stockade.types import Budget, Classification, ExecRequest, Profile
 
 FULL = {"mode": "danger-full-access"}
@@ -84,7 +84,9 @@ def test_a_read_only_agent_gets_only_reads():
     for kind in ("writes", "network", "destroys"):
         decision = decide(["true"], evaluation, kind)
         assert decision.verdict == "deny"
-        assert decision.reason == f"agents.eval is read-only (autonomy), and this command {kind}"
+        assert decision.reason == (
+            f"agents.eval is read-only (autonomy), and this command is classed {kind}"
+        )
 
 
 def test_a_listed_name_that_resolves_into_the_workspace_is_denied(tmp_path, make_host):
@@ -308,7 +310,7 @@ def test_held_steps_need_a_store_that_works(tmp_path, make_host):
     blocker = tmp_path / "file"
     blocker.write_text("")
     config = Config(store=StoreConfig(str(blocker / "store.db")))
-    with pytest.raises(StoreError, match="cannot open the store"):
+    with pytest.raises(RecorderFailed, match="cannot open the store"):
         make_host(config=config).run(ExecRequest(["rm", "-f", str(tmp_path / "x")], **FULL))
     path = tmp_path / "newer.db"
     db = sqlite3.connect(path)
@@ -318,7 +320,7 @@ def test_held_steps_need_a_store_that_works(tmp_path, make_host):
     )
     db.close()
     newer = Config(store=StoreConfig(str(path)))
-    with pytest.raises(StoreError, match="newer than this Stockade knows"):
+    with pytest.raises(RecorderFailed, match="newer than this Stockade knows"):
         make_host(config=newer).run(ExecRequest(["rm", "-f", str(tmp_path / "x")], **FULL))
 
 

@@ -1,7 +1,7 @@
 """Calling Stockade from an agent loop (tested by tests/test_docs.py).
 
-The mode is passed explicitly because no sandbox plugin is installed yet; once one is,
-drop ``mode=`` and every command gets the configured (confined) mode.
+The examples pass ``mode="danger-full-access"`` so that they run on a machine without a
+sandbox; drop ``mode=`` and every command gets the configured, confined mode.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from stockade.errors import StockadeError
+from stockade.errors import PolicyHeld, StockadeError
 from stockade.host import Host
 from stockade.types import ExecRequest, RunResult
 
@@ -21,6 +21,7 @@ def run_tool_call(host: Host, argv: Sequence[str], cwd: str) -> dict[str, object
     try:
         result = host.run(request)
     except StockadeError as error:  # denied, held, not found, ...: it did not run
+        # A held command's details name its run_id and step, for a person to approve.
         return {"error": error.to_dict()}
     return {
         "exit_code": result.exit_code,
@@ -43,6 +44,17 @@ async def run_all(host: Host, commands: Sequence[Sequence[str]], cwd: str) -> li
 
 
 # --8<-- [end:run_async]
+
+
+# --8<-- [start:resume]
+def run_approved(host: Host, held: PolicyHeld, person: str) -> RunResult:
+    """Record a person's yes to a held step, then run it exactly as it was held."""
+    run_id, step = str(held.details["run_id"]), int(str(held.details["step"]))
+    host.answer(run_id, step, approve=True, by=person)
+    return host.resume(run_id, step)
+
+
+# --8<-- [end:resume]
 
 
 # --8<-- [start:host]

@@ -1,4 +1,4 @@
-"""Example implementations of the approval, credential and recorder hooks.
+"""Example implementations of the classifier-rules, approval, credential and recorder hooks.
 
 Each is a class, so one plugin object carries its own state; register an instance (an entry
 point may name a module-level instance: ``broker = "my_pkg.plugin:BROKER"``). Tested by
@@ -9,12 +9,38 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from stockade import hookimpl
 from stockade.events import Event
-from stockade.types import Decision, ExecSpec, PendingApproval, Verdict
+from stockade.types import ClassifierRule, Decision, ExecSpec, Kind, PendingApproval, Verdict
 from stockade.wire import to_json
+
+
+# --8<-- [start:classifier_rules]
+class SystemctlRules:
+    """Teaches the built-in classifier ``systemctl``: what only looks, and what acts."""
+
+    LOOKS = frozenset(
+        {"status", "show", "cat", "is-active", "is-enabled", "is-failed", "list-units"}
+    )
+
+    @hookimpl
+    def stockade_classifier_rules(self) -> dict[str, ClassifierRule]:
+        """One rule, for the program ``systemctl``."""
+        return {"systemctl": self.systemctl}
+
+    def systemctl(self, args: Sequence[str]) -> tuple[Kind, str]:
+        """The class of ``systemctl ARGS``; anything it does not know acts on the system."""
+        if any(a in ("-H", "--host") or a.startswith("--host=") for a in args):
+            return "network", "systemctl --host reaches another machine over ssh"
+        sub = next((a for a in args if not a.startswith("-")), "list-units")
+        if sub in self.LOOKS:
+            return "reads", f"systemctl {sub} only shows units"
+        return "destroys", f"systemctl {sub} changes the system's services"
+
+
+# --8<-- [end:classifier_rules]
 
 
 # --8<-- [start:ask]

@@ -85,14 +85,32 @@ class EnvConfig:
 
 
 @frozen
+class CredentialsConfig:
+    """Where the built-in credential broker finds a secret by its handle.
+
+    Attributes:
+        env_prefix: the host's environment variable ``PREFIX + HANDLE`` (upper-cased, ``-``
+            and ``.`` as ``_``) holds the secret; empty turns this source off.
+        file: an owner-only TOML file of ``handle = "secret"`` lines (none by default).
+    """
+
+    env_prefix: str = "STOCKADE_SECRET_"
+    file: str | None = None
+
+
+@frozen
 class StoreConfig:
     """The embedded store: held approvals now, the audit record with it.
 
     Attributes:
-        path: the SQLite file (``$XDG_STATE_HOME/stockade/store.db`` by default).
+        path: the SQLite file (``$XDG_STATE_HOME/stockade/store.db`` by default); the
+            signing key, the head and the output blobs sit beside it.
+        fail_closed: when recording fails, refuse every command until the store works
+            again (the default); ``false`` runs them unrecorded, with a warning.
     """
 
     path: str | None = None
+    fail_closed: bool = True
 
 
 @frozen
@@ -111,6 +129,7 @@ class Config:
         agents: agent profiles by name (``[agents.NAME]``); ``default`` applies when a
             request names none, with the built-in defaults when it is not configured.
         store: where held approvals are kept.
+        credentials: where the built-in broker finds secrets.
         source: the file this was read from, if any (not a key in the file).
     """
 
@@ -124,6 +143,7 @@ class Config:
     limits: Limits = field(factory=Limits)
     agents: Mapping[str, Profile] = field(factory=dict)
     store: StoreConfig = field(factory=StoreConfig)
+    credentials: CredentialsConfig = field(factory=CredentialsConfig)
     source: str | None = field(default=None, kw_only=True)
 
     def profile(self, name: str) -> Profile:

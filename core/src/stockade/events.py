@@ -6,12 +6,13 @@ building them: the host imports this module only when some plugin records.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Literal
 
 from attrs import field, frozen
 
-from .types import Classification, Decision, Mode, Origin, RunResult
+from .types import Classification, Decision, ExecSpec, Mode, Origin, RunResult
 
 
 def _now() -> float:
@@ -29,6 +30,11 @@ class ActionEvent:
         mode: the effective sandbox mode.
         origin: who typed it.
         profile: the profile whose policy applies.
+        run_id: the run it is a step of.
+        step: its number in the run.
+        env_names: the names in the child's environment (never the values).
+        credentials: environment variable -> credential handle (never the secret).
+        stdin_sha256: the digest of its stdin (``None`` when it has none).
         time: seconds since the epoch.
         version: the record format version.
     """
@@ -39,9 +45,31 @@ class ActionEvent:
     mode: Mode = field(kw_only=True)
     origin: Origin = field(kw_only=True)
     profile: str = field(kw_only=True)
+    run_id: str = field(kw_only=True, default="")
+    step: int = field(kw_only=True, default=0)
+    env_names: tuple[str, ...] = field(kw_only=True, default=())
+    credentials: dict[str, str] = field(kw_only=True, factory=dict)
+    stdin_sha256: str | None = field(kw_only=True, default=None)
     time: float = field(kw_only=True, factory=_now)
     version: int = field(kw_only=True, default=1)
     kind: Literal["action"] = field(kw_only=True, default="action")
+
+    @classmethod
+    def of(cls, spec: ExecSpec) -> ActionEvent:
+        """The action event for a resolved command."""
+        return cls(
+            spec.action_id,
+            spec.argv,
+            cwd=spec.cwd,
+            mode=spec.mode,
+            origin=spec.origin,
+            profile=spec.profile,
+            run_id=spec.run_id,
+            step=spec.step,
+            env_names=tuple(sorted(spec.env)),
+            credentials=dict(spec.credentials),
+            stdin_sha256=hashlib.sha256(spec.stdin).hexdigest() if spec.stdin else None,
+        )
 
 
 @frozen

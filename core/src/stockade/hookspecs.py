@@ -92,8 +92,9 @@ def stockade_decide(
 ) -> Decision | None:
     """Decide ``allow``, ``ask`` or ``deny`` for the command under the agent's profile.
 
-    The built-in policy runs last (``trylast``): it allows what a person typed at the CLI
-    and denies everything else.
+    The built-in policy runs last (``trylast``): it applies the profile's rules (autonomy,
+    programs, budget, ask) in order. Whatever a policy decides, a command that asks for a
+    writable grant waits for a person.
 
     Convention: firstresult: the first non-None wins.
     """

@@ -195,16 +195,7 @@ class Host:
         if self._recording:
             from . import events
 
-            self._record(
-                events.ActionEvent(
-                    spec.action_id,
-                    spec.argv,
-                    cwd=spec.cwd,
-                    mode=spec.mode,
-                    origin=spec.origin,
-                    profile=spec.profile,
-                )
-            )
+            self._record(events.ActionEvent.of(spec))
         classification = self.classify(spec)
         spec = enforce_class(spec, classification)
         decision = self.decide(spec, classification)
@@ -535,6 +526,9 @@ class Host:
         if self._store is not None:
             self._store.close()
             self._store = None
+        recorder = self.pm.get_plugin("stockade.builtin.recorder")
+        if recorder is not None:
+            recorder.close()
 
     def __enter__(self) -> Host:
         return self

@@ -36,9 +36,16 @@ BUILTIN_PLUGINS = (
     "stockade.builtin.classify",
     "stockade.builtin.policy",
     "stockade.builtin.approval",
+    "stockade.builtin.credentials",
+    "stockade.builtin.recorder",
     "stockade.builtin.unconfined",
 )
-"""Modules of the built-in defaults, registered under these names like any plugin."""
+"""Modules of the built-in defaults, registered under these names like any plugin.
+
+A module that needs the configuration defines ``make_plugin(config, environ)``; what it
+returns is registered in the module's place (so no state lives in a module, shared by
+every host of the process).
+"""
 
 T = TypeVar("T", Executor, SandboxProvider)
 
@@ -93,7 +100,10 @@ def get_plugin_manager(
     dists: dict[str, tuple[str, str]] = {}
     for module_name in BUILTIN_PLUGINS:
         if not pm.is_blocked(module_name):
-            pm.register(importlib.import_module(module_name), name=module_name)
+            module = importlib.import_module(module_name)
+            factory = getattr(module, "make_plugin", None)
+            plugin = factory(config, environ) if factory is not None else module
+            pm.register(plugin, name=module_name)
     if load_entry_points:
         for ep in entry_points(NAME):
             if pm.is_blocked(ep.name) or pm.has_plugin(ep.name):

@@ -111,11 +111,11 @@ def resolve(
     if request.memory_mb is not None and request.memory_mb <= 0:
         raise UsageError(f"memory_mb must be a positive number, got {request.memory_mb!r}")
     limits = config.limits
+    # ``[limits]`` is a default a request may change; the profile's limit is a cap.
+    caps = [profile.memory_mb] if profile.memory_mb is not None else []
     memory = request.memory_mb if request.memory_mb is not None else profile.memory_mb
     if memory is not None:
-        # The profile's limit is a cap: a request may ask for less, never more.
-        memory = min(memory, profile.memory_mb or memory)
-        limits = attrs.evolve(limits, memory_mb=memory)
+        limits = attrs.evolve(limits, memory_mb=min([memory, *caps]))
     mode = request.mode or config.mode
     if profile.autonomy == "read-only":
         mode = "read-only"
@@ -146,7 +146,18 @@ def resolve(
         step=step,
         run_elapsed=run_elapsed,
         grant_writable=grants,
+        hidden=_hidden(config, ambient),
     )
+
+
+def _hidden(config: Config, ambient: Mapping[str, str]) -> tuple[str, ...]:
+    """Stockade's own state: the store's folder (and the default one)."""
+    from .config import state_dir
+
+    folders = [state_dir(ambient)]
+    if config.store.path:
+        folders.append(os.path.dirname(os.path.abspath(os.path.expanduser(config.store.path))))
+    return tuple(dict.fromkeys(folders))
 
 
 def _granted(path: str, cwd: str) -> str:

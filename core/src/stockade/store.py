@@ -1,7 +1,9 @@
 """The embedded store: one SQLite file (WAL) under the XDG state directory, owner-only.
 
-It holds the steps that wait for a person: each held step is kept with the exact spec that
-was shown, so that approving it runs exactly that. A step moves ``held`` -> ``approved`` or
+It holds the record (``events``: every event of every run, hash-chained and signed by
+:mod:`stockade.record`; output blobs sit beside the file, by content address) and the
+steps that wait for a person: each held step is kept with the exact spec that was shown,
+so that approving it runs exactly that. A step moves ``held`` -> ``approved`` or
 ``declined`` (a person's answer), then ``approved`` -> ``running`` -> ``done`` / ``failed``
 when a process claims it. Each move is one conditional ``UPDATE``, so two processes cannot
 both answer, or both run, the same step.
@@ -11,6 +13,7 @@ The schema carries a version in ``meta``; :func:`open_store` creates or migrates
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -25,7 +28,7 @@ from .config import Config, state_dir
 from .errors import StockadeError, UsageError
 from .types import Classification, Decision, ExecSpec, PendingApproval
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 StepState = Literal["held", "approved", "declined", "running", "done", "failed"]
 
 _SCHEMA = """
@@ -45,6 +48,20 @@ CREATE TABLE IF NOT EXISTS held (
     PRIMARY KEY (run_id, step)
 );
 CREATE INDEX IF NOT EXISTS held_state ON held (state);
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    action_id TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    time REAL NOT NULL,
+    body TEXT NOT NULL,
+    prev TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    sig BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_step ON events (run_id, step);
+CREATE INDEX IF NOT EXISTS events_action ON events (action_id);
 """
 
 
@@ -105,8 +122,12 @@ class Store:
         directory = os.path.dirname(path) or "."
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            os.close(fd)
+            if not os.path.exists(path):
+                # Made owner-only before SQLite opens it. Never open and close the file
+                # once it exists: closing any descriptor of it drops every POSIX lock this
+                # process holds on it, and another connection's WAL would be torn down.
+                with contextlib.suppress(FileExistsError):
+                    os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
             # One connection per host, used from its threads (run_async admits in a worker):
             # every use holds the lock.
             self._db = sqlite3.connect(
@@ -126,13 +147,24 @@ class Store:
         with self._db:
             self._db.executescript(_SCHEMA)
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            if row is None:
-                self._db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
-            elif int(row[0]) > SCHEMA_VERSION:
+            if row is not None and int(row[0]) > SCHEMA_VERSION:
                 raise sqlite3.DatabaseError(
                     f"its schema is version {row[0]}, newer than this Stockade knows"
                     f" ({SCHEMA_VERSION}); upgrade Stockade"
                 )
+            # Version 1 had only held steps; the script above added the record's tables.
+            self._db.execute(
+                "INSERT OR REPLACE INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+            )
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The connection; use it only while holding :meth:`locked`."""
+        return self._db
+
+    def locked(self) -> threading.Lock:
+        """The lock every use of :attr:`connection` holds (``with store.locked(): ...``)."""
+        return self._lock
 
     def close(self) -> None:
         """Close the connection."""

@@ -182,6 +182,8 @@ class ExecSpec:
         step: its number in the run, from 1.
         run_elapsed: seconds since the run's first step began (for duration budgets).
         grant_writable: resolved folders writable for this command only, by a person's grant.
+        hidden: folders a sandbox must make unreadable: Stockade's own state (the record,
+            its signing key, the held steps).
     """
 
     action_id: str
@@ -205,6 +207,7 @@ class ExecSpec:
     step: int = field(kw_only=True, default=0)
     run_elapsed: float = field(kw_only=True, default=0.0)
     grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    hidden: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
 
 @frozen

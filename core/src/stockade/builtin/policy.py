@@ -41,7 +41,8 @@ def autonomy(spec: ExecSpec, classification: Classification, profile: Profile) -
     """Rule 1: a read-only agent runs only ``reads`` commands."""
     if profile.autonomy == "read-only" and classification.kind != "reads":
         return _deny(
-            f"{_where(profile)} is read-only (autonomy), and this command {classification.kind}"
+            f"{_where(profile)} is read-only (autonomy), and this command is classed "
+            f"{classification.kind}"
         )
     return None
 

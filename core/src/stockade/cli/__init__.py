@@ -87,6 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
         answer.add_argument("step", metavar="STEP", type=int, help="the step number")
         answer.add_argument("--json", action="store_true")
 
+    log = commands.add_parser("log", help="list the recorded steps")
+    log.add_argument("--run", metavar="RUN", help="only this run")
+    log.add_argument("--json", action="store_true")
+    show = commands.add_parser("show", help="the whole output of a recorded step")
+    show.add_argument("run", metavar="RUN")
+    show.add_argument("step", metavar="STEP", type=int)
+    replay = commands.add_parser("replay", help="a run as one timeline of events")
+    replay.add_argument("run", metavar="RUN")
+    replay.add_argument("--redact", action="store_true", help="without argv, cwd and output")
+    replay.add_argument("--json", action="store_true")
+    verify = commands.add_parser("verify", help="check the record's chain and signatures")
+    verify.add_argument("--json", action="store_true")
+
     plugins = commands.add_parser("plugins", help="list the installed plugins")
     plugins.add_argument("--json", action="store_true")
     doctor = commands.add_parser("doctor", help="say what works on this machine and why not")
@@ -112,6 +125,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "pending":
             return pending_command(args)
         return answer_command(args, approve=args.command == "approve")
+    if args.command in ("log", "show", "replay", "verify"):
+        from . import record
+
+        handler = getattr(record, f"{args.command}_command")
+        status: int = handler(args)
+        return status
     return _inspect(args, parser)
 
 

@@ -107,8 +107,8 @@ def _mask(path: str, args: list[str], masked: list[str]) -> None:
     if not os.path.lexists(path):
         return
     real = os.path.realpath(path)  # a symlinked store is masked where it really is
-    if real in masked or not os.path.exists(real):
-        return
+    if real in masked or not os.path.exists(real) or paths.inside(real, PRIVATE_DIRS):
+        return  # (the host's /tmp is not there at all: the sandbox's is a fresh tmpfs)
     if os.path.isdir(real):
         args += ["--tmpfs", real, "--remount-ro", real]
     else:

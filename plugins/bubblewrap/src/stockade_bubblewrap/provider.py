@@ -101,7 +101,7 @@ class BubblewrapSandbox(SandboxProvider):
                 env=spec.env,
                 host_env=os.environ,
                 extra_writable=(*settings.writable_roots, *spec.grant_writable),
-                deny_read=settings.deny_read,
+                deny_read=(*settings.deny_read, *spec.hidden),
                 keep_read_only=keep,
                 scan_limit=settings.scan_limit,
             )

@@ -263,7 +263,12 @@ class Engine:
         keep += [sys.prefix, sys.base_prefix]
         if cache is not None:
             keep.append(os.path.dirname(cache))
-        masked = [*PRIVATE_DIRS, *settings.deny_read, *protected.socket_paths(os.environ)]
+        masked = [
+            *PRIVATE_DIRS,
+            *settings.deny_read,
+            *spec.hidden,
+            *protected.socket_paths(os.environ),
+        ]
         for home in protected.homes(spec.env, os.environ):
             masked.append(os.path.join(home, ".cache"))
             masked += [os.path.join(home, name) for name in protected.CREDENTIAL_STORES]

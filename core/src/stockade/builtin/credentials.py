@@ -1,0 +1,3 @@
+"""The built-in credential broker (being written; see the credential broker work)."""
+
+from __future__ import annotations

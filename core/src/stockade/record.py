@@ -1,0 +1,412 @@
+"""The record: every event appended to one hash chain, each link signed, and its check.
+
+Each event becomes a row of the store's ``events`` table:
+
+- ``body``: the event as canonical JSON (sorted keys, no spaces); a result's output text
+  is not in it: each stream's content (the whole stream, from the spill file when it was
+  cut) is a blob under ``blobs/`` beside the store, named by its sha256, and the body
+  holds that name;
+- ``hash`` = sha256 of ``prev`` + ``\\n`` + ``seq`` + ``\\n`` + ``body``, where ``prev`` is
+  the hash of the event before (64 zeros for the first): an edit, a deletion or a
+  reordering breaks every link after it;
+- ``sig``: an Ed25519 signature of ``hash`` with the store's key (``signing.key`` beside the
+  store, owner-only, made on first use). Its public key is pinned in the store's ``meta``
+  at the first event, so a chain re-signed with another key does not verify;
+- after each append, the head (last ``seq`` and ``hash``, signed) is written to
+  ``store.db.head``: a tail cut from the table no longer reaches it.
+
+What this cannot catch: someone who holds the signing key can write a new, consistent
+history. The key is the owner's; sandboxed commands never see the state directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from attrs import frozen
+
+from .store import Store, StoreError
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+        Ed25519PrivateKey,
+        Ed25519PublicKey,
+    )
+
+    from .events import Event
+
+GENESIS = "0" * 64
+
+
+def canonical(data: object) -> str:
+    """The one JSON text for ``data``: what is hashed and signed."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def link(prev: str, seq: int, body: str) -> str:
+    """The hash of an event: it binds the one before, its position and its body."""
+    return hashlib.sha256(f"{prev}\n{seq}\n{body}".encode()).hexdigest()
+
+
+# --- the signing key -------------------------------------------------------------------------
+
+
+def key_path(store: Store) -> str:
+    """The signing key's file, beside the store."""
+    return os.path.join(os.path.dirname(store.path) or ".", "signing.key")
+
+
+def head_path(store: Store) -> str:
+    """The head's file, beside the store."""
+    return store.path + ".head"
+
+
+def load_key(path: str, *, create: bool) -> Ed25519PrivateKey | None:
+    """The private key in ``path`` (32 raw bytes, owner-only); made when ``create``.
+
+    Raises:
+        StoreError: the file is readable by others, or is not a key.
+    """
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        if not create:
+            return None
+        key = Ed25519PrivateKey.generate()
+        raw = key.private_bytes_raw()
+        temp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(raw)
+        try:
+            os.link(temp, path)  # first writer wins; a racing one reads the winner's key
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(temp)
+        return load_key(path, create=False)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if info.st_mode & 0o077 or info.st_uid != os.getuid():
+            raise StoreError(
+                f"the signing key {path} is readable by others or not yours",
+                hint=f"chmod 600 {path} (and check who wrote it)",
+            )
+        raw = handle.read()
+    if len(raw) != 32:  # an Ed25519 private key is 32 bytes
+        raise StoreError(f"{path} is not an Ed25519 key ({len(raw)} bytes)")
+    return Ed25519PrivateKey.from_private_bytes(raw)
+
+
+def _public_hex(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+    public = key.public_key() if hasattr(key, "public_key") else key
+    return public.public_bytes_raw().hex()
+
+
+# --- blobs -----------------------------------------------------------------------------------
+
+
+def blob_dir(store: Store) -> str:
+    """Where output blobs live: ``blobs/`` beside the store."""
+    return os.path.join(os.path.dirname(store.path) or ".", "blobs")
+
+
+def put_blob(store: Store, data: bytes) -> str:
+    """Keep ``data`` under its sha256 (once); its name."""
+    digest = hashlib.sha256(data).hexdigest()
+    folder = os.path.join(blob_dir(store), digest[:2])
+    path = os.path.join(folder, digest)
+    if os.path.exists(path):
+        return digest
+    os.makedirs(blob_dir(store), mode=0o700, exist_ok=True)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    temp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(temp, path)
+    return digest
+
+
+def put_blob_file(store: Store, source: str) -> str:
+    """Keep the content of the file ``source`` as a blob, streamed (it may be gigabytes)."""
+    os.makedirs(blob_dir(store), mode=0o700, exist_ok=True)
+    temp = os.path.join(blob_dir(store), f"incoming.{os.getpid()}.{os.urandom(4).hex()}")
+    digest = hashlib.sha256()
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        with open(source, "rb") as reader, os.fdopen(fd, "wb") as writer:
+            while chunk := reader.read(1 << 20):
+                digest.update(chunk)
+                writer.write(chunk)
+        name = digest.hexdigest()
+        folder = os.path.join(blob_dir(store), name[:2])
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        os.replace(temp, os.path.join(folder, name))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    return name
+
+
+def get_blob(store: Store, digest: str) -> bytes:
+    """The content of blob ``digest``, checked against its name.
+
+    Raises:
+        StoreError: it is missing or its content does not match.
+    """
+    path = os.path.join(blob_dir(store), digest[:2], digest)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as error:
+        raise StoreError(f"blob {digest} is missing: {error.strerror}") from None
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise StoreError(f"blob {digest} was changed: its content no longer matches its name")
+    return data
+
+
+# --- appending ------------------------------------------------------------------------------
+
+
+class Chain:
+    """Appends events to a store's chain. One per store connection."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        key = load_key(key_path(store), create=True)
+        assert key is not None  # noqa: S101 - create=True always gives one
+        self.key = key
+        self.public = _public_hex(key)
+        self._steps: dict[str, tuple[str, int]] = {}
+
+    def append(self, event: Event) -> int:
+        """Add ``event`` at the end of the chain; its sequence number.
+
+        Raises:
+            StoreError: it could not be written (nothing is half-written).
+        """
+        run_id, step = self._step_of(event)
+        body = canonical(self._body(event))
+        db = self.store.connection
+        try:
+            with self.store.locked():
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    pinned = db.execute("SELECT value FROM meta WHERE key='pubkey'").fetchone()
+                    if pinned is None:
+                        db.execute("INSERT INTO meta VALUES ('pubkey', ?)", (self.public,))
+                    elif pinned[0] != self.public:
+                        raise StoreError(
+                            "the signing key beside the store is not the key its record was "
+                            "signed with",
+                            hint="restore the original signing.key; run `stockade verify`",
+                        )
+                    last = db.execute(
+                        "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
+                    ).fetchone()
+                    seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
+                    digest = link(prev, seq, body)
+                    signature = self.key.sign(bytes.fromhex(digest))
+                    db.execute(
+                        "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            seq,
+                            run_id,
+                            step,
+                            event.action_id,
+                            event.kind,
+                            event.time,
+                            body,
+                            prev,
+                            digest,
+                            signature,
+                        ),
+                    )
+                    db.execute("COMMIT")
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                self._write_head(seq, digest)
+        except sqlite3.Error as error:
+            raise StoreError(
+                f"cannot record the {event.kind} event in {self.store.path}: {error}",
+                hint="check the store's storage (disk full? permissions?)",
+            ) from None
+        except OSError as error:
+            raise StoreError(
+                f"cannot record the {event.kind} event: {error}",
+                hint="check the store's storage (disk full? permissions?)",
+            ) from None
+        return seq
+
+    def _step_of(self, event: Event) -> tuple[str, int]:
+        if event.kind == "action":
+            self._steps[event.action_id] = (event.run_id, event.step)
+        found = self._steps.get(event.action_id)
+        if found is None:  # an action recorded by another process (a resumed step)
+            with self.store.locked():
+                row = self.store.connection.execute(
+                    "SELECT run_id, step FROM events WHERE action_id=? AND kind='action'",
+                    (event.action_id,),
+                ).fetchone()
+            found = (row[0], row[1]) if row else ("", 0)
+            self._steps[event.action_id] = found
+        return found
+
+    def _body(self, event: Event) -> dict[str, Any]:
+        from .wire import unstructure
+
+        body: dict[str, Any] = unstructure(event)  # type: ignore[assignment]
+        if event.kind == "result":
+            result = event.result
+            for name, output in (("stdout", result.stdout), ("stderr", result.stderr)):
+                stream = body["result"][name]
+                text = stream.pop("text")
+                if output.truncated and output.spill_path and os.path.exists(output.spill_path):
+                    stream["blob"] = put_blob_file(self.store, output.spill_path)
+                else:
+                    content = text.encode("utf-8", "surrogateescape")
+                    stream["blob"] = put_blob(self.store, content) if content else None
+        return body
+
+    def _write_head(self, seq: int, digest: str) -> None:
+        path = head_path(self.store)
+        signature = self.key.sign(f"head\n{seq}\n{digest}".encode()).hex()
+        temp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(f"{seq} {digest} {signature}\n")
+        os.replace(temp, path)
+
+
+# --- reading and verifying ----------------------------------------------------------------
+
+
+@frozen
+class Row:
+    """One recorded event as the store keeps it."""
+
+    seq: int
+    run_id: str
+    step: int
+    action_id: str
+    kind: str
+    time: float
+    body: dict[str, Any]
+
+
+def rows(store: Store, run_id: str | None = None) -> Iterator[Row]:
+    """The recorded events in order, of one run or of all."""
+    query = "SELECT seq, run_id, step, action_id, kind, time, body FROM events"
+    args: tuple[object, ...] = ()
+    if run_id is not None:
+        query += " WHERE run_id=?"
+        args = (run_id,)
+    with store.locked():
+        found = store.connection.execute(query + " ORDER BY seq", args).fetchall()
+    for seq, run, step, action, kind, time, body in found:
+        yield Row(seq, run, step, action, kind, time, json.loads(body))
+
+
+@frozen
+class Verdict:
+    """What ``stockade verify`` found.
+
+    Attributes:
+        ok: every check passed.
+        events: how many events were checked.
+        bad_seq: the first event that failed (``None`` when ok, or when the whole failed).
+        problem: what failed, in words.
+    """
+
+    ok: bool
+    events: int
+    bad_seq: int | None = None
+    problem: str = ""
+
+
+def verify(store: Store) -> Verdict:
+    """Check the whole chain: links, signatures, the pinned key and the head."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    with store.locked():
+        db = store.connection
+        pinned_row = db.execute("SELECT value FROM meta WHERE key='pubkey'").fetchone()
+        found = db.execute("SELECT seq, body, prev, hash, sig FROM events ORDER BY seq").fetchall()
+    head = _read_head(store)
+    count = len(found)
+    if not found:
+        if head is not None:
+            return Verdict(False, 0, head[0], "the record is empty, but its head names an event")
+        return Verdict(True, 0)
+    if pinned_row is None:
+        return Verdict(False, count, None, "the store has events but no pinned key")
+    key = load_key(key_path(store), create=False)
+    if key is not None and _public_hex(key) != pinned_row[0]:
+        return Verdict(False, count, None, "the pinned key is not the store's signing key")
+    public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(pinned_row[0]))
+    return _links(found, public) or _head(found, head, public) or Verdict(True, count)
+
+
+def _links(found: list[tuple[Any, ...]], public: Ed25519PublicKey) -> Verdict | None:
+    from cryptography.exceptions import InvalidSignature
+
+    count, prev = len(found), GENESIS
+    for expected, (seq, body, stored_prev, digest, signature) in enumerate(found, start=1):
+        problem = None
+        if seq != expected:
+            return Verdict(False, count, expected, f"event {expected} is missing")
+        if stored_prev != prev:
+            problem = f"event {seq} does not follow event {seq - 1}"
+        elif link(prev, seq, body) != digest:
+            problem = f"event {seq} was changed after it was recorded"
+        else:
+            try:
+                public.verify(bytes(signature), bytes.fromhex(digest))
+            except InvalidSignature:
+                problem = f"event {seq} is not signed with the store's key"
+        if problem is not None:
+            return Verdict(False, count, seq, problem)
+        prev = digest
+    return None
+
+
+def _head(
+    found: list[tuple[Any, ...]], head: tuple[int, str, str] | None, public: Ed25519PublicKey
+) -> Verdict | None:
+    from cryptography.exceptions import InvalidSignature
+
+    count, last = len(found), found[-1][0]
+    if head is None:
+        return Verdict(False, count, None, "the head file is missing")
+    head_seq, head_hash, head_sig = head
+    try:
+        public.verify(bytes.fromhex(head_sig), f"head\n{head_seq}\n{head_hash}".encode())
+    except (InvalidSignature, ValueError):
+        return Verdict(False, count, None, "the head is not signed with the store's key")
+    if head_seq > last:
+        return Verdict(
+            False, count, last + 1, f"the tail was cut: events {last + 1}..{head_seq} are gone"
+        )
+    if found[head_seq - 1][3] != head_hash:
+        return Verdict(False, count, head_seq, f"event {head_seq} is not the one the head names")
+    return None
+
+
+def _read_head(store: Store) -> tuple[int, str, str] | None:
+    try:
+        with open(head_path(store)) as handle:
+            seq, digest, signature = handle.read().split()
+        return int(seq), digest, signature
+    except (OSError, ValueError):
+        return None
