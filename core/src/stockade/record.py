@@ -6,9 +6,10 @@ Each event becomes a row of the store's ``events`` table:
   is not in it: each stream's content (the whole stream, from the spill file when it was
   cut) is a blob under ``blobs/`` beside the store, named by its sha256, and the body
   holds that name;
-- ``hash`` = sha256 of ``prev`` + ``\\n`` + ``seq`` + ``\\n`` + ``body``, where ``prev`` is
-  the hash of the event before (64 zeros for the first): an edit, a deletion or a
-  reordering breaks every link after it;
+- ``hash`` = sha256 of ``prev``, ``seq``, ``run_id``, ``step`` and ``body`` (one per line),
+  where ``prev`` is the hash of the event before (64 zeros for the first): an edit, a
+  deletion or a reordering breaks every link after it. The other columns (``kind``,
+  ``action_id``, ``time``) are copies of the body's fields, checked against it;
 - ``sig``: an Ed25519 signature of ``hash`` with the store's key (``signing.key`` beside the
   store, owner-only, made on first use). Its public key is pinned in the store's ``meta``
   at the first event, so a chain re-signed with another key does not verify;
@@ -49,9 +50,9 @@ def canonical(data: object) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def link(prev: str, seq: int, body: str) -> str:
-    """The hash of an event: it binds the one before, its position and its body."""
-    return hashlib.sha256(f"{prev}\n{seq}\n{body}".encode()).hexdigest()
+def link(prev: str, seq: int, body: str, run_id: str = "", step: int = 0) -> str:
+    """The hash of an event: it binds the one before, its position, its step and its body."""
+    return hashlib.sha256(f"{prev}\n{seq}\n{run_id}\n{step}\n{body}".encode()).hexdigest()
 
 
 # --- the signing key -------------------------------------------------------------------------
@@ -215,7 +216,7 @@ class Chain:
                         "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
                     ).fetchone()
                     seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
-                    digest = link(prev, seq, body)
+                    digest = link(prev, seq, body, run_id, step)
                     signature = self.key.sign(bytes.fromhex(digest))
                     db.execute(
                         "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -342,7 +343,10 @@ def verify(store: Store) -> Verdict:
     with store.locked():
         db = store.connection
         pinned_row = db.execute("SELECT value FROM meta WHERE key='pubkey'").fetchone()
-        found = db.execute("SELECT seq, body, prev, hash, sig FROM events ORDER BY seq").fetchall()
+        found = db.execute(
+            "SELECT seq, body, prev, hash, sig, run_id, step, action_id, kind, time FROM events"
+            " ORDER BY seq"
+        ).fetchall()
     head = _read_head(store)
     count = len(found)
     if not found:
@@ -362,13 +366,14 @@ def _links(found: list[tuple[Any, ...]], public: Ed25519PublicKey) -> Verdict | 
     from cryptography.exceptions import InvalidSignature
 
     count, prev = len(found), GENESIS
-    for expected, (seq, body, stored_prev, digest, signature) in enumerate(found, start=1):
+    for expected, row in enumerate(found, start=1):
+        seq, body, stored_prev, digest, signature, run_id, step, *copies = row
         problem = None
         if seq != expected:
             return Verdict(False, count, expected, f"event {expected} is missing")
         if stored_prev != prev:
             problem = f"event {seq} does not follow event {seq - 1}"
-        elif link(prev, seq, body) != digest:
+        elif link(prev, seq, body, run_id, step) != digest or not _copies_match(body, copies):
             problem = f"event {seq} was changed after it was recorded"
         else:
             try:
@@ -379,6 +384,12 @@ def _links(found: list[tuple[Any, ...]], public: Ed25519PublicKey) -> Verdict | 
             return Verdict(False, count, seq, problem)
         prev = digest
     return None
+
+
+def _copies_match(body: str, copies: list[Any]) -> bool:
+    """Whether the ``action_id``, ``kind`` and ``time`` columns say what the body says."""
+    data = json.loads(body)
+    return [data.get("action_id"), data.get("kind"), data.get("time")] == copies
 
 
 def _head(

@@ -141,9 +141,10 @@ def _entry(row: Row, start: float, *, redact: bool) -> dict[str, Any]:
     elif row.kind == "permission":
         decision = body["decision"]
         text = f"{body['classification']['kind']} -> {decision['verdict']} by {decision['by']}: "
-        text += decision["reason"]
+        text += REDACTED if redact else decision["reason"]
     elif row.kind == "grant":
-        text = f"writable {', '.join(body['writable'])} for this command, granted by {body['by']}"
+        folders = REDACTED if redact else ", ".join(body["writable"])
+        text = f"writable {folders} for this command, granted by {body['by']}"
     elif row.kind == "result":
         result = body["result"]
         ended = f"exit {result['exit_code']}" if result["signal"] is None else result["signal"]
@@ -162,14 +163,24 @@ def _entry(row: Row, start: float, *, redact: bool) -> dict[str, Any]:
 
 
 def _redacted(body: dict[str, Any]) -> dict[str, Any]:
-    """``body`` without what redaction covers: argv, cwd, env names, stdin and output."""
+    """``body`` without what redaction covers: argv (and the reasons that quote it), cwd,
+    env names, stdin and output."""
     hidden = dict(body)
-    for key in ("argv", "cwd", "env_names", "stdin_sha256", "message"):
+    for key in ("argv", "cwd", "env_names", "stdin_sha256", "message", "writable"):
         if key in hidden:
             hidden[key] = REDACTED
+    if "classification" in hidden:
+        hidden["classification"] = {
+            **hidden["classification"],
+            "reasons": REDACTED,
+            "programs": REDACTED,
+        }
+        hidden["decision"] = {**hidden["decision"], "reason": REDACTED}
     if "result" in hidden:
         result = dict(hidden["result"])
         result["argv"] = REDACTED
+        result["classification"] = REDACTED
+        result["decision"] = {**result["decision"], "reason": REDACTED}
         for stream in ("stdout", "stderr"):
             result[stream] = REDACTED
         hidden["result"] = result

@@ -1,0 +1,254 @@
+"""The record: every event in a signed hash chain that `stockade verify` checks by attacking it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from stockade.config import Config, StoreConfig
+from stockade.errors import RecorderFailed
+from stockade.record import get_blob, head_path, key_path, rows, verify
+from stockade.store import Store
+from stockade.types import ExecRequest
+
+FULL = "danger-full-access"
+STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+
+
+@pytest.fixture
+def store_path(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "store.db"
+
+
+@pytest.fixture
+def recorded(make_host, store_path: Path, tmp_path: Path) -> Path:
+    """A store with three steps recorded: a run, a denial of nothing, and output."""
+    host = make_host(config=Config(store=StoreConfig(str(store_path))), allow_all=True)
+    for argv in (["echo", "one"], ["ls", str(tmp_path)], ["printf", "two\\nthree"]):
+        assert host.run(ExecRequest(argv, str(tmp_path), mode=FULL)).ok
+    host.close()
+    return store_path
+
+
+def check(path: Path):
+    store = Store(str(path))
+    try:
+        return verify(store)
+    finally:
+        store.close()
+
+
+def edit(path: Path, sql: str, *args: object) -> None:
+    db = sqlite3.connect(path)
+    with db:
+        db.execute(sql, args)
+    db.close()
+
+
+def test_an_untouched_store_verifies(recorded):
+    verdict = check(recorded)
+    assert (verdict.ok, verdict.events, verdict.problem) == (True, 9, "")
+    store = Store(str(recorded))
+    kinds = [(r.step, r.kind) for r in rows(store)]
+    assert kinds == [(s, k) for s in (1, 2, 3) for k in ("action", "permission", "result")]
+    store.close()
+
+
+def test_an_edited_event_is_named(recorded):
+    db = sqlite3.connect(recorded)
+    body = db.execute("SELECT body FROM events WHERE seq=4").fetchone()[0]
+    db.close()
+    edit(recorded, "UPDATE events SET body=? WHERE seq=4", body.replace("ls", "rm"))
+    verdict = check(recorded)
+    assert (verdict.ok, verdict.bad_seq) == (False, 4)
+    assert verdict.problem == "event 4 was changed after it was recorded"
+
+
+def test_a_deleted_event_is_named(recorded):
+    edit(recorded, "DELETE FROM events WHERE seq=5")
+    verdict = check(recorded)
+    assert (verdict.ok, verdict.bad_seq, verdict.problem) == (False, 5, "event 5 is missing")
+
+
+def test_reordered_events_are_named(recorded):
+    db = sqlite3.connect(recorded)
+    first, second = db.execute("SELECT body FROM events WHERE seq IN (2, 3) ORDER BY seq")
+    with db:
+        db.execute("UPDATE events SET body=? WHERE seq=2", (second[0],))
+        db.execute("UPDATE events SET body=? WHERE seq=3", (first[0],))
+    db.close()
+    verdict = check(recorded)
+    assert (verdict.ok, verdict.bad_seq) == (False, 2)
+
+
+def test_a_chain_rebuilt_and_re_signed_with_another_key_is_caught(recorded):
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from stockade.record import GENESIS, link
+
+    forger = Ed25519PrivateKey.generate()
+    db = sqlite3.connect(recorded)
+    found = db.execute("SELECT seq, body, run_id, step FROM events ORDER BY seq").fetchall()
+    prev = GENESIS
+    with db:
+        for seq, original, run_id, step in found:
+            body = original.replace("one", "won") if seq == 1 else original
+            digest = link(prev, seq, body, run_id, step)
+            signature = forger.sign(bytes.fromhex(digest))
+            db.execute(
+                "UPDATE events SET body=?, prev=?, hash=?, sig=? WHERE seq=?",
+                (body, prev, digest, signature, seq),
+            )
+            prev = digest
+    db.close()
+    verdict = check(recorded)
+    assert (verdict.ok, verdict.bad_seq) == (False, 1)
+    assert verdict.problem == "event 1 is not signed with the store's key"
+    # Pinning the forger's key too is caught against the owner's key file.
+    public = forger.public_key().public_bytes_raw().hex()
+    edit(recorded, "UPDATE meta SET value=? WHERE key='pubkey'", public)
+    assert check(recorded).problem == "the pinned key is not the store's signing key"
+
+
+def test_a_truncated_tail_is_caught(recorded):
+    edit(recorded, "DELETE FROM events WHERE seq >= 8")
+    verdict = check(recorded)
+    assert (verdict.ok, verdict.bad_seq) == (False, 8)
+    assert verdict.problem == "the tail was cut: events 8..9 are gone"
+    os.unlink(head_path(Store(str(recorded))))
+    assert check(recorded).problem == "the head file is missing"
+
+
+def test_the_key_and_the_store_are_owner_only(recorded):
+    store = Store(str(recorded))
+    for path in (key_path(store), str(recorded), head_path(store), os.path.dirname(recorded)):
+        assert os.stat(path).st_mode & 0o077 == 0, path
+    os.chmod(key_path(store), 0o644)
+    from stockade.record import load_key
+    from stockade.store import StoreError
+
+    with pytest.raises(StoreError, match="readable by others"):
+        load_key(key_path(store), create=False)
+    store.close()
+
+
+def test_output_is_kept_whole_by_content_address(make_host, store_path, tmp_path):
+    config = Config(store=StoreConfig(str(store_path)))
+    host = make_host(config=config, allow_all=True)
+    big = host.run(ExecRequest(["seq", "1", "300000"], str(tmp_path), mode=FULL))
+    assert big.stdout.truncated
+    store = Store(str(store_path))
+    [result] = [r for r in rows(store) if r.kind == "result"]
+    stream = result.body["result"]["stdout"]
+    assert "text" not in stream
+    whole = get_blob(store, stream["blob"])
+    assert whole == "".join(f"{n}\n" for n in range(1, 300001)).encode()
+    assert stream["sha256"] == big.stdout.sha256
+    store.close()
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*STOCKADE, *args], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_the_commands_read_the_record(tmp_path):
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "STOCKADE_DISABLE_PLUGINS": "bubblewrap,landlock",
+    }
+    env.pop("STOCKADE_CONFIG", None)
+    ran = cli("run", "--mode", FULL, "--", "printf", "hello\\n", env=env)
+    assert ran.returncode == 0
+    [step] = json.loads(cli("log", "--json", env=env).stdout)
+    assert (step["argv"], step["state"], step["exit_code"], step["kind"]) == (
+        ["printf", "hello\\n"],
+        "ran",
+        0,
+        "reads",
+    )
+    shown = cli("show", step["run_id"], "1", env=env)
+    assert shown.stdout == "hello\n"
+    timeline = json.loads(cli("replay", step["run_id"], "--json", env=env).stdout)
+    assert [e["kind"] for e in timeline] == ["action", "permission", "result"]
+    hidden = json.loads(cli("replay", step["run_id"], "--redact", "--json", env=env).stdout)
+    assert "printf" not in json.dumps(hidden) and "hello" not in json.dumps(hidden)
+    assert cli("verify", env=env).returncode == 0
+    db = sqlite3.connect(tmp_path / "state" / "stockade" / "store.db")
+    with db:
+        db.execute("UPDATE events SET time=time+1 WHERE seq=2")
+    db.close()
+    broken = cli("verify", "--json", env=env)
+    assert broken.returncode == 1
+    assert json.loads(broken.stdout) == {
+        "ok": False,
+        "events": 3,
+        "bad_seq": 2,
+        "problem": "event 2 was changed after it was recorded",
+    }
+
+
+def test_a_host_killed_mid_run_leaves_a_store_that_verifies(tmp_path):
+    env = {
+        **os.environ,
+        "XDG_STATE_HOME": str(tmp_path / "state"),
+        "STOCKADE_DISABLE_PLUGINS": "bubblewrap,landlock",
+    }
+    env.pop("STOCKADE_CONFIG", None)
+    marker = tmp_path / "started"
+    # Without a terminal or --yes, `sh -c` (destroys) is held: a step of its own in the log.
+    held = cli("run", "--mode", FULL, "--", "sh", "-c", f"touch {marker}", env=env)
+    assert held.returncode == 126 and not marker.exists()
+    host = subprocess.Popen(
+        [*STOCKADE, "run", "--yes", "--mode", FULL, "--", "sh", "-c", f"touch {marker}; sleep 60"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the command never started"
+        time.sleep(0.02)
+    os.killpg(host.pid, signal.SIGKILL)
+    host.wait(timeout=30)
+    verified = cli("verify", "--json", env=env)
+    assert verified.returncode == 0, verified.stdout
+    steps = json.loads(cli("log", "--json", env=env).stdout)
+    assert [s["state"] for s in steps] == ["held", "unfinished"]
+    assert steps[1]["argv"][0] == "sh"
+
+
+def test_a_store_that_fails_refuses_commands_until_it_works_again(make_host, tmp_path):
+    state = tmp_path / "state"
+    state.write_text("not a folder")  # the store cannot be made: as root or not
+    host = make_host(config=Config(store=StoreConfig(str(state / "store.db"))), allow_all=True)
+    canary = tmp_path / "canary"
+    for _ in range(2):  # every command, not just the first
+        with pytest.raises(RecorderFailed, match="the command was not run") as caught:
+            host.run(ExecRequest(["touch", str(canary)], str(tmp_path), mode=FULL))
+        assert "cannot open the store" in caught.value.message
+        assert not canary.exists()
+    state.unlink()  # the storage is fixed: the same host records and runs again
+    assert host.run(ExecRequest(["touch", str(canary)], str(tmp_path), mode=FULL)).ok
+    assert canary.exists()
+    assert check(state / "store.db").ok
+
+
+def test_fail_open_runs_unrecorded_with_a_warning(make_host, tmp_path, capfd):
+    state = tmp_path / "state"
+    state.write_text("not a folder")
+    config = Config(store=StoreConfig(str(state / "store.db"), fail_closed=False))
+    host = make_host(config=config, allow_all=True)
+    assert host.run(ExecRequest(["true"], str(tmp_path), mode=FULL)).ok
+    assert "stockade: warning: action event not recorded" in capfd.readouterr().err
