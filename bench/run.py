@@ -10,6 +10,11 @@
 4. Bubblewrap: ``Host.run`` confined (``workspace-write``) against raw ``bwrap`` with the very
    flags the provider builds, the pre-spawn stages alone, and the CLI under bubblewrap
    against the peers' CLIs (``codex sandbox``, ``srt``) where they are installed.
+5. Landlock: ``Host.run`` confined by Landlock against raw capturing ``subprocess.run``.
+6. The record: ``Host.run`` with the built-in recorder against the same host with it
+   blocked, and ``verify`` over 1,000 recorded commands.
+
+Every section runs with a private ``XDG_STATE_HOME``: the record it writes is thrown away.
 
 Prints a table, then one ``BENCH {...}`` JSON line with every figure. Nothing is asserted.
 """
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import confined  # bench/confined.py: this script's directory is first on sys.path
+import record  # bench/record.py
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_VENV = ROOT / "bench" / ".venv-user"
@@ -323,6 +329,7 @@ def report(
     bwrap: dict[str, Any],
     bwrap_cli: dict[str, Any],
     landlock: dict[str, Any],
+    recording: dict[str, Any],
 ) -> None:
     """Print the table, then the BENCH JSON line."""
     head = f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}"
@@ -371,7 +378,9 @@ def report(
     print(f"  self ms by top-level package: {packages}")
     report_bubblewrap(bwrap, bwrap_cli, head)
     report_landlock(landlock, head)
+    report_record(recording, head)
     payload = {
+        "record": recording,
         "landlock": landlock,
         "meta": meta,
         "library": lib,
@@ -444,6 +453,28 @@ def report_landlock(landlock: dict[str, Any], head: str) -> None:
     print(f"  host.admit alone (median): {landlock['admit_ms']:.3f} ms")
 
 
+def report_record(recording: dict[str, Any], head: str) -> None:
+    """Print section 6."""
+    print(
+        f"\n6. The record, interleaved: {recording['runs']} runs each "
+        f"after {recording['warmup']} warm-up"
+    )
+    print(head)
+    print(_row(f'Host.run(["true"], mode="{MODE}"), recorded', recording["recorded"]))
+    print(_row("the same, with the recorder blocked", recording["unrecorded"]))
+    ok = recording["overhead_ms"] <= record.RECORD_TARGET_MS
+    print(
+        f"  recording adds: {recording['overhead_ms']:+.3f} ms median   "
+        f"target +{record.RECORD_TARGET_MS:g} ms: {_verdict(ok)}"
+    )
+    ok = recording["verify_s"] < record.VERIFY_TARGET_S
+    print(
+        f"  verify {recording['verify_commands']} commands ({recording['verify_events']} "
+        f"events): {recording['verify_s'] * 1000:.0f} ms   "
+        f"target < {record.VERIFY_TARGET_S:g} s: {_verdict(ok)}"
+    )
+
+
 def git_state() -> tuple[str, bool]:
     """The short commit and whether the measured sources differ from it."""
 
@@ -477,6 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warmup = 2 if args.quick else 5
 
     commit, dirty = git_state()
+    state = tempfile.TemporaryDirectory(prefix="stockade-bench-state-")
+    os.environ["XDG_STATE_HOME"] = state.name  # every host and child records there
     lib = bench_library(runs * 5, warmup * 4)
     venv, rebuilt, build_s = ensure_user_venv()
     with tempfile.TemporaryDirectory(prefix="stockade-bench-") as scratch:
@@ -488,6 +521,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     bwrap = confined.bench_bubblewrap(runs * 5, warmup * 4, interleaved)
     landlock = confined.bench_landlock(runs * 5, warmup * 4, interleaved)
+    recording = record.bench_record(runs * 5, warmup * 4, interleaved)
+    state.cleanup()
     meta = {
         "commit": commit,
         "dirty": dirty,
@@ -506,6 +541,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bwrap=bwrap,
         bwrap_cli=bwrap_cli,
         landlock=landlock,
+        recording=recording,
     )
     return 0
 

@@ -1080,9 +1080,12 @@ def test_a_profile_with_a_quota_is_refused_until_quotas_land(make_host, tmp_path
     assert caught.value.exit_status == 125
 
 
-def test_the_store_is_where_the_policy_page_says():
+def test_the_store_is_where_the_policy_page_says(monkeypatch):
     text = POLICY_PAGE.read_text(encoding="utf-8")
     assert "`$XDG_STATE_HOME/stockade/store.db`" in text
     assert "`~/.local/state/stockade/store.db`" in text
-    assert store_path(Config(), {"XDG_STATE_HOME": "/state"}) == "/state/stockade/store.db"
-    assert store_path(Config(), {"HOME": "/home/me"}) == "/home/me/.local/state/stockade/store.db"
+    monkeypatch.setenv("XDG_STATE_HOME", "/state")
+    assert store_path(Config()) == "/state/stockade/store.db"
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setenv("HOME", "/home/me")
+    assert store_path(Config()) == "/home/me/.local/state/stockade/store.db"

@@ -293,7 +293,7 @@ class Host:
 
             with self._lock:
                 if self._store is None:
-                    self._store = open_store(self.config, self.environ)
+                    self._store = open_store(self.config)
         return self._store
 
     def answer(self, run_id: str, step: int, *, approve: bool, by: str) -> HeldStep:

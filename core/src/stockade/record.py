@@ -13,8 +13,13 @@ Each event becomes a row of the store's ``events`` table:
 - ``sig``: an Ed25519 signature of ``hash`` with the store's key (``signing.key`` beside the
   store, owner-only, made on first use). Its public key is pinned in the store's ``meta``
   at the first event, so a chain re-signed with another key does not verify;
-- after each append, the head (last ``seq`` and ``hash``, signed) is written to
+- after each append, the head (the last ``seq``, ``hash`` and ``sig``) is written to
   ``store.db.head``: a tail cut from the table no longer reaches it.
+
+Checking is linear in the events but signs-off once: every link is recomputed, and the
+last event's signature (which covers its hash, which covers every event before it) is
+checked against the pinned key. Only when that fails are the signatures checked one by
+one, to name the first event that is not the store's.
 
 What this cannot catch: someone who holds the signing key can write a new, consistent
 history. The key is the owner's; sandboxed commands never see the state directory.
@@ -189,6 +194,8 @@ class Chain:
         self.key = key
         self.public = _public_hex(key)
         self._steps: dict[str, tuple[str, int]] = {}
+        self._head_fd: int | None = None
+        self._pinned = False
 
     def append(self, event: Event) -> int:
         """Add ``event`` at the end of the chain; its sequence number.
@@ -203,15 +210,8 @@ class Chain:
             with self.store.locked():
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    pinned = db.execute("SELECT value FROM meta WHERE key='pubkey'").fetchone()
-                    if pinned is None:
-                        db.execute("INSERT INTO meta VALUES ('pubkey', ?)", (self.public,))
-                    elif pinned[0] != self.public:
-                        raise StoreError(
-                            "the signing key beside the store is not the key its record was "
-                            "signed with",
-                            hint="restore the original signing.key; run `stockade verify`",
-                        )
+                    if not self._pinned:
+                        self._pin(db)
                     last = db.execute(
                         "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
                     ).fetchone()
@@ -236,8 +236,9 @@ class Chain:
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")
+                    self._pinned = False  # a pin in the rolled-back transaction is gone too
                     raise
-                self._write_head(seq, digest)
+                self._write_head(seq, digest, signature)
         except sqlite3.Error as error:
             raise StoreError(
                 f"cannot record the {event.kind} event in {self.store.path}: {error}",
@@ -249,6 +250,18 @@ class Chain:
                 hint="check the store's storage (disk full? permissions?)",
             ) from None
         return seq
+
+    def _pin(self, db: sqlite3.Connection) -> None:
+        """Pin this key in the store at its first event; refuse a store pinned to another."""
+        pinned = db.execute("SELECT value FROM meta WHERE key='pubkey'").fetchone()
+        if pinned is None:
+            db.execute("INSERT INTO meta VALUES ('pubkey', ?)", (self.public,))
+        elif pinned[0] != self.public:
+            raise StoreError(
+                "the signing key beside the store is not the key its record was signed with",
+                hint="restore the original signing.key; run `stockade verify`",
+            )
+        self._pinned = True
 
     def _step_of(self, event: Event) -> tuple[str, int]:
         if event.kind == "action":
@@ -280,14 +293,23 @@ class Chain:
                     stream["blob"] = put_blob(self.store, content) if content else None
         return body
 
-    def _write_head(self, seq: int, digest: str) -> None:
-        path = head_path(self.store)
-        signature = self.key.sign(f"head\n{seq}\n{digest}".encode()).hex()
-        temp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(f"{seq} {digest} {signature}\n")
-        os.replace(temp, path)
+    def _write_head(self, seq: int, digest: str, signature: bytes) -> None:
+        # One write of one fixed-size line at offset 0, over the last: a rename per event
+        # costs milliseconds on some file systems. A killed process never leaves half a
+        # write(); only a power cut could, and verify then reports the head, not the chain.
+        if self._head_fd is None:
+            self._head_fd = os.open(
+                head_path(self.store), os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600
+            )
+        # The event's own signature (of its hash) vouches for the head too.
+        os.pwrite(self._head_fd, f"{seq:020d} {digest} {signature.hex()}\n".encode(), 0)
+
+    def close(self) -> None:
+        """Close the head file and the store."""
+        if self._head_fd is not None:
+            os.close(self._head_fd)
+            self._head_fd = None
+        self.store.close()
 
 
 # --- reading and verifying ----------------------------------------------------------------
@@ -367,7 +389,7 @@ def _links(found: list[tuple[Any, ...]], public: Ed25519PublicKey) -> Verdict | 
 
     count, prev = len(found), GENESIS
     for expected, row in enumerate(found, start=1):
-        seq, body, stored_prev, digest, signature, run_id, step, *copies = row
+        seq, body, stored_prev, digest, _signature, run_id, step, *copies = row
         problem = None
         if seq != expected:
             return Verdict(False, count, expected, f"event {expected} is missing")
@@ -375,14 +397,21 @@ def _links(found: list[tuple[Any, ...]], public: Ed25519PublicKey) -> Verdict | 
             problem = f"event {seq} does not follow event {seq - 1}"
         elif link(prev, seq, body, run_id, step) != digest or not _copies_match(body, copies):
             problem = f"event {seq} was changed after it was recorded"
-        else:
-            try:
-                public.verify(bytes(signature), bytes.fromhex(digest))
-            except InvalidSignature:
-                problem = f"event {seq} is not signed with the store's key"
         if problem is not None:
             return Verdict(False, count, seq, problem)
         prev = digest
+    last_seq, last_digest, last_signature = found[-1][0], found[-1][3], found[-1][4]
+    try:
+        public.verify(bytes(last_signature), bytes.fromhex(last_digest))
+    except InvalidSignature:
+        for seq, _body, _prev, digest, signature, *_rest in found:  # name the first one
+            try:
+                public.verify(bytes(signature), bytes.fromhex(digest))
+            except InvalidSignature:
+                return Verdict(False, count, seq, f"event {seq} is not signed with the store's key")
+        return Verdict(
+            False, count, last_seq, f"event {last_seq} is not signed with the store's key"
+        )
     return None
 
 
@@ -402,7 +431,7 @@ def _head(
         return Verdict(False, count, None, "the head file is missing")
     head_seq, head_hash, head_sig = head
     try:
-        public.verify(bytes.fromhex(head_sig), f"head\n{head_seq}\n{head_hash}".encode())
+        public.verify(bytes.fromhex(head_sig), bytes.fromhex(head_hash))
     except (InvalidSignature, ValueError):
         return Verdict(False, count, None, "the head is not signed with the store's key")
     if head_seq > last:

@@ -146,15 +146,15 @@ def resolve(
         step=step,
         run_elapsed=run_elapsed,
         grant_writable=grants,
-        hidden=_hidden(config, ambient),
+        hidden=_hidden(config),
     )
 
 
-def _hidden(config: Config, ambient: Mapping[str, str]) -> tuple[str, ...]:
+def _hidden(config: Config) -> tuple[str, ...]:
     """Stockade's own state: the store's folder (and the default one)."""
     from .config import state_dir
 
-    folders = [state_dir(ambient)]
+    folders = [state_dir(os.environ)]
     if config.store.path:
         folders.append(os.path.dirname(os.path.abspath(os.path.expanduser(config.store.path))))
     return tuple(dict.fromkeys(folders))

@@ -19,7 +19,6 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Mapping
 from typing import Literal
 
 from attrs import field, frozen
@@ -106,11 +105,15 @@ class HeldStep:
     outcome: str | None = field(kw_only=True, default=None)
 
 
-def store_path(config: Config, environ: Mapping[str, str]) -> str:
-    """The store's file: ``store.path`` from the config, else under the XDG state dir."""
+def store_path(config: Config) -> str:
+    """The store's file: ``store.path`` from the config, else under the XDG state dir.
+
+    The state directory is the host process's own (its ``XDG_STATE_HOME`` or ``HOME``),
+    whatever environment a host hands its children.
+    """
     if config.store.path:
         return os.path.expanduser(config.store.path)
-    return os.path.join(state_dir(environ), "store.db")
+    return os.path.join(state_dir(os.environ), "store.db")
 
 
 class Store:
@@ -265,13 +268,13 @@ class Store:
         return cursor.rowcount == 1
 
 
-def open_store(config: Config, environ: Mapping[str, str]) -> Store:
+def open_store(config: Config) -> Store:
     """The store the config names (created, owner-only, on first use).
 
     Raises:
         StoreError: it cannot be opened or is newer than this Stockade.
     """
-    return Store(store_path(config, environ))
+    return Store(store_path(config))
 
 
 def _without_stdin(spec: ExecSpec) -> ExecSpec:

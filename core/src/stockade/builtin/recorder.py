@@ -43,7 +43,7 @@ class Recorder:
 
             with self._lock:
                 if self._chain is None:
-                    self._chain = Chain(open_store(self.config, self.environ))
+                    self._chain = Chain(open_store(self.config))
         return self._chain
 
     @hookimpl
@@ -61,7 +61,7 @@ class Recorder:
         with self._lock:
             chain, self._chain = self._chain, None
         if chain is not None:
-            chain.store.close()
+            chain.close()
 
     def close(self) -> None:
         """Close the store."""

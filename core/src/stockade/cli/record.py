@@ -26,7 +26,7 @@ def _open(args: argparse.Namespace) -> Store:
     from ..config import load_config
     from ..store import open_store
 
-    return open_store(load_config(args.config, environ=os.environ), os.environ)
+    return open_store(load_config(args.config, environ=os.environ))
 
 
 def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
