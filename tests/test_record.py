@@ -252,3 +252,41 @@ def test_fail_open_runs_unrecorded_with_a_warning(make_host, tmp_path, capfd):
     host = make_host(config=config, allow_all=True)
     assert host.run(ExecRequest(["true"], str(tmp_path), mode=FULL)).ok
     assert "stockade: warning: action event not recorded" in capfd.readouterr().err
+
+
+def test_redaction_rules_keep_matches_out_of_the_record(make_host, tmp_path):
+    path = tmp_path / "state" / "store.db"
+    rules = StoreConfig(str(path), redact=(r"ghp_[A-Za-z0-9]{8,}",))
+    host = make_host(config=Config(store=rules), allow_all=True)
+    token = "ghp_" + "A1b2C3d4E5f6"
+    lines = "".join(f"line {n} {token}\n" for n in range(40000))  # past the kept limit: spilled
+    script = tmp_path / "out.txt"
+    script.write_text(lines)
+    small = host.run(ExecRequest(["echo", f"--token={token}"], str(tmp_path), mode=FULL))
+    assert small.stdout.text == f"--token={token}\n"  # the caller sees its own output
+    big = host.run(ExecRequest(["cat", str(script)], str(tmp_path), mode=FULL))
+    assert big.stdout.truncated
+    store = Store(str(path))
+    everything = json.dumps([r.body for r in rows(store)])
+    assert token not in everything and "--token=[redacted]" in everything
+    blobs = [
+        get_blob(store, r.body["result"]["stdout"]["blob"])
+        for r in rows(store)
+        if r.kind == "result"
+    ]
+    assert blobs[0] == b"--token=[redacted]\n"
+    assert token.encode() not in blobs[1] and blobs[1].count(b"[redacted]") == 40000
+    store.close()
+    assert check(path).ok
+
+
+@pytest.mark.parametrize(
+    ("pattern", "problem"),
+    [("(", "is not a regular expression"), ("x*", "matches the empty string")],
+)
+def test_a_bad_redaction_rule_is_a_config_error(pattern, problem):
+    from stockade.config import parse_config
+    from stockade.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=problem):
+        parse_config(f"[store]\nredact = [{json.dumps(pattern)}]\n")

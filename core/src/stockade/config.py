@@ -23,6 +23,19 @@ def _positive(_inst: object, attr: Attribute[Any], value: float) -> None:
         raise ValueError(f"{attr.name} must be greater than 0, got {value!r}")
 
 
+def _patterns(_inst: object, _attr: object, value: tuple[str, ...]) -> None:
+    import re
+
+    for pattern in value:
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            message = f"redact pattern {pattern!r} is not a regular expression: {error}"
+            raise ValueError(message) from None
+        if re.compile(pattern).search(""):
+            raise ValueError(f"redact pattern {pattern!r} matches the empty string")
+
+
 def _mode(_inst: object, _attr: object, value: str) -> None:
     if value not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {value!r}")
@@ -107,10 +120,14 @@ class StoreConfig:
             signing key, the head and the output blobs sit beside it.
         fail_closed: when recording fails, refuse every command until the store works
             again (the default); ``false`` runs them unrecorded, with a warning.
+        redact: regular expressions whose matches never reach the record: in argv, the
+            working directory, error messages and output (matched line by line), each match
+            is kept as ``[redacted]``.
     """
 
     path: str | None = None
     fail_closed: bool = True
+    redact: tuple[str, ...] = field(default=(), validator=_patterns)
 
 
 @frozen

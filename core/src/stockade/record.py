@@ -32,7 +32,7 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
@@ -142,15 +142,21 @@ def put_blob(store: Store, data: bytes) -> str:
     return digest
 
 
-def put_blob_file(store: Store, source: str) -> str:
-    """Keep the content of the file ``source`` as a blob, streamed (it may be gigabytes)."""
+def put_blob_file(store: Store, source: str, redact: Callable[[bytes], bytes] | None = None) -> str:
+    """Keep the content of the file ``source`` as a blob, streamed (it may be gigabytes);
+    with ``redact``, each line passes through it first."""
     os.makedirs(blob_dir(store), mode=0o700, exist_ok=True)
     temp = os.path.join(blob_dir(store), f"incoming.{os.getpid()}.{os.urandom(4).hex()}")
     digest = hashlib.sha256()
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         with open(source, "rb") as reader, os.fdopen(fd, "wb") as writer:
-            while chunk := reader.read(1 << 20):
+            chunks: Iterator[bytes] = (
+                iter(lambda: reader.read(1 << 20), b"")
+                if redact is None
+                else (redact(line) for line in reader)
+            )
+            for chunk in chunks:
                 digest.update(chunk)
                 writer.write(chunk)
         name = digest.hexdigest()
@@ -184,11 +190,34 @@ def get_blob(store: Store, digest: str) -> bytes:
 # --- appending ------------------------------------------------------------------------------
 
 
+class Redactor:
+    """Keeps what the ``store.redact`` patterns match out of the record."""
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        import re
+
+        joined = "|".join(f"(?:{p})" for p in patterns)
+        self._text = re.compile(joined) if patterns else None
+        self._bytes = re.compile(joined.encode()) if patterns else None
+
+    def __bool__(self) -> bool:
+        return self._text is not None
+
+    def text(self, value: str) -> str:
+        """``value`` with every match replaced."""
+        return self._text.sub("[redacted]", value) if self._text is not None else value
+
+    def line(self, value: bytes) -> bytes:
+        """One line of output with every match replaced."""
+        return self._bytes.sub(b"[redacted]", value) if self._bytes is not None else value
+
+
 class Chain:
     """Appends events to a store's chain. One per store connection."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, redact: Sequence[str] = ()) -> None:
         self.store = store
+        self.redactor = Redactor(redact)
         key = load_key(key_path(store), create=True)
         assert key is not None  # noqa: S101 - create=True always gives one
         self.key = key
@@ -281,15 +310,26 @@ class Chain:
         from .wire import unstructure
 
         body: dict[str, Any] = unstructure(event)  # type: ignore[assignment]
+        redactor = self.redactor
+        if redactor:
+            for holder in (body, body.get("result") or {}):
+                if "argv" in holder:
+                    holder["argv"] = [redactor.text(arg) for arg in holder["argv"]]
+            for key in ("cwd", "message"):
+                if key in body:
+                    body[key] = redactor.text(body[key])
         if event.kind == "result":
             result = event.result
+            line = redactor.line if redactor else None
             for name, output in (("stdout", result.stdout), ("stderr", result.stderr)):
                 stream = body["result"][name]
                 text = stream.pop("text")
                 if output.truncated and output.spill_path and os.path.exists(output.spill_path):
-                    stream["blob"] = put_blob_file(self.store, output.spill_path)
+                    stream["blob"] = put_blob_file(self.store, output.spill_path, line)
                 else:
                     content = text.encode("utf-8", "surrogateescape")
+                    if line is not None:
+                        content = b"".join(line(part) for part in content.splitlines(keepends=True))
                     stream["blob"] = put_blob(self.store, content) if content else None
         return body
 

@@ -43,7 +43,7 @@ class Recorder:
 
             with self._lock:
                 if self._chain is None:
-                    self._chain = Chain(open_store(self.config))
+                    self._chain = Chain(open_store(self.config), self.config.store.redact)
         return self._chain
 
     @hookimpl
