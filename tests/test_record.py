@@ -290,3 +290,33 @@ def test_a_bad_redaction_rule_is_a_config_error(pattern, problem):
 
     with pytest.raises(ConfigError, match=problem):
         parse_config(f"[store]\nredact = [{json.dumps(pattern)}]\n")
+
+
+def test_a_version_1_store_is_migrated_and_keeps_its_held_steps(tmp_path):
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema', '1');
+        CREATE TABLE held (run_id TEXT NOT NULL, step INTEGER NOT NULL, state TEXT NOT NULL,
+            created REAL NOT NULL, spec TEXT NOT NULL, stdin BLOB NOT NULL,
+            classification TEXT NOT NULL, decision TEXT NOT NULL, answered_by TEXT,
+            answered_at REAL, outcome TEXT, PRIMARY KEY (run_id, step));
+        INSERT INTO held VALUES ('r1', 1, 'declined', 0, '{}', x'', '{}', '{}', 'bob', 0, NULL);
+        """
+    )
+    db.close()
+    store = Store(str(path))
+    with store.locked():
+        schema = store.connection.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        held = store.connection.execute("SELECT run_id, state FROM held").fetchall()
+        tables = {
+            row[0]
+            for row in store.connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+    assert schema == ("2",)
+    assert held == [("r1", "declined")]
+    assert "events" in tables
+    assert verify(store).ok  # an empty record verifies
+    store.close()

@@ -192,6 +192,18 @@ class Host:
         spec = resolve(
             request, self.config, self.environ, run_id=self.run_id, step=step, run_elapsed=elapsed
         )
+        # Secrets are resolved before anything is recorded, so that an argv carrying one is
+        # refused before it could be written down; they go to the child at spawn.
+        try:
+            secrets = self.secrets(spec)
+        except CredentialUnavailable as error:
+            # No value was found, so none can be in argv: the refusal is recorded.
+            if self._recording:
+                from . import events
+
+                self._record(events.ActionEvent.of(spec))
+                self._record_error(spec, error)
+            raise
         if self._recording:
             from . import events
 
@@ -199,14 +211,19 @@ class Host:
         classification = self.classify(spec)
         spec = enforce_class(spec, classification)
         decision = self.decide(spec, classification)
-        return self._prepare(spec, classification, decision)
+        return self._prepare(spec, classification, decision, secrets)
 
     def _prepare(
-        self, spec: ExecSpec, classification: Classification, decision: Decision
+        self,
+        spec: ExecSpec,
+        classification: Classification,
+        decision: Decision,
+        secrets: dict[str, str] | None = None,
     ) -> Admitted:
         """Credentials and confinement for a command that may run."""
         try:
-            secrets = self.credentials(spec)
+            if secrets is None:
+                secrets = self.secrets(spec)
             provider = self.provider_for(spec)
             # The provider sees the credentials as part of the environment it must pass on.
             plan = provider.confine(attrs.evolve(spec, env={**spec.env, **secrets}))
@@ -384,6 +401,21 @@ class Host:
             values[variable] = value
         return values
 
+    def secrets(self, spec: ExecSpec) -> dict[str, str]:
+        """:meth:`credentials`, refusing a command whose argv carries one of the values.
+
+        Raises:
+            CredentialUnavailable: no broker resolved a handle.
+            UsageError: an argument holds a secret (or an encoding of it).
+        """
+        if not spec.credentials:
+            return {}
+        values = self.credentials(spec)
+        from .redact import refuse_in_argv
+
+        refuse_in_argv(spec.argv, values.values())
+        return values
+
     def confine(self, spec: ExecSpec) -> LaunchPlan:
         """The selected sandbox provider's launch plan for ``spec``.
 
@@ -538,8 +570,27 @@ class Host:
 
 
 def _redact(output: CollectedOutput, secrets: tuple[str, ...]) -> CollectedOutput:
-    text = output.text
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret, "[redacted]")
-    return output if text == output.text else attrs.evolve(output, text=text)
+    """``output`` with every form of every secret scrubbed, in the text and the spill file."""
+    if not any(secrets):
+        return output
+    import hashlib
+
+    from .redact import scrub, scrub_file
+
+    text = scrub(output.text, secrets)
+    if output.spill_path is not None and scrub_file(output.spill_path, secrets):
+        # The digest and size describe the stream as it is kept: scrubbed.
+        digest, size = hashlib.sha256(), 0
+        with open(output.spill_path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        return attrs.evolve(output, text=text, sha256=digest.hexdigest(), total_bytes=size)
+    if text == output.text:
+        return output
+    if not output.truncated:
+        raw = text.encode("utf-8", "surrogateescape")
+        return attrs.evolve(
+            output, text=text, sha256=hashlib.sha256(raw).hexdigest(), total_bytes=len(raw)
+        )
+    return attrs.evolve(output, text=text)

@@ -60,7 +60,36 @@ def converter() -> cattrs.Converter:
 
     conv.register_structure_hook_func(_homogeneous_tuple, strings)
     conv.register_unstructure_hook(bytes, lambda b: b.decode("utf-8", "replace"))
+    _request_hook(conv)
     return conv
+
+
+def _request_hook(conv: cattrs.Converter) -> None:
+    """``env = {NAME = {secret = "HANDLE"}}`` in a request names a credential by handle."""
+    from cattrs.gen import make_dict_structure_fn
+
+    from .types import ExecRequest
+
+    plain = make_dict_structure_fn(ExecRequest, conv, _cattrs_forbid_extra_keys=True)
+
+    def structure(data: object, _type: type) -> ExecRequest:
+        if isinstance(data, Mapping) and isinstance(data.get("env"), Mapping):
+            env, credentials = {}, dict(data.get("credentials") or {})
+            for name, value in data["env"].items():
+                if isinstance(value, Mapping):
+                    if set(value) != {"secret"} or not isinstance(value["secret"], str):
+                        raise ValueError(
+                            f"env entry {name!r} must be a string or {{secret = HANDLE}}"
+                        )
+                    credentials[name] = value["secret"]
+                else:
+                    env[name] = value
+            data = {**data, "env": env, "credentials": credentials}
+        if not isinstance(data, Mapping):
+            raise TypeError(f"expected a table, got {type(data).__name__}")
+        return plain(data)
+
+    conv.register_structure_hook(ExecRequest, structure)
 
 
 def _homogeneous_tuple(type_: object) -> bool:

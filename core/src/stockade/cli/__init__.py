@@ -64,6 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="pass one environment entry (repeatable)",
     )
     run.add_argument("--profile", metavar="AGENT", default="default", help="agent profile")
+    run.add_argument(
+        "--secret",
+        metavar="NAME=HANDLE",
+        action="append",
+        default=[],
+        help="give the command the credential HANDLE as $NAME (resolved by a broker)",
+    )
     run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
     run.add_argument(
         "--grant-write",

@@ -29,12 +29,12 @@ def exit_status(result: RunResult) -> int:
     return result.exit_code if result.exit_code is not None else 1
 
 
-def _parse_env(entries: list[str]) -> dict[str, str]:
+def _parse_env(entries: list[str], option: str = "--env") -> dict[str, str]:
     env = {}
     for entry in entries:
         name, sep, value = entry.partition("=")
         if not sep or not name:
-            raise UsageError(f"--env takes NAME=VALUE, got {entry!r}")
+            raise UsageError(f"{option} takes NAME=VALUE, got {entry!r}")
         env[name] = value
     return env
 
@@ -53,6 +53,7 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             argv,
             args.cwd,
             env=_parse_env(args.env),
+            credentials=_parse_env(args.secret, "--secret"),
             timeout=args.timeout,
             mode=args.mode,
             sandbox=args.sandbox,
