@@ -1087,3 +1087,37 @@ def test_the_store_is_where_the_policy_page_says(monkeypatch):
     monkeypatch.delenv("XDG_STATE_HOME")
     monkeypatch.setenv("HOME", "/home/me")
     assert store_path(Config()) == "/home/me/.local/state/stockade/store.db"
+
+
+# --- the record page ------------------------------------------------------------------------
+
+RECORD_PAGE = DOCS / "record.md"
+
+
+def test_the_record_page_quotes_what_verify_says():
+    source = (ROOT / "core" / "src" / "stockade" / "record.py").read_text(encoding="utf-8")
+    table = section(RECORD_PAGE, "## The chain")
+    quoted = re.findall(r"\| `([^`]+)`", table)
+    assert len(quoted) == 7, quoted
+    for message in quoted:
+        # N and M stand for numbers; the code writes them as f-string fields.
+        field = r"\{[^}]+\}"
+        pattern = re.escape(message).replace("N", field).replace("M", field)
+        assert re.search(pattern.replace("1", f"(1|{field})", 1), source), message
+
+
+def test_the_record_page_names_every_event_kind():
+    from stockade import events
+
+    kinds = {
+        cls.__attrs_attrs__.kind.default  # type: ignore[attr-defined]
+        for cls in (
+            events.ActionEvent,
+            events.PermissionEvent,
+            events.GrantEvent,
+            events.ResultEvent,
+            events.ErrorEvent,
+        )
+    }
+    table = section(RECORD_PAGE, "## The events")
+    assert set(re.findall(r"^\| `(\w+)` \|", table, re.M)) == kinds
