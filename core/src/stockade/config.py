@@ -112,6 +112,18 @@ class CredentialsConfig:
 
 
 @frozen
+class NetworkConfig:
+    """The egress proxy.
+
+    Attributes:
+        resolve: a hosts map the proxy consults before DNS (name -> IP address); a name in
+            it counts as explicitly named, so it may resolve to a loopback address.
+    """
+
+    resolve: Mapping[str, str] = field(factory=dict)
+
+
+@frozen
 class StoreConfig:
     """The embedded store: held approvals now, the audit record with it.
 
@@ -147,6 +159,7 @@ class Config:
             request names none, with the built-in defaults when it is not configured.
         store: where held approvals are kept.
         credentials: where the built-in broker finds secrets.
+        network: the egress proxy's settings.
         source: the file this was read from, if any (not a key in the file).
     """
 
@@ -161,6 +174,7 @@ class Config:
     agents: Mapping[str, Profile] = field(factory=dict)
     store: StoreConfig = field(factory=StoreConfig)
     credentials: CredentialsConfig = field(factory=CredentialsConfig)
+    network: NetworkConfig = field(factory=NetworkConfig)
     source: str | None = field(default=None, kw_only=True)
 
     def profile(self, name: str) -> Profile:

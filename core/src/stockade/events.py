@@ -150,5 +150,35 @@ class GrantEvent:
     kind: Literal["grant"] = field(kw_only=True, default="grant")
 
 
-Event = ActionEvent | PermissionEvent | GrantEvent | ResultEvent | ErrorEvent
+@frozen
+class ConnectionEvent:
+    """A connection a ``network`` command asked its egress proxy for, allowed or refused.
+
+    Attributes:
+        action_id: the command that asked.
+        host: the host it named.
+        port: the port it named.
+        allowed: whether the proxy let it through.
+        reason: the rule that decided.
+        method: ``CONNECT``, or the method of a plain HTTP request.
+        bytes_up: bytes from the command to the host.
+        bytes_down: bytes from the host to the command.
+        time: seconds since the epoch (when the connection ended).
+        version: the record format version.
+    """
+
+    action_id: str
+    host: str = field(kw_only=True)
+    port: int = field(kw_only=True)
+    allowed: bool = field(kw_only=True)
+    reason: str = field(kw_only=True)
+    method: str = field(kw_only=True)
+    bytes_up: int = field(kw_only=True, default=0)
+    bytes_down: int = field(kw_only=True, default=0)
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["connection"] = field(kw_only=True, default="connection")
+
+
+Event = ActionEvent | PermissionEvent | GrantEvent | ConnectionEvent | ResultEvent | ErrorEvent
 """Everything a recorder sees, tagged by its ``kind`` field."""

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import pluggy
@@ -46,6 +46,7 @@ from .types import (
     Classification,
     CollectedOutput,
     Decision,
+    Egress,
     ExecRequest,
     ExecSpec,
     LaunchPlan,
@@ -73,6 +74,7 @@ class Admitted:
         secrets: credential values injected into the plan, redacted from the result.
         provider: the sandbox provider that made the plan; it reads the outcome's facts and
             releases what the plan holds.
+        egress: the egress proxy started for a ``network`` command, closed on release.
     """
 
     spec: ExecSpec
@@ -81,6 +83,45 @@ class Admitted:
     plan: LaunchPlan
     secrets: tuple[str, ...]
     provider: SandboxProvider
+    egress: EgressProxy | None = None
+
+    def release(self) -> None:
+        """Give back what the plan holds, then stop the command's egress proxy."""
+        try:
+            self.provider.release(self.plan)
+        finally:
+            if self.egress is not None:
+                self.egress.close()
+
+
+class EgressProxy:
+    """The egress proxy of one ``network`` command, in a private folder of its own."""
+
+    def __init__(
+        self, hosts: tuple[str, ...], resolve: Mapping[str, str], record: Callable[..., None]
+    ) -> None:
+        import tempfile
+
+        from .egress import Proxy, parse_hosts
+
+        rules = parse_hosts(hosts)
+        self.hosts = hosts
+        self.folder = tempfile.mkdtemp(prefix="stockade-egress-")
+        self.proxy = Proxy(rules, resolve=resolve, on_connection=record)
+        try:
+            self.socket = os.path.join(self.folder, "proxy.sock")
+            self.proxy.serve_unix(self.socket)
+            self.port = self.proxy.serve_tcp()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the proxy (open tunnels end) and remove its folder."""
+        import shutil
+
+        self.proxy.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class Host:
@@ -155,7 +196,7 @@ class Host:
             self._record_error(admitted.spec, error)
             raise
         finally:
-            admitted.provider.release(admitted.plan)
+            admitted.release()
         return self._finish(admitted, outcome)
 
     async def run_async(
@@ -179,7 +220,7 @@ class Host:
             )
             raise
         finally:
-            admitted.provider.release(admitted.plan)
+            admitted.release()
         return self._finish(admitted, outcome)
 
     def admit(self, request: ExecRequest) -> Admitted:
@@ -220,17 +261,54 @@ class Host:
         decision: Decision,
         secrets: dict[str, str] | None = None,
     ) -> Admitted:
-        """Credentials and confinement for a command that may run."""
+        """Credentials, the egress proxy and confinement for a command that may run."""
+        egress = None
         try:
             if secrets is None:
                 secrets = self.secrets(spec)
             provider = self.provider_for(spec)
+            egress = self._egress(spec, classification)
+            if egress is not None:
+                spec = attrs.evolve(
+                    spec, egress=Egress(egress.hosts, socket=egress.socket, port=egress.port)
+                )
             # The provider sees the credentials as part of the environment it must pass on.
             plan = provider.confine(attrs.evolve(spec, env={**spec.env, **secrets}))
         except StockadeError as error:
+            if egress is not None:
+                egress.close()
             self._record_error(spec, error)  # admitted, yet it cannot run: close the record
             raise
-        return Admitted(spec, classification, decision, plan, tuple(secrets.values()), provider)
+        except BaseException:
+            if egress is not None:
+                egress.close()
+            raise
+        return Admitted(
+            spec, classification, decision, plan, tuple(secrets.values()), provider, egress
+        )
+
+    def _egress(self, spec: ExecSpec, classification: Classification) -> EgressProxy | None:
+        """The proxy for a ``network`` command whose profile names hosts; else no network."""
+        if classification.kind != "network" or spec.mode == "danger-full-access":
+            return None
+        hosts = self.config.profile(spec.profile).hosts
+        if not hosts:
+            return None
+        action_id = spec.action_id
+
+        def record(connection: Any) -> None:  # noqa: ANN401 - an egress.Connection
+            if not self._recording:
+                return
+            from . import events
+
+            try:
+                self.hooks.record(events.ConnectionEvent(action_id, **attrs.asdict(connection)))
+            except Exception as error:  # noqa: BLE001 - the proxy's thread must go on
+                import sys
+
+                print(f"stockade: warning: connection not recorded: {error}", file=sys.stderr)
+
+        return EgressProxy(hosts, self.config.network.resolve, record)
 
     def classify(self, spec: ExecSpec) -> Classification:
         """Every classifier votes; the most severe kind wins and all reasons are kept."""
@@ -362,7 +440,7 @@ class Host:
             try:
                 outcome = self.executor.run(admitted.plan, abort=abort)
             finally:
-                admitted.provider.release(admitted.plan)
+                admitted.release()
             result = self._finish(admitted, outcome)
         except StockadeError as error:
             self.store.finish(run_id, step, outcome=to_json(error.to_dict()), failed=True)

@@ -307,9 +307,9 @@ class Chain:
         return found
 
     def _body(self, event: Event) -> dict[str, Any]:
-        from .wire import unstructure
+        from .wire import plain
 
-        body: dict[str, Any] = unstructure(event)  # type: ignore[assignment]
+        body: dict[str, Any] = plain(event)
         redactor = self.redactor
         if redactor:
             for holder in (body, body.get("result") or {}):

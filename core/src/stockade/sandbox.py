@@ -28,6 +28,26 @@ DENIAL_SIGNATURES = (
 )
 
 
+PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+
+
+def proxy_env(port: int) -> dict[str, str]:
+    """The environment that points a command's tools at the egress proxy on ``port``.
+
+    ``NO_PROXY`` is set empty: an inherited list must not send a host around the proxy
+    (there is no other way out anyway).
+    """
+    url = f"http://127.0.0.1:{port}"
+    return {**dict.fromkeys(PROXY_VARIABLES, url), "NO_PROXY": "", "no_proxy": ""}
+
+
 def looks_denied(outcome: ProcessOutcome) -> bool:
     """Whether a failed run's stderr carries one of :data:`DENIAL_SIGNATURES`."""
     if outcome.exit_code == 0 or (outcome.exit_code is None and outcome.signal is None):

@@ -130,7 +130,7 @@ def policy_digest(*, network: bool, unix: bool = False) -> str:
             sorted(PERSONA_FLAGS.values()),
             allowed_families(network=network, unix=unix),
             platform.machine(),
-            3,  # bump when the compiler below changes
+            4,  # bump when the compiler below changes
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -160,6 +160,8 @@ def compile_bpf(*, network: bool, unix: bool = False) -> bytes:
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     _deny_personas(f, sc)
     _deny_families(f, sc, allowed_families(network=network, unix=unix))
+    if network:
+        _streams_only(f, sc)
     reader, writer = os.pipe()
     try:
         with os.fdopen(writer, "wb", closefd=False) as out:
@@ -189,6 +191,28 @@ def _deny_families(f: Any, sc: Any, allowed: tuple[int, ...]) -> None:  # noqa: 
             f.add_rule(action, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family))
     for bit in range(6, 32):
         f.add_rule(action, "socket", sc.Arg(0, sc.MASKED_EQ, 1 << bit, 1 << bit))
+
+
+SOCK_TYPE_MASK = 0xF  # the type's low bits; SOCK_NONBLOCK and SOCK_CLOEXEC sit above
+STREAM_ONLY_DENIED = (2, 3, 5, 10)  # SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET, SOCK_PACKET
+
+
+def _streams_only(f: Any, sc: Any) -> None:  # noqa: ANN401 - pyseccomp is untyped
+    """With network, inet sockets are TCP streams only: no UDP, no raw sockets.
+
+    The only way out is the egress proxy, a TCP connection; Landlock limits TCP connects
+    to its port but has no rule for UDP, and DNS is resolved by the proxy, so nothing in
+    the sandbox needs a datagram.
+    """
+    action = sc.ERRNO(errno.EPERM)
+    for family in (AF_INET, AF_INET6):
+        for kind in STREAM_ONLY_DENIED:
+            f.add_rule(
+                action,
+                "socket",
+                sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family),
+                sc.Arg(1, sc.MASKED_EQ, SOCK_TYPE_MASK, kind),
+            )
 
 
 def _deny_personas(f: Any, sc: Any) -> None:  # noqa: ANN401 - pyseccomp is untyped

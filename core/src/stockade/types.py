@@ -156,6 +156,21 @@ class ExecRequest:
 
 
 @frozen
+class Egress:
+    """A ``network`` command's only way out: the egress proxy the host runs for it.
+
+    Attributes:
+        hosts: the ``host[:port]`` entries the proxy lets through (the profile's ``hosts``).
+        socket: the proxy's Unix socket on the host (bubblewrap binds it in).
+        port: the proxy's TCP port on the host's loopback (Landlock allows connecting to it).
+    """
+
+    hosts: tuple[str, ...] = field(converter=_strings)
+    socket: str = field(kw_only=True)
+    port: int = field(kw_only=True)
+
+
+@frozen
 class ExecSpec:
     """The fully resolved command: every field explicit, nothing implicit downstream.
 
@@ -184,6 +199,8 @@ class ExecSpec:
         grant_writable: resolved folders writable for this command only, by a person's grant.
         hidden: folders a sandbox must make unreadable: Stockade's own state (the record,
             its signing key, the held steps).
+        egress: for a ``network`` command whose profile names hosts, the proxy it may reach;
+            ``None`` (no network at all) for every other command.
     """
 
     action_id: str
@@ -208,6 +225,7 @@ class ExecSpec:
     run_elapsed: float = field(kw_only=True, default=0.0)
     grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     hidden: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    egress: Egress | None = field(kw_only=True, default=None)
 
 
 @frozen

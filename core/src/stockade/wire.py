@@ -2,6 +2,9 @@
 
 Extra keys are refused, bytes travel as UTF-8 text, events are told apart by their ``kind``
 field, and config errors come out as readable paths (``unknown key 'timout' @ $``).
+
+cattrs is imported on first use, not with this module: :func:`plain`, which the recorder
+calls for every event, needs only attrs, and a CLI run that records pays nothing more.
 """
 
 from __future__ import annotations
@@ -11,20 +14,43 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Any, TypeVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
-import cattrs
-from cattrs.errors import CattrsError, ClassValidationError, ForbiddenExtraKeysError
-from cattrs.v import format_exception as _cattrs_format
 
 from .config import Config
 from .errors import ConfigError, UsageError
 
+if TYPE_CHECKING:
+    import cattrs
+
 T = TypeVar("T")
 
 
+def plain(obj: object) -> Any:  # noqa: ANN401 - JSON-ready data of any shape
+    """JSON-ready data for an attrs value (dicts, lists, strings, numbers), without cattrs.
+
+    The same shape :func:`unstructure` gives: tuples become lists, mappings dicts, bytes
+    UTF-8 text.
+    """
+
+    def serialize(_inst: object, _field: object, value: object) -> object:
+        if isinstance(value, MappingProxyType):
+            return dict(value)
+        if isinstance(value, bytes):
+            return value.decode("utf-8", "replace")
+        if isinstance(value, tuple):
+            return list(value)
+        return value
+
+    return attrs.asdict(obj, recurse=True, value_serializer=serialize)  # type: ignore[arg-type]
+
+
 def _format(error: BaseException, type_: type | None) -> str:
+    from cattrs.errors import CattrsError, ForbiddenExtraKeysError
+    from cattrs.v import format_exception as _cattrs_format
+
     if isinstance(error, ForbiddenExtraKeysError):
         keys = ", ".join(repr(k) for k in sorted(error.extra_fields))
         return f"unknown key {keys}" if len(error.extra_fields) == 1 else f"unknown keys {keys}"
@@ -42,6 +68,8 @@ def _format(error: BaseException, type_: type | None) -> str:
 @cache
 def converter() -> cattrs.Converter:
     """The shared converter (built once, on first use)."""
+    import cattrs
+
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(bytes, _structure_bytes)
     # Refuse coercions that would hide a typo: 3 is not a plugin name, "30" is not a number.
@@ -120,6 +148,12 @@ def _structure_bytes(value: object, _type: type) -> bytes:
     raise TypeError(f"expected text, got {type(value).__name__}")
 
 
+def _validation_error() -> type[Exception]:
+    from cattrs.errors import ClassValidationError
+
+    return ClassValidationError
+
+
 def unstructure(obj: object) -> object:
     """Plain data (dicts, lists, strings) for ``obj``."""
     return converter().unstructure(obj)
@@ -138,7 +172,9 @@ def structure(data: object, cls: type[T]) -> T:
     """
     try:
         return converter().structure(data, cls)
-    except ClassValidationError as error:
+    except _validation_error() as error:
+        import cattrs
+
         problems = cattrs.transform_error(error, path="$", format_exception=_format)
         raise UsageError(
             f"malformed {cls.__name__}: " + "; ".join(problems),
@@ -171,7 +207,9 @@ def structure_config(data: Mapping[str, Any], *, source: str) -> Config:
     config = None
     try:
         config = conv.structure(data, Config)
-    except ClassValidationError as error:
+    except _validation_error() as error:
+        import cattrs
+
         problems += cattrs.transform_error(error, path="$", format_exception=_format)
     except (ValueError, TypeError) as error:
         problems.append(f"invalid value: {error} @ $")

@@ -11,22 +11,28 @@ would be readable by every user in ``/proc/*/cmdline``. Only the command follows
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
 from stockade import seccomp
 from stockade.errors import SandboxUnavailable
-from stockade.sandbox import SandboxProvider, looks_denied, sealed_memfd
+from stockade.sandbox import SandboxProvider, looks_denied, proxy_env, sealed_memfd
 from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
 
 from . import discover, layout
 from .settings import Settings
 
+if TYPE_CHECKING:
+    from .bridge import Bridge
+
+INSIDE_PORT = 3128
+"""Where the forwarder listens inside the sandbox's own network namespace."""
 _BASE_ARGS = ("--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
 
 
@@ -48,6 +54,7 @@ class BubblewrapSandbox(SandboxProvider):
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
         self.settings = Settings.parse(self.options)
+        self._bridges: dict[int, Bridge] = {}
 
     @classmethod
     def probe(cls) -> Probe:
@@ -79,14 +86,18 @@ class BubblewrapSandbox(SandboxProvider):
                 f"bubblewrap cannot run here: {bwrap.detail}",
                 hint="run `stockade doctor`; install bubblewrap or stockade-landlock",
             )
+        # A network command gets inet sockets, in a namespace with loopback only; the
+        # forwarder there hands its connections to the host's egress proxy.
+        network = spec.egress is not None
         # The filter first: its cache directory then exists, and is kept read-only below.
         program = seccomp.required(
-            network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
+            network=network, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
         )
         filter_fd = sealed_memfd("stockade-seccomp", program)
+        bridge = None
         try:
             cache = seccomp.cache_path(
-                network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
+                network=network, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
             )
             keep = _resolved(
                 sys.prefix,
@@ -105,30 +116,67 @@ class BubblewrapSandbox(SandboxProvider):
                 keep_read_only=keep,
                 scan_limit=settings.scan_limit,
             )
+            env = dict(spec.env)
+            command: tuple[str, ...] = (spec.program, *spec.argv[1:])
+            if spec.egress is not None:
+                from .bridge import Bridge
+
+                bridge = Bridge(spec.egress.socket)
+                env.update(proxy_env(INSIDE_PORT))
+                forwarder = os.path.join(os.path.dirname(__file__), "forward.py")
+                command = (
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    forwarder,
+                    str(INSIDE_PORT),
+                    str(bridge.inside.fileno()),
+                    spec.program,
+                    *spec.argv,
+                )
             args = [*_BASE_ARGS, *plan_layout.args, "--clearenv"]
-            for key, value in spec.env.items():
+            for key, value in env.items():
                 args += ["--setenv", key, value]
             args += ["--seccomp", str(filter_fd)]
-            if _has_argv0(bwrap.version):
+            if _has_argv0(bwrap.version) and bridge is None:
                 args += ["--argv0", spec.argv[0]]
             args_fd = sealed_memfd(
                 "stockade-bwrap-args", b"".join(a.encode() + b"\0" for a in args)
             )
         except BaseException:
             os.close(filter_fd)
+            if bridge is not None:
+                bridge.close()
             raise
         facts = SandboxFacts(self.PLUGIN_NAME, spec.mode, enforcement="full")
-        return LaunchPlan.from_spec(
+        fds = (
+            (args_fd, filter_fd) if bridge is None else (args_fd, filter_fd, bridge.inside.fileno())
+        )
+        plan = LaunchPlan.from_spec(
             spec,
             facts,
             executable=bwrap.path,
             # The command itself must follow on the command line: bwrap reads only options
             # from --args. The options (environment included) stay off /proc/*/cmdline.
-            argv=(bwrap.path, "--args", str(args_fd), "--", spec.program, *spec.argv[1:]),
+            argv=(bwrap.path, "--args", str(args_fd), "--", *command),
             env={},
-            pass_fds=(args_fd, filter_fd),
+            pass_fds=fds,
             runner=True,
         )
+        if bridge is not None:
+            self._bridges[id(plan)] = bridge
+        return plan
+
+    def release(self, plan: LaunchPlan) -> None:
+        """Close the plan's descriptors, and its bridge to the egress proxy if it has one."""
+        bridge = self._bridges.pop(id(plan), None)
+        inside = bridge.inside.fileno() if bridge is not None else -1
+        for fd in plan.pass_fds:
+            if fd != inside:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        if bridge is not None:
+            bridge.close()
 
     def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
         """Add ``runner_failed`` (bwrap itself failed) and ``denied`` (a denial's signature)."""

@@ -36,7 +36,7 @@ from attrs import frozen
 
 from stockade import protected, seccomp
 from stockade.errors import SandboxUnavailable
-from stockade.sandbox import looks_denied
+from stockade.sandbox import looks_denied, proxy_env
 from stockade.types import ExecSpec, LaunchPlan, Probe, ProcessOutcome, SandboxFacts
 
 from . import abi
@@ -187,13 +187,21 @@ class Engine:
                 hint="set plugins.settings.landlock.accept_partial = true to run anyway",
                 details={"abi": level, "missing": list(missing)},
             )
+        port = spec.egress.port if spec.egress is not None else None
+        if port is not None and level < 4:
+            raise SandboxUnavailable(
+                f"Landlock ABI {level} has no TCP rules, so a network command cannot be held "
+                "to its egress proxy here",
+                hint="run network commands under bubblewrap, or on a kernel with Landlock ABI 4",
+                details={"abi": level},
+            )
         program = seccomp.required(
-            network=False,
+            network=port is not None,
             unix=self.settings.unix_sockets,
             cache_dir=self.settings.seccomp_cache,
         )
         writable = self._writable(spec)
-        base = self._base(level, spec, writable)
+        base = self._base(level, spec, writable, port)
         scratch = self._take_scratch()
         fds: list[int] = []
         try:
@@ -207,6 +215,8 @@ class Engine:
         prepared = Prepared(fds[0], fds[1], program, scratch, base.rules)
         self._prepared[prepared.top] = prepared
         env = {**spec.env, "TMPDIR": scratch, "XDG_CACHE_HOME": os.path.join(scratch, "cache")}
+        if port is not None:
+            env.update(proxy_env(port))
         facts = SandboxFacts(
             self.PLUGIN_NAME,
             spec.mode,
@@ -241,7 +251,9 @@ class Engine:
             (spec.workspace, *self.settings.writable_roots, *spec.grant_writable)
         )
 
-    def _base(self, level: int, spec: ExecSpec, writable: list[str]) -> _Base:
+    def _base(
+        self, level: int, spec: ExecSpec, writable: list[str], port: int | None = None
+    ) -> _Base:
         """The shared ruleset for these grants and carve-outs, built once while it holds.
 
         The protected paths are looked for on every run; the expansion into rules (and
@@ -258,7 +270,7 @@ class Engine:
             else ([], 0)
         )
         cache = seccomp.cache_path(
-            network=False, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
+            network=port is not None, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
         )
         keep += [sys.prefix, sys.base_prefix]
         if cache is not None:
@@ -277,7 +289,7 @@ class Engine:
         grants += list(DEVICES.items())
         carveouts = [(p, every & ~MASKED_KEEPS) for p in masked if os.path.lexists(p)]
         carveouts += [(p, every & ~abi.FS_READ) for p in keep if os.path.lexists(p)]
-        key = (level, tuple(grants), tuple(carveouts))
+        key = (level, tuple(grants), tuple(carveouts), port)
         with self._lock:
             cached = self._bases.get(key)
             if cached is not None and cached.fresh():
@@ -285,7 +297,7 @@ class Engine:
             listed: list[str] = []
             rules = expand(grants, carveouts, listed)
             stamps = tuple((d, os.stat(d).st_mtime_ns) for d in listed)
-            base = _Base(_ruleset(level, rules), tuple(rules), stamps)
+            base = _Base(_ruleset(level, rules, port), tuple(rules), stamps)
             if cached is not None:
                 os.close(cached.fd)  # each plan holds its own duplicate
             if len(self._bases) >= _MAX_BASES and key not in self._bases:
@@ -344,7 +356,9 @@ def _top_ruleset(level: int, writable: list[str], scratch: str) -> int:
     return fd
 
 
-def _ruleset(level: int, rules: list[Rule]) -> int:
+def _ruleset(level: int, rules: list[Rule], port: int | None = None) -> int:
+    """The shared layer: every right handled; reads everywhere, the rules' grants, and for
+    a network command one TCP connect: to its egress proxy's port (no bind, anywhere)."""
     handled = abi.fs_rights(level)
     fd = abi.create_ruleset(level, fs=handled, net=abi.net_rights(level), scoped=abi.scopes(level))
     try:
@@ -352,6 +366,8 @@ def _ruleset(level: int, rules: list[Rule]) -> int:
             access = rule.access & handled
             if access:
                 abi.add_path_rule(fd, rule.path, access)
+        if port is not None:
+            abi.add_port_rule(fd, port, abi.NET_CONNECT_TCP)
     except BaseException:
         os.close(fd)
         raise
