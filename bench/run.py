@@ -13,6 +13,7 @@
 5. Landlock: ``Host.run`` confined by Landlock against raw capturing ``subprocess.run``.
 6. The record: ``Host.run`` with the built-in recorder against the same host with it
    blocked, and ``verify`` over 1,000 recorded commands.
+7. Egress: one 256 MiB download direct and through the egress proxy (CONNECT).
 
 Every section runs with a private ``XDG_STATE_HOME``: the record it writes is thrown away.
 
@@ -38,6 +39,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import confined  # bench/confined.py: this script's directory is first on sys.path
+import egress  # bench/egress.py
 import record  # bench/record.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -330,6 +332,7 @@ def report(
     bwrap_cli: dict[str, Any],
     landlock: dict[str, Any],
     recording: dict[str, Any],
+    egress_stats: dict[str, Any],
 ) -> None:
     """Print the table, then the BENCH JSON line."""
     head = f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}"
@@ -379,7 +382,9 @@ def report(
     report_bubblewrap(bwrap, bwrap_cli, head)
     report_landlock(landlock, head)
     report_record(recording, head)
+    egress.report_egress(egress_stats, _row, head)
     payload = {
+        "egress": egress_stats,
         "record": recording,
         "landlock": landlock,
         "meta": meta,
@@ -522,6 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bwrap = confined.bench_bubblewrap(runs * 5, warmup * 4, interleaved)
     landlock = confined.bench_landlock(runs * 5, warmup * 4, interleaved)
     recording = record.bench_record(runs * 5, warmup * 4, interleaved)
+    egress_stats = egress.bench_egress(interleaved, runs=3 if args.quick else 5)
     state.cleanup()
     meta = {
         "commit": commit,
@@ -542,6 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         bwrap_cli=bwrap_cli,
         landlock=landlock,
         recording=recording,
+        egress_stats=egress_stats,
     )
     return 0
 

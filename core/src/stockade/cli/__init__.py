@@ -63,7 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         help="pass one environment entry (repeatable)",
     )
-    run.add_argument("--profile", metavar="AGENT", default="default", help="agent profile")
+    run.add_argument(
+        "--profile", "--agent", metavar="AGENT", default="default", help="agent profile"
+    )
     run.add_argument(
         "--secret",
         metavar="NAME=HANDLE",
