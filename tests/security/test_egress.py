@@ -26,7 +26,7 @@ BODY = b"hello from the upstream\n"
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_GET(self) -> None:
         self.send_response(200)
         self.send_header("Content-Length", str(len(BODY)))
         self.end_headers()
@@ -160,7 +160,7 @@ def _tls_upstream(folder) -> tuple[subprocess.Popen[bytes], int, str]:
 
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "allowed.test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
