@@ -160,6 +160,8 @@ def test_profile_tables_parse_and_name_themselves():
         ('[agents.ci]\nworkspace = "ws"', "workspace must be an absolute path"),
         ('[agents."a b"]', "invalid agent name 'a b'"),
         ("[agents]\nci = 3", "@ $.agents['ci']"),
+        ('[agents.ci]\nhosts = ["*"]', "'*' allows everything"),
+        ('[agents.ci]\nhosts = ["*.com"]', "'com' is a bare top-level domain"),
     ],
 )
 def test_bad_profiles_are_readable_errors(toml, problem):

@@ -245,6 +245,14 @@ def _agent_problems(agents: Mapping[str, Any]) -> list[str]:
                         f"invalid value {program!r}: programs are named bare, without a "
                         f"path @ {where}.programs"
                     )
+        hosts = table.get("hosts")
+        if isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts):
+            from .egress import parse_hosts
+
+            try:
+                parse_hosts(hosts)
+            except ConfigError as error:
+                problems.append(f"invalid value: {error.message} @ {where}.hosts")
         workspace = table.get("workspace")
         if isinstance(workspace, str) and not os.path.isabs(os.path.expanduser(workspace)):
             problems.append(
