@@ -242,3 +242,17 @@ def test_the_cli_fetches_https_from_an_allowed_host(box, tmp_path):
         if proc.stdout is not None:
             proc.stdout.close()
     assert (done.returncode, done.stdout) == (0, "secure"), done.stderr
+
+
+@pytest.mark.sandboxes("landlock")
+def test_landlock_without_tcp_rules_refuses_network_commands(box, make_host, upstream):
+    from stockade.config import PluginsConfig
+    from stockade.errors import SandboxUnavailable
+
+    old = {"landlock": {"max_abi": 3, "accept_partial": True}}  # as a kernel before TCP rules
+    config = attrs.evolve(config_for(box, upstream), plugins=PluginsConfig(settings=old))
+    host = make_host(config=config)
+    with pytest.raises(SandboxUnavailable, match="Landlock ABI 3 has no TCP rules"):
+        host.run(curl(box, f"http://allowed.test:{upstream}/"))
+    # The control: the same kernel still runs what needs no network.
+    assert host.run(box.request(["true"], profile="net")).ok
