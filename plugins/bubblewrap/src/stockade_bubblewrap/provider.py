@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from stockade import protected as paths
 from stockade import seccomp
 from stockade.errors import SandboxUnavailable
 from stockade.sandbox import SandboxProvider, looks_denied, proxy_env, sealed_memfd
@@ -123,12 +124,12 @@ class BubblewrapSandbox(SandboxProvider):
 
                 bridge = Bridge(spec.egress.socket)
                 env.update(proxy_env(INSIDE_PORT))
-                forwarder = os.path.join(os.path.dirname(__file__), "forward.py")
                 command = (
-                    sys.executable,
+                    _inside_python(),
                     "-I",
                     "-S",
-                    forwarder,
+                    "-c",
+                    _forwarder(),
                     str(INSIDE_PORT),
                     str(bridge.inside.fileno()),
                     spec.program,
@@ -196,6 +197,28 @@ def _resolved(*paths: str) -> tuple[str, ...]:
     """The host's own paths, resolved once per process: no command can move them (each is
     kept read-only inside every sandbox that could reach it)."""
     return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
+
+
+@functools.cache
+def _forwarder() -> str:
+    """The forwarder's source, run with ``-c``: its file may sit where the sandbox cannot
+    see (a checkout under ``/tmp``); the standard library it needs never does."""
+    with open(os.path.join(os.path.dirname(__file__), "forward.py"), encoding="utf-8") as f:
+        return f.read()
+
+
+@functools.cache
+def _inside_python() -> str:
+    """An interpreter the sandbox can run: this one's real file unless it lies in a folder
+    the sandbox replaces (a virtualenv under ``/tmp``), else the system's ``python3``."""
+    base = getattr(sys, "_base_executable", sys.executable)
+    for candidate in (os.path.realpath(sys.executable), os.path.realpath(base), "/usr/bin/python3"):
+        if os.path.isfile(candidate) and not paths.inside(candidate, layout.PRIVATE_DIRS):
+            return candidate
+    raise SandboxUnavailable(
+        "no Python interpreter outside /tmp and /run can start the egress forwarder",
+        hint="install python3 in a system directory, or run Stockade from one",
+    )
 
 
 def _has_argv0(version: str) -> bool:
