@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 
 from .. import hookimpl
 from ..config import Config
-from ..store import StoreError
 
 if TYPE_CHECKING:
     from ..events import Event
@@ -49,6 +48,8 @@ class Recorder:
     @hookimpl
     def stockade_record(self, event: Event) -> None:
         """Append ``event``; a failure is raised (fail closed) or warned about."""
+        from ..store import StoreError  # not at the top: sqlite3 costs every CLI start
+
         try:
             self.chain().append(event)
         except StoreError as error:
