@@ -204,3 +204,21 @@ def test_classify_says_the_class_and_why_and_runs_nothing(tmp_path):
     assert plain.stdout.strip() == "writes: touch is listed as writes"
     assert not canary.exists()
     assert cli("classify").returncode == 125
+
+
+def test_the_file_tools_from_the_command_line(tmp_path):
+    (tmp_path / ".git").mkdir()
+    wrote = cli("file", "write", "notes/todo.txt", "--json", cwd=tmp_path, input="ship it\n")
+    assert wrote.returncode == 0, wrote.stderr
+    assert json.loads(wrote.stdout)["created"] is True
+    assert (tmp_path / "notes" / "todo.txt").read_text() == "ship it\n"
+    read = cli("file", "read", "notes/todo.txt", cwd=tmp_path)
+    assert (read.returncode, read.stdout) == (0, "ship it\n")
+    listed = cli("file", "list", "--json", cwd=tmp_path)
+    assert [e["name"] for e in json.loads(listed.stdout)["entries"]] == [".git", "notes"]
+    refused = cli("file", "write", ".git/hooks/pre-commit", cwd=tmp_path, input="evil")
+    assert refused.returncode == 125
+    assert "inside protected '.git'" in refused.stderr
+    assert not (tmp_path / ".git" / "hooks").exists()
+    out = cli("file", "read", "../x", "--json", cwd=tmp_path)
+    assert json.loads(out.stdout)["error"]["code"] == "usage"

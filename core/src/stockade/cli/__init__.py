@@ -12,6 +12,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .. import __version__
 
@@ -37,6 +38,24 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"stockade: error[usage]: {message}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
+
+
+def _add_file_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
+    """``stockade file list|read|write``."""
+    file = commands.add_parser("file", help="list, read or write files in the workspace")
+    tools = file.add_subparsers(dest="tool", metavar="TOOL", parser_class=_Parser, required=True)
+    for tool, what in (
+        ("list", "names, kinds and sizes in a folder"),
+        ("read", "a text file (up to 256 KiB per call); a binary one is described"),
+        ("write", "a whole file (up to 1 MiB) from stdin, atomically"),
+    ):
+        sub = tools.add_parser(tool, help=what, description=what.capitalize() + ".")
+        sub.add_argument("path", metavar="PATH", nargs="?" if tool == "list" else None, default=".")
+        sub.add_argument("--profile", "--agent", metavar="AGENT", default="default")
+        sub.add_argument("--json", action="store_true")
+        if tool == "read":
+            sub.add_argument("--offset", type=int, default=0, metavar="BYTES")
+            sub.add_argument("--limit", type=int, default=256 * 1024, metavar="BYTES")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,6 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
         answer.add_argument("step", metavar="STEP", type=int, help="the step number")
         answer.add_argument("--json", action="store_true")
 
+    _add_file_commands(commands)
+
     log = commands.add_parser("log", help="list the recorded steps")
     log.add_argument("--run", metavar="RUN", help="only this run")
     log.add_argument("--json", action="store_true")
@@ -116,44 +137,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# command -> (module, handler); each module is imported only when its command is chosen.
+HANDLERS: dict[str, tuple[str, str]] = {
+    "run": ("run", "run_command"),
+    "classify": ("classify", "classify_command"),
+    "pending": ("approve", "pending_command"),
+    "approve": ("approve", "approve_command"),
+    "decline": ("approve", "decline_command"),
+    "file": ("files", "file_command"),
+    "log": ("record", "log_command"),
+    "show": ("record", "show_command"),
+    "replay": ("record", "replay_command"),
+    "verify": ("record", "verify_command"),
+    "plugins": ("plugins", "plugins_command"),
+    "doctor": ("doctor", "doctor_command"),
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
+    import importlib
+
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command == "run":
-        from .run import run_command
-
-        return run_command(args, parser)
-    if args.command == "classify":
-        from .classify import classify_command
-
-        return classify_command(args, parser)
-    if args.command in ("pending", "approve", "decline"):
-        from .approve import answer_command, pending_command
-
-        if args.command == "pending":
-            return pending_command(args)
-        return answer_command(args, approve=args.command == "approve")
-    if args.command in ("log", "show", "replay", "verify"):
-        from . import record
-
-        handler = getattr(record, f"{args.command}_command")
-        status: int = handler(args)
-        return status
-    return _inspect(args, parser)
-
-
-def _inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if args.command == "plugins":
-        from .plugins import plugins_command
-
-        return plugins_command(args)
-    if args.command == "doctor":
-        from .doctor import doctor_command
-
-        return doctor_command(args)
-    parser.print_help(sys.stderr)
-    return EXIT_USAGE
+    if args.command not in HANDLERS:
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    module, name = HANDLERS[args.command]
+    handler = getattr(importlib.import_module(f".{module}", __name__), name)
+    status: int = handler(args, parser)
+    return status
 
 
 def entry() -> None:

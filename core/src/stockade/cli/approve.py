@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..store import HeldStep
 
 
-def pending_command(args: argparse.Namespace) -> int:
+def pending_command(args: argparse.Namespace, _parser: object = None) -> int:
     """List the steps waiting for a person, oldest first."""
     try:
         with make_host(args) as host:
@@ -32,6 +32,16 @@ def pending_command(args: argparse.Namespace) -> int:
     for held in waiting:
         print(_show(held))
     return 0
+
+
+def approve_command(args: argparse.Namespace, _parser: object = None) -> int:
+    """Approve the held step ``RUN STEP`` and run it, exactly as it was shown."""
+    return answer_command(args, approve=True)
+
+
+def decline_command(args: argparse.Namespace, _parser: object = None) -> int:
+    """Decline the held step ``RUN STEP``: it never runs."""
+    return answer_command(args, approve=False)
 
 
 def answer_command(args: argparse.Namespace, *, approve: bool) -> int:

@@ -92,7 +92,7 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
     return DoctorReport(default_ok, python, config, kernel, executors, sandboxes, tuple(modes))
 
 
-def doctor_command(args: argparse.Namespace) -> int:
+def doctor_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Print the report; exit 0 when the configured default mode can run here, else 1."""
     report = build_report(args)
     if args.json:

@@ -42,7 +42,7 @@ class PluginsReport:
     sandboxes: tuple[RegisteredClass, ...]
 
 
-def plugins_command(args: argparse.Namespace) -> int:
+def plugins_command(args: argparse.Namespace, _parser: object = None) -> int:
     """List the plugins a host would load with this configuration."""
     try:
         host = make_host(args)

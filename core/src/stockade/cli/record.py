@@ -53,7 +53,7 @@ def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
     return list(found.values())
 
 
-def log_command(args: argparse.Namespace) -> int:
+def log_command(args: argparse.Namespace, _parser: object = None) -> int:
     """List the recorded steps (of one run with ``--run``)."""
     from ..record import rows
 
@@ -81,7 +81,7 @@ def log_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def show_command(args: argparse.Namespace) -> int:
+def show_command(args: argparse.Namespace, _parser: object = None) -> int:
     """The whole output of one recorded step: stdout to stdout, stderr to stderr."""
     from ..record import get_blob, rows
 
@@ -107,7 +107,7 @@ def show_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def replay_command(args: argparse.Namespace) -> int:
+def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
     """One run as a timeline: what was asked, what was decided, what came back."""
     from ..record import rows
 
@@ -187,7 +187,7 @@ def _redacted(body: dict[str, Any]) -> dict[str, Any]:
     return hidden
 
 
-def verify_command(args: argparse.Namespace) -> int:
+def verify_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Check the record's chain; exit 0 when it holds, 1 naming the first bad event."""
     from ..record import verify
 

@@ -1,0 +1,65 @@
+"""``stockade file list|read|write``: the file tools on an agent's workspace, from the CLI."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ..errors import StockadeError
+from .common import report_error
+
+if TYPE_CHECKING:
+    import argparse
+
+
+def _root(args: argparse.Namespace) -> str:
+    """The agent profile's workspace, else the current directory."""
+    from ..config import load_config
+
+    profile = load_config(args.config, environ=os.environ).profile(args.profile)
+    return os.path.expanduser(profile.workspace) if profile.workspace else os.getcwd()
+
+
+def file_command(args: argparse.Namespace, _parser: object = None) -> int:
+    """Run one file tool and print its result (JSON with ``--json``)."""
+    from ..files import Workspace
+
+    try:
+        with Workspace(_root(args)) as workspace:
+            if args.tool == "list":
+                result: object = workspace.file_list(args.path)
+            elif args.tool == "read":
+                result = workspace.file_read(args.path, offset=args.offset, limit=args.limit)
+            else:
+                result = workspace.file_write(args.path, sys.stdin.buffer.read())
+    except StockadeError as error:
+        return report_error(error, as_json=args.json)
+    if args.json:
+        from ..wire import to_json
+
+        print(to_json(result, indent=2))
+        return 0
+    _print(args.tool, result)
+    return 0
+
+
+def _print(tool: str, result: object) -> None:
+    from ..files import Listing, ReadResult, WriteResult
+
+    if isinstance(result, Listing):
+        for entry in result.entries:
+            print(f"{entry.kind:<8} {entry.size:>12}  {entry.name}")
+        if result.truncated:
+            print("stockade: more entries than the limit; not all are listed", file=sys.stderr)
+    elif isinstance(result, ReadResult):
+        if result.text is not None:
+            sys.stdout.write(result.text)
+        else:
+            print(result.description)
+        if result.truncated:
+            more = result.offset + result.returned
+            print(f"stockade: more follows; read on with --offset {more}", file=sys.stderr)
+    elif isinstance(result, WriteResult):
+        what = "created" if result.created else ("changed" if result.changed else "unchanged")
+        print(f"{what}: {result.path} ({result.old_size} -> {result.new_size} bytes)")
