@@ -32,7 +32,9 @@ FULL = {"mode": "danger-full-access"}
 
 def agents(tmp_path, **profiles: Profile) -> Config:
     named = {name: attrs.evolve(p, name=name) for name, p in profiles.items()}
-    return Config(agents=named, store=StoreConfig(str(tmp_path / "store.db")))
+    # The store sits beside the test's folder: a workspace may not hold it.
+    store = tmp_path.with_name(tmp_path.name + "-state") / "store.db"
+    return Config(agents=named, store=StoreConfig(str(store)))
 
 
 def decide(argv, profile: Profile, kind="writes", programs=None, **spec_fields):
@@ -197,7 +199,8 @@ def test_a_profile_sets_timeout_memory_and_workspace(tmp_path, make_host):
 
 
 def test_read_only_autonomy_forces_the_read_only_mode(tmp_path, make_host):
-    host = make_host(config=agents(tmp_path, ev=Profile(autonomy="read-only")), allow_all=True)
+    profile = Profile(autonomy="read-only", workspace=str(tmp_path))
+    host = make_host(config=agents(tmp_path, ev=profile), allow_all=True)
     from stockade.resolve import resolve
 
     request = ExecRequest(["true"], str(tmp_path), profile="ev", **FULL)

@@ -47,7 +47,9 @@ def upstream() -> Iterator[int]:
 
 
 def config_for(box, port: int, **profile: object) -> Config:
-    agent = Profile(name="net", hosts=(f"allowed.test:{port}",), ask=(), **profile)  # type: ignore[arg-type]
+    agent = Profile(
+        name="net", hosts=(f"allowed.test:{port}",), ask=(), workspace=str(box.ws), **profile
+    )  # type: ignore[arg-type]
     return Config(
         sandbox=box.sandbox,
         agents={"net": agent},
@@ -144,7 +146,10 @@ def test_a_command_not_classed_network_gets_no_network_at_all(box, make_host, up
     env = host.run(box.request(["env"], profile="net"))
     assert "HTTP_PROXY" not in env.stdout.text
     # And a network command whose profile names no hosts gets none either.
-    bare = attrs.evolve(config_for(box, upstream), agents={"net": Profile(name="net", ask=())})
+    bare = attrs.evolve(
+        config_for(box, upstream),
+        agents={"net": Profile(name="net", ask=(), workspace=str(box.ws))},
+    )
     none = make_host(config=bare).run(curl(box, f"http://allowed.test:{upstream}/"))
     assert none.exit_code != 0 and BODY.decode() not in none.stdout.text
 
@@ -208,7 +213,7 @@ def test_the_cli_fetches_https_from_an_allowed_host(box, tmp_path):
         config = box.root / "stockade.toml"
         config.write_text(
             f'sandbox = "{box.sandbox}"\n'
-            f'[agents.net]\nhosts = ["allowed.test:{port}"]\nask = []\n'
+            f'[agents.net]\nhosts = ["allowed.test:{port}"]\nask = []\nworkspace = "{box.ws}"\n'
             '[network]\nresolve = { "allowed.test" = "127.0.0.1" }\n'
         )
         env = {**os.environ, "HOME": str(box.home)}

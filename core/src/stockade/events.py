@@ -180,5 +180,39 @@ class ConnectionEvent:
     kind: Literal["connection"] = field(kw_only=True, default="connection")
 
 
-Event = ActionEvent | PermissionEvent | GrantEvent | ConnectionEvent | ResultEvent | ErrorEvent
+@frozen
+class WorkspaceEvent:
+    """A person acted on an agent's workspace outside any command (``stockade workspace``).
+
+    Attributes:
+        action_id: this action's own id.
+        agent: the agent profile whose workspace it is.
+        path: the workspace folder.
+        action: what was done (``clear``).
+        by: who did it.
+        removed: how many entries were removed.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    agent: str = field(kw_only=True)
+    path: str = field(kw_only=True)
+    action: Literal["clear"] = field(kw_only=True)
+    by: str = field(kw_only=True)
+    removed: int = field(kw_only=True, default=0)
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["workspace"] = field(kw_only=True, default="workspace")
+
+
+Event = (
+    ActionEvent
+    | PermissionEvent
+    | GrantEvent
+    | ConnectionEvent
+    | ResultEvent
+    | ErrorEvent
+    | WorkspaceEvent
+)
 """Everything a recorder sees, tagged by its ``kind`` field."""

@@ -13,6 +13,7 @@ profile's budget counts and what names a held step (``run_id``, ``step``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -41,6 +42,7 @@ from .sandbox import SandboxProvider
 if TYPE_CHECKING:
     from . import events
     from .store import HeldStep, Store
+    from .workspaces import Locks
 
 from .types import (
     Classification,
@@ -161,6 +163,7 @@ class Host:
         self._steps = 0
         self._started: float | None = None
         self._store: Store | None = None
+        self._locks: Locks | None = None
         self._lock = threading.Lock()
         self._executor: Executor | None = None
         self._providers: dict[str, SandboxProvider] = {}
@@ -191,7 +194,8 @@ class Host:
         """
         admitted = self.admit(request)
         try:
-            outcome = self.executor.run(admitted.plan, abort=abort)
+            with self.hold(admitted.spec):
+                outcome = self.executor.run(admitted.plan, abort=abort)
         except StockadeError as error:
             self._record_error(admitted.spec, error)
             raise
@@ -207,7 +211,8 @@ class Host:
 
         admitted = await asyncio.to_thread(self.admit, request)
         try:
-            outcome = await self.executor.run_async(admitted.plan, abort=abort)
+            with self.hold(admitted.spec):
+                outcome = await self.executor.run_async(admitted.plan, abort=abort)
         except StockadeError as error:
             self._record_error(admitted.spec, error)
             raise
@@ -438,7 +443,8 @@ class Host:
                     self._record(self._grant(spec, decision))
             admitted = self._prepare(spec, classification, decision)
             try:
-                outcome = self.executor.run(admitted.plan, abort=abort)
+                with self.hold(spec):
+                    outcome = self.executor.run(admitted.plan, abort=abort)
             finally:
                 admitted.release()
             result = self._finish(admitted, outcome)
@@ -453,6 +459,22 @@ class Host:
         from . import events
 
         return events.GrantEvent(spec.action_id, writable=spec.grant_writable, by=decision.by)
+
+    def hold(self, spec: ExecSpec) -> contextlib.AbstractContextManager[None]:
+        """An agent's workspace, held for this run while ``spec`` executes (one run at a
+        time); a person's own ``default`` profile in the current directory holds nothing.
+
+        Raises:
+            WorkspaceBusy: another run's command is executing there.
+        """
+        name = spec.profile
+        if name == "default" or name not in self.config.agents:
+            return contextlib.nullcontext()
+        if self._locks is None:
+            from .workspaces import Locks
+
+            self._locks = Locks(self.config, self.run_id)
+        return self._locks.hold(spec.workspace)
 
     def _next_step(self) -> tuple[int, float]:
         with self._lock:

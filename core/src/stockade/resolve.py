@@ -103,7 +103,9 @@ def resolve(
             "yet, so commands under this profile are refused rather than run unbounded",
             hint=f"remove quota_mb from [agents.{profile.name}] until workspace quotas land",
         )
-    workspace, cwd = _workspace(request, profile)
+    from .workspaces import workspace_of
+
+    workspace, cwd = _workspace(request, profile, workspace_of(config, profile))
     timeout = request.timeout if request.timeout is not None else profile.timeout
     timeout = config.timeout.default if timeout is None else float(timeout)
     if not timeout > 0 or math.isinf(timeout):
@@ -172,9 +174,8 @@ def _granted(path: str, cwd: str) -> str:
     return real
 
 
-def _workspace(request: ExecRequest, profile: Profile) -> tuple[str, str]:
+def _workspace(request: ExecRequest, profile: Profile, workspace: str | None) -> tuple[str, str]:
     """The workspace and the working directory; the second lies inside the first."""
-    workspace = os.path.expanduser(profile.workspace) if profile.workspace else None
     default = workspace if workspace is not None else os.getcwd()
     cwd = os.path.abspath(request.cwd if request.cwd is not None else default)
     if not os.path.isdir(cwd):

@@ -287,7 +287,8 @@ class Profile:
         programs: the only programs it may run, by name; ``None`` for any program.
         ask: the classes that wait for a person; ``destroys`` always waits.
         hosts: the hosts a ``network`` command may reach (through the egress proxy).
-        workspace: the folder its commands run in and may not leave (``None``: the cwd).
+        workspace: the folder its commands run in and may not leave (``None``: a folder of
+            its own under the store; the cwd for ``default``).
         timeout: its default timeout in seconds (capped by ``timeout.max``).
         memory_mb: its memory limit (a request may ask for less, never more).
         quota_mb: the size its workspace may reach.

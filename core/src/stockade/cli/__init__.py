@@ -116,6 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
         answer.add_argument("--json", action="store_true")
 
     _add_file_commands(commands)
+    workspace = commands.add_parser("workspace", help="an agent's workspace: where, how big")
+    workspace.add_argument("name", metavar="AGENT")
+    workspace.add_argument("--clear", action="store_true", help="empty it (recorded)")
+    workspace.add_argument("--json", action="store_true")
 
     log = commands.add_parser("log", help="list the recorded steps")
     log.add_argument("--run", metavar="RUN", help="only this run")
@@ -145,6 +149,7 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "approve": ("approve", "approve_command"),
     "decline": ("approve", "decline_command"),
     "file": ("files", "file_command"),
+    "workspace": ("workspace", "workspace_command"),
     "log": ("record", "log_command"),
     "show": ("record", "show_command"),
     "replay": ("record", "replay_command"),

@@ -1,0 +1,67 @@
+"""``stockade workspace NAME [--clear]``: where a workspace is, how big; emptying it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ..errors import StockadeError, UsageError
+from .common import make_host, report_error
+
+if TYPE_CHECKING:
+    import argparse
+
+
+def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
+    """Print the workspace's path and size; with ``--clear``, empty it and record who did."""
+    from ..workspaces import Locks, clear, usage, workspace_of
+
+    try:
+        with make_host(args) as host:
+            profile = host.config.profile(args.name)
+            folder = workspace_of(host.config, profile)
+            if folder is None:
+                raise UsageError(
+                    f"agent {args.name!r} has no workspace of its own: it works in the "
+                    "current directory",
+                    hint="configure [agents.NAME] to give an agent a workspace",
+                )
+            removed = None
+            if args.clear:
+                by = _user()
+                with Locks(host.config, f"(cleared by {by})").hold(folder):
+                    removed = clear(folder)
+                if host.hooks.has_recorder():
+                    from ..events import WorkspaceEvent
+                    from ..types import new_action_id
+
+                    event = WorkspaceEvent(
+                        new_action_id(), agent=args.name, path=folder, action="clear",
+                        by=by, removed=removed,
+                    )  # fmt: skip
+                    host.hooks.record(event)
+            size, files = usage(folder)
+    except StockadeError as error:
+        return report_error(error, as_json=args.json)
+    if args.json:
+        import json
+
+        report = {"agent": args.name, "path": folder, "bytes": size, "files": files}
+        if removed is not None:
+            report["removed"] = removed
+        print(json.dumps(report, indent=2))
+        return 0
+    if removed is not None:
+        print(f"stockade: cleared {removed} entries", file=sys.stderr)
+    print(f"{folder}  {files} files, {size} bytes")
+    return 0
+
+
+def _user() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"

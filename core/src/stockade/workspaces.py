@@ -1,0 +1,167 @@
+"""Agent workspaces: a folder of each configured agent's own, used by one run at a time.
+
+A profile in ``[agents.NAME]`` works in its ``workspace``, or, when it names none, in a
+folder of its own under the store (``$XDG_STATE_HOME/stockade/workspaces/NAME``, made
+``0700`` on first use) that is kept between runs. A named folder is refused when it is the
+store's folder, holds it, or is a system folder. The built-in ``default`` profile, for a
+person at the CLI, keeps working in the current directory.
+
+One run at a time: while a command of a run executes in an agent's workspace, the run holds
+an exclusive ``flock`` on a lock file beside the store; a command of another run in the
+same workspace is refused with the holder's run id. Steps of one run share the lock (an
+agent loop may run several at once); it is released when the last of them ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+
+from .config import Config, state_dir
+from .errors import ConfigError, StockadeError
+from .types import Profile
+
+_SYSTEM = """
+    bin boot dev etc home lib lib32 lib64 libx32 media mnt opt proc root run sbin srv sys tmp
+    usr usr/bin usr/lib usr/local usr/sbin usr/share var var/lib var/tmp
+"""
+SYSTEM_FOLDERS = frozenset({"/", *("/" + name for name in _SYSTEM.split())})
+"""Folders a workspace can never be: writing there would touch the whole machine."""
+
+
+class WorkspaceBusy(StockadeError):
+    """Another run is executing a command in this workspace; this one did not run."""
+
+    code = "workspace_busy"
+
+
+def store_folder(config: Config) -> str:
+    """The folder of the store (where workspaces, locks and the record live)."""
+    if config.store.path:
+        return os.path.dirname(os.path.abspath(os.path.expanduser(config.store.path)))
+    return state_dir(os.environ)
+
+
+def workspace_of(config: Config, profile: Profile) -> str | None:
+    """The workspace of ``profile``: its named folder, its own under the store, or ``None``
+    (the current directory) for a profile that is not configured.
+
+    Raises:
+        ConfigError: the named folder is the store's, holds it, or is a system folder.
+    """
+    if profile.workspace:
+        named = os.path.realpath(os.path.expanduser(profile.workspace))
+        _check_named(named, config, profile.name)
+        return named
+    if profile.name not in config.agents or profile.name == "default":
+        return None  # a person's own profile works where they are
+    own = os.path.join(store_folder(config), "workspaces", profile.name)
+    os.makedirs(os.path.dirname(own), mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(own, 0o700)
+    return os.path.realpath(own)
+
+
+def _check_named(folder: str, config: Config, name: str) -> None:
+    store = os.path.realpath(store_folder(config))
+    why = None
+    if folder in SYSTEM_FOLDERS:
+        why = "is a system folder"
+    elif folder == store or store.startswith(folder.rstrip("/") + "/"):
+        why = "holds Stockade's store"
+    elif folder.startswith(store + "/") and not folder.startswith(
+        os.path.join(store, "workspaces") + "/"
+    ):
+        why = "lies inside Stockade's store"
+    if why is not None:
+        raise ConfigError(
+            f"agents.{name}.workspace = {folder} {why}",
+            hint="name a project folder, or leave workspace unset for a folder of its own",
+            details={"workspace": folder},
+        )
+
+
+class Locks:
+    """The workspace locks one run (one host) holds."""
+
+    def __init__(self, config: Config, run_id: str) -> None:
+        self.folder = os.path.join(store_folder(config), "locks")
+        self.run_id = run_id
+        self._held: dict[str, tuple[int, int]] = {}  # workspace -> (fd, users)
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def hold(self, workspace: str) -> Iterator[None]:
+        """Hold ``workspace`` for this run while the body runs.
+
+        Raises:
+            WorkspaceBusy: another run holds it.
+        """
+        self._acquire(workspace)
+        try:
+            yield
+        finally:
+            self._release(workspace)
+
+    def _acquire(self, workspace: str) -> None:
+        with self._lock:
+            held = self._held.get(workspace)
+            if held is not None:
+                self._held[workspace] = (held[0], held[1] + 1)
+                return
+            os.makedirs(self.folder, mode=0o700, exist_ok=True)
+            name = hashlib.sha256(workspace.encode()).hexdigest()[:32] + ".lock"
+            path = os.path.join(self.folder, name)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "another run"
+                os.close(fd)
+                raise WorkspaceBusy(
+                    f"workspace {workspace} is in use by run {holder}; one run at a time",
+                    hint="wait for that run's command to end, or use another agent profile",
+                    details={"workspace": workspace, "holder": holder},
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, self.run_id.encode(), 0)
+            self._held[workspace] = (fd, 1)
+
+    def _release(self, workspace: str) -> None:
+        with self._lock:
+            fd, users = self._held[workspace]
+            if users > 1:
+                self._held[workspace] = (fd, users - 1)
+                return
+            del self._held[workspace]
+            os.ftruncate(fd, 0)
+            os.close(fd)  # closing drops the flock
+
+
+def usage(folder: str) -> tuple[int, int]:
+    """Bytes and files under ``folder`` (symlinks not followed)."""
+    size = files = 0
+    for root, dirs, names in os.walk(folder):
+        for name in names:
+            with contextlib.suppress(OSError):
+                size += os.lstat(os.path.join(root, name)).st_size
+                files += 1
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    return size, files
+
+
+def clear(folder: str) -> int:
+    """Empty ``folder`` (its caches too); how many entries were removed."""
+    removed = 0
+    for entry in os.scandir(folder):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path)
+        else:
+            os.unlink(entry.path)
+        removed += 1
+    return removed
