@@ -137,3 +137,22 @@ def test_stockade_workspace_shows_and_clears_with_a_record(tmp_path):
     assert kinds[-1] == "workspace"
     assert (event["agent"], event["action"], event["removed"]) == ("ci", "clear", 1)
     assert cli("workspace", "nobody").returncode == 125
+
+
+def test_an_approved_step_waits_for_a_busy_workspace_and_stays_approved(make_host, tmp_path):
+    from stockade.errors import PolicyHeld
+    from stockade.workspaces import Locks
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    cfg = config(tmp_path, ci=Profile(workspace=str(ws)))
+    agent = make_host(config=cfg)
+    with pytest.raises(PolicyHeld) as caught:
+        agent.run(ExecRequest(["rm", "-f", "gone"], profile="ci", **FULL))
+    run, step = caught.value.details["run_id"], caught.value.details["step"]
+    agent.answer(run, step, approve=True, by="alice")
+    other = Locks(cfg, "r-other")
+    with other.hold(str(ws)), pytest.raises(WorkspaceBusy, match="r-other"):
+        agent.resume(run, step)
+    assert agent.store.get(run, step).state == "approved"  # not spent by the refusal
+    assert agent.resume(run, step).ok

@@ -425,33 +425,34 @@ class Host:
             raise PolicyDenied(f"declined by {held.answered_by}", details=names)
         if held.state == "done" and held.outcome is not None:
             return from_json(held.outcome, RunResult)
-        if held.state == "failed" or not self.store.claim(run_id, step):
-            raise UsageError(
-                f"step {step} of run {run_id} is {self.store.get(run_id, step).state}: it is "
-                "running, or ran, in another process",
-                details=names,
-            )
-        decision = Decision("allow", f"approved: {shown.reason}", by=held.answered_by or "")
-        try:
-            if self._recording:
-                from . import events
-
-                self._record(
-                    events.PermissionEvent(spec.action_id, classification, decision=decision)
+        # The workspace first: while another run holds it, the step stays approved.
+        with self.hold(spec):
+            if held.state == "failed" or not self.store.claim(run_id, step):
+                raise UsageError(
+                    f"step {step} of run {run_id} is {self.store.get(run_id, step).state}: it is "
+                    "running, or ran, in another process",
+                    details=names,
                 )
-                if spec.grant_writable:
-                    self._record(self._grant(spec, decision))
-            admitted = self._prepare(spec, classification, decision)
+            decision = Decision("allow", f"approved: {shown.reason}", by=held.answered_by or "")
             try:
-                with self.hold(spec):
+                if self._recording:
+                    from . import events
+
+                    self._record(
+                        events.PermissionEvent(spec.action_id, classification, decision=decision)
+                    )
+                    if spec.grant_writable:
+                        self._record(self._grant(spec, decision))
+                admitted = self._prepare(spec, classification, decision)
+                try:
                     outcome = self.executor.run(admitted.plan, abort=abort)
-            finally:
-                admitted.release()
-            result = self._finish(admitted, outcome)
-        except StockadeError as error:
-            self.store.finish(run_id, step, outcome=to_json(error.to_dict()), failed=True)
-            raise
-        self.store.finish(run_id, step, outcome=to_json(result))
+                finally:
+                    admitted.release()
+                result = self._finish(admitted, outcome)
+            except StockadeError as error:
+                self.store.finish(run_id, step, outcome=to_json(error.to_dict()), failed=True)
+                raise
+            self.store.finish(run_id, step, outcome=to_json(result))
         return result
 
     @staticmethod
