@@ -742,3 +742,29 @@ def _forward_head(
         lines.append(f"{name}: {value}")
     lines.append("Connection: close")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+class CommandProxy:
+    """The egress proxy of one ``network`` command, in a private folder of its own."""
+
+    def __init__(
+        self, hosts: tuple[str, ...], resolve: Mapping[str, str], record: Callable[..., None]
+    ) -> None:
+        rules = parse_hosts(hosts)
+        self.hosts = hosts
+        self.folder = tempfile.mkdtemp(prefix="stockade-egress-")
+        self.proxy = Proxy(rules, resolve=resolve, on_connection=record)
+        try:
+            self.socket = os.path.join(self.folder, "proxy.sock")
+            self.proxy.serve_unix(self.socket)
+            self.port = self.proxy.serve_tcp()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Stop the proxy (open tunnels end) and remove its folder."""
+        import shutil
+
+        self.proxy.close()
+        shutil.rmtree(self.folder, ignore_errors=True)

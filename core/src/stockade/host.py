@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -41,6 +41,7 @@ from .sandbox import SandboxProvider
 
 if TYPE_CHECKING:
     from . import events
+    from .egress import CommandProxy
     from .store import HeldStep, Store
     from .workspaces import Locks
 
@@ -85,7 +86,7 @@ class Admitted:
     plan: LaunchPlan
     secrets: tuple[str, ...]
     provider: SandboxProvider
-    egress: EgressProxy | None = None
+    egress: CommandProxy | None = None
 
     def release(self) -> None:
         """Give back what the plan holds, then stop the command's egress proxy."""
@@ -94,36 +95,6 @@ class Admitted:
         finally:
             if self.egress is not None:
                 self.egress.close()
-
-
-class EgressProxy:
-    """The egress proxy of one ``network`` command, in a private folder of its own."""
-
-    def __init__(
-        self, hosts: tuple[str, ...], resolve: Mapping[str, str], record: Callable[..., None]
-    ) -> None:
-        import tempfile
-
-        from .egress import Proxy, parse_hosts
-
-        rules = parse_hosts(hosts)
-        self.hosts = hosts
-        self.folder = tempfile.mkdtemp(prefix="stockade-egress-")
-        self.proxy = Proxy(rules, resolve=resolve, on_connection=record)
-        try:
-            self.socket = os.path.join(self.folder, "proxy.sock")
-            self.proxy.serve_unix(self.socket)
-            self.port = self.proxy.serve_tcp()
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        """Stop the proxy (open tunnels end) and remove its folder."""
-        import shutil
-
-        self.proxy.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class Host:
@@ -292,7 +263,7 @@ class Host:
             spec, classification, decision, plan, tuple(secrets.values()), provider, egress
         )
 
-    def _egress(self, spec: ExecSpec, classification: Classification) -> EgressProxy | None:
+    def _egress(self, spec: ExecSpec, classification: Classification) -> CommandProxy | None:
         """The proxy for a ``network`` command whose profile names hosts; else no network."""
         if classification.kind != "network" or spec.mode == "danger-full-access":
             return None
@@ -313,7 +284,9 @@ class Host:
 
                 print(f"stockade: warning: connection not recorded: {error}", file=sys.stderr)
 
-        return EgressProxy(hosts, self.config.network.resolve, record)
+        from .egress import CommandProxy
+
+        return CommandProxy(hosts, self.config.network.resolve, record)
 
     def classify(self, spec: ExecSpec) -> Classification:
         """Every classifier votes; the most severe kind wins and all reasons are kept."""
