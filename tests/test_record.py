@@ -320,3 +320,10 @@ def test_a_version_1_store_is_migrated_and_keeps_its_held_steps(tmp_path):
     assert "events" in tables
     assert verify(store).ok  # an empty record verifies
     store.close()
+
+
+def test_a_chain_of_another_format_is_reported_as_such(recorded):
+    edit(recorded, "UPDATE meta SET value='0' WHERE key='chain'")
+    verdict = check(recorded)
+    assert not verdict.ok
+    assert verdict.problem == "the record's chain format is 0, and this Stockade checks format 1"

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from .events import Event
 
 GENESIS = "0" * 64
+CHAIN_FORMAT = "1"
+"""How links are hashed (:func:`link`) and bodies written; pinned in ``meta`` beside the
+key, so a store written another way is reported as such, not as tampered."""
 
 
 def canonical(data: object) -> str:
@@ -285,6 +288,7 @@ class Chain:
         pinned = db.execute("SELECT value FROM meta WHERE key='pubkey'").fetchone()
         if pinned is None:
             db.execute("INSERT INTO meta VALUES ('pubkey', ?)", (self.public,))
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('chain', ?)", (CHAIN_FORMAT,))
         elif pinned[0] != self.public:
             raise StoreError(
                 "the signing key beside the store is not the key its record was signed with",
@@ -405,6 +409,7 @@ def verify(store: Store) -> Verdict:
     with store.locked():
         db = store.connection
         pinned_row = db.execute("SELECT value FROM meta WHERE key='pubkey'").fetchone()
+        chain_row = db.execute("SELECT value FROM meta WHERE key='chain'").fetchone()
         found = db.execute(
             "SELECT seq, body, prev, hash, sig, run_id, step, action_id, kind, time FROM events"
             " ORDER BY seq"
@@ -417,6 +422,15 @@ def verify(store: Store) -> Verdict:
         return Verdict(True, 0)
     if pinned_row is None:
         return Verdict(False, count, None, "the store has events but no pinned key")
+    if chain_row is None or chain_row[0] != CHAIN_FORMAT:
+        found_format = "none" if chain_row is None else chain_row[0]
+        return Verdict(
+            False,
+            count,
+            None,
+            f"the record's chain format is {found_format}, and this Stockade checks format "
+            f"{CHAIN_FORMAT}",
+        )
     key = load_key(key_path(store), create=False)
     if key is not None and _public_hex(key) != pinned_row[0]:
         return Verdict(False, count, None, "the pinned key is not the store's signing key")
