@@ -204,6 +204,17 @@ def state_dir(environ: Mapping[str, str]) -> str:
     return os.path.join(base, "stockade")
 
 
+def store_folder(config: Config) -> str:
+    """The folder of the store: where the record, held steps, workspaces and locks live.
+
+    It is the host process's own (its ``XDG_STATE_HOME`` or ``HOME``), whatever
+    environment a host hands its children.
+    """
+    if config.store.path:
+        return os.path.dirname(os.path.abspath(os.path.expanduser(config.store.path)))
+    return state_dir(os.environ)
+
+
 def config_path(environ: Mapping[str, str]) -> str | None:
     """The file to read: ``STOCKADE_CONFIG``, else the user's XDG config, else none."""
     explicit = environ.get("STOCKADE_CONFIG")

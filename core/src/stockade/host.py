@@ -441,12 +441,11 @@ class Host:
         Raises:
             WorkspaceBusy: another run's command is executing there.
         """
-        name = spec.profile
-        if name == "default" or name not in self.config.agents:
+        from .workspaces import Locks, has_own
+
+        if not has_own(self.config, spec.profile):
             return contextlib.nullcontext()
         if self._locks is None:
-            from .workspaces import Locks
-
             self._locks = Locks(self.config, self.run_id)
         return self._locks.hold(spec.workspace)
 

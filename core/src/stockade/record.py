@@ -236,6 +236,8 @@ class Chain:
             StoreError: it could not be written (nothing is half-written).
         """
         run_id, step = self._step_of(event)
+        if event.kind in ("result", "error"):
+            self._steps.pop(event.action_id, None)  # its last event: the cache stays small
         body = canonical(self._body(event))
         db = self.store.connection
         try:

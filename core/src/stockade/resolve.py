@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from .config import Config
+from .config import Config, state_dir, store_folder
 from .errors import BadCwd, ProgramNotFound, Unsupported, UsageError
+from .protected import inside
 from .types import ExecRequest, ExecSpec, Profile, new_action_id
 
 AMBIENT_ALLOW = ("PATH", "HOME", "LANG", "TZ")
@@ -154,12 +155,7 @@ def resolve(
 
 def _hidden(config: Config) -> tuple[str, ...]:
     """Stockade's own state: the store's folder (and the default one)."""
-    from .config import state_dir
-
-    folders = [state_dir(os.environ)]
-    if config.store.path:
-        folders.append(os.path.dirname(os.path.abspath(os.path.expanduser(config.store.path))))
-    return tuple(dict.fromkeys(folders))
+    return tuple(dict.fromkeys((state_dir(os.environ), store_folder(config))))
 
 
 def _granted(path: str, cwd: str) -> str:
@@ -194,7 +190,7 @@ def _workspace(request: ExecRequest, profile: Profile, workspace: str | None) ->
             details={"workspace": workspace},
         )
     real, real_cwd = os.path.realpath(workspace), os.path.realpath(cwd)
-    if os.path.commonpath((real, real_cwd)) != real:
+    if not inside(real_cwd, (real,)):
         raise BadCwd(
             f"working directory {cwd} is outside the workspace of agent {profile.name!r} "
             f"({workspace})",

@@ -23,7 +23,7 @@ from typing import Literal
 
 from attrs import field, frozen
 
-from .config import Config, state_dir
+from .config import Config, store_folder
 from .errors import StockadeError, UsageError
 from .types import Classification, Decision, ExecSpec, PendingApproval
 
@@ -106,14 +106,11 @@ class HeldStep:
 
 
 def store_path(config: Config) -> str:
-    """The store's file: ``store.path`` from the config, else under the XDG state dir.
-
-    The state directory is the host process's own (its ``XDG_STATE_HOME`` or ``HOME``),
-    whatever environment a host hands its children.
-    """
+    """The store's file: ``store.path`` from the config, else ``store.db`` in
+    :func:`~stockade.config.store_folder`."""
     if config.store.path:
         return os.path.expanduser(config.store.path)
-    return os.path.join(state_dir(os.environ), "store.db")
+    return os.path.join(store_folder(config), "store.db")
 
 
 class Store:

@@ -18,11 +18,10 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import shutil
 import threading
 from collections.abc import Iterator
 
-from .config import Config, state_dir
+from .config import Config, store_folder
 from .errors import ConfigError, StockadeError
 from .types import Profile
 
@@ -40,11 +39,10 @@ class WorkspaceBusy(StockadeError):
     code = "workspace_busy"
 
 
-def store_folder(config: Config) -> str:
-    """The folder of the store (where workspaces, locks and the record live)."""
-    if config.store.path:
-        return os.path.dirname(os.path.abspath(os.path.expanduser(config.store.path)))
-    return state_dir(os.environ)
+def has_own(config: Config, name: str) -> bool:
+    """Whether the profile ``name`` is an agent's, with a workspace of its own and its lock:
+    a configured one other than ``default``, which is a person's."""
+    return name != "default" and name in config.agents
 
 
 def workspace_of(config: Config, profile: Profile) -> str | None:
@@ -58,7 +56,7 @@ def workspace_of(config: Config, profile: Profile) -> str | None:
         named = os.path.realpath(os.path.expanduser(profile.workspace))
         _check_named(named, config, profile.name)
         return named
-    if profile.name not in config.agents or profile.name == "default":
+    if not has_own(config, profile.name):
         return None  # a person's own profile works where they are
     own = os.path.join(store_folder(config), "workspaces", profile.name)
     os.makedirs(os.path.dirname(own), mode=0o700, exist_ok=True)
@@ -157,6 +155,8 @@ def usage(folder: str) -> tuple[int, int]:
 
 def clear(folder: str) -> int:
     """Empty ``folder`` (its caches too); how many entries were removed."""
+    import shutil  # not at the top: every command's resolve imports this module
+
     removed = 0
     for entry in os.scandir(folder):
         if entry.is_dir(follow_symlinks=False):

@@ -51,7 +51,7 @@ def stockade_ask(pending: PendingApproval) -> Decision | None:
         answer = _line(tty).strip().lower()
     finally:
         os.close(tty)
-    user = _user()
+    user = f"{user_name()} (terminal)"
     if answer in ("y", "yes"):
         return Decision("allow", f"approved at the terminal: {pending.decision.reason}", by=user)
     return Decision("deny", f"declined at the terminal ({answer or 'no answer'})", by=user)
@@ -75,10 +75,11 @@ def _interactive() -> bool:
         return False
 
 
-def _user() -> str:
+def user_name() -> str:
+    """Who this process runs as, for the record of who answered or acted."""
     import pwd
 
     try:
-        return f"{pwd.getpwuid(os.getuid()).pw_name} (terminal)"
+        return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
-        return f"uid {os.getuid()} (terminal)"
+        return f"uid {os.getuid()}"

@@ -98,8 +98,9 @@ def _where(profile: Profile) -> str:
 
 
 def _inside(path: str, folder: str) -> bool:
-    real, root = os.path.realpath(path), os.path.realpath(folder)
-    return os.path.commonpath((real, root)) == root
+    from ..protected import inside
+
+    return inside(os.path.realpath(path), (os.path.realpath(folder),))
 
 
 def _deny(reason: str) -> Decision:

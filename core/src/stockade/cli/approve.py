@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -46,9 +45,10 @@ def decline_command(args: argparse.Namespace, _parser: object = None) -> int:
 
 def answer_command(args: argparse.Namespace, *, approve: bool) -> int:
     """Approve (and run, exactly as shown) or decline the held step ``RUN STEP``."""
+    from ..builtin.approval import user_name
     from .run import exit_status, print_result
 
-    by = f"{_user()} (stockade {'approve' if approve else 'decline'})"
+    by = f"{user_name()} (stockade {'approve' if approve else 'decline'})"
     try:
         with make_host(args) as host:
             held = host.answer(args.run, args.step, approve=approve, by=by)
@@ -83,12 +83,3 @@ def _show(held: HeldStep) -> str:
 
     pending = PendingApproval(held.spec, held.classification, held.decision)
     return f"{held.run_id} {held.step} ({held.spec.profile})\n{describe(pending)}"
-
-
-def _user() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return f"uid {os.getuid()}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
 
 def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Print the workspace's path and size; with ``--clear``, empty it and record who did."""
+    from ..builtin.approval import user_name
     from ..workspaces import Locks, clear, usage, workspace_of
 
     try:
@@ -29,7 +29,7 @@ def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
                 )
             removed = None
             if args.clear:
-                by = _user()
+                by = user_name()
                 with Locks(host.config, f"(cleared by {by})").hold(folder):
                     removed = clear(folder)
                 if host.hooks.has_recorder():
@@ -56,12 +56,3 @@ def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
         print(f"stockade: cleared {removed} entries", file=sys.stderr)
     print(f"{folder}  {files} files, {size} bytes")
     return 0
-
-
-def _user() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return f"uid {os.getuid()}"
