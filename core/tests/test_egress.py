@@ -1,7 +1,6 @@
 """The egress proxy: the hosts policy, and real sockets through serve_tcp and serve_unix."""
 
 import contextlib
-import datetime
 import ipaddress
 import os
 import shutil
@@ -20,6 +19,7 @@ import pytest
 from stockade import egress
 from stockade.egress import Connection, Proxy, Rule, decide, parse_hosts
 from stockade.errors import ConfigError
+from stockade.testing import self_signed_cert
 
 CURL = shutil.which("curl")
 
@@ -157,44 +157,6 @@ def test_decide_lists_a_few_rules_only():
 # --- upstream servers --------------------------------------------------------------------------
 
 
-def _make_cert(tmp_path):
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "allowed.test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("allowed.test"), x509.DNSName("sub.allowed.test")]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return str(cert_path), str(key_path)
-
-
 class _Handler(BaseHTTPRequestHandler):
     seen: list  # (path, headers) of every request, shared per server class
 
@@ -225,7 +187,7 @@ def _http_server(kind, context=None):
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory):
-    return _make_cert(tmp_path_factory.mktemp("tls"))
+    return self_signed_cert(tmp_path_factory.mktemp("tls"), ("allowed.test", "sub.allowed.test"))
 
 
 @pytest.fixture(scope="module")

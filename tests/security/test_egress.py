@@ -17,6 +17,7 @@ import pytest
 
 from stockade import hookimpl
 from stockade.config import Config, NetworkConfig
+from stockade.testing import self_signed_cert
 from stockade.types import ExecRequest, Profile
 
 from .conftest import PYTHON
@@ -156,37 +157,7 @@ def test_a_command_not_classed_network_gets_no_network_at_all(box, make_host, up
 
 def _tls_upstream(folder) -> tuple[subprocess.Popen[bytes], int, str]:
     """An HTTPS server in a child process, with a throwaway certificate for allowed.test."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "allowed.test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("allowed.test")]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = folder / "cert.pem", folder / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_path, key_path = self_signed_cert(folder)
     server = (
         "import http.server, ssl, sys\n"
         "class H(http.server.BaseHTTPRequestHandler):\n"
@@ -200,11 +171,11 @@ def _tls_upstream(folder) -> tuple[subprocess.Popen[bytes], int, str]:
         "print(s.server_address[1], flush=True); s.serve_forever()\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", server, str(cert_path), str(key_path)], stdout=subprocess.PIPE
+        [sys.executable, "-c", server, cert_path, key_path], stdout=subprocess.PIPE
     )
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
-    return proc, port, str(cert_path)
+    return proc, port, cert_path
 
 
 def test_the_cli_fetches_https_from_an_allowed_host(box, tmp_path):
