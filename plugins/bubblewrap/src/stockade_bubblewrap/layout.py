@@ -48,6 +48,8 @@ def build(
     extra_writable: Iterable[str] = (),
     deny_read: Iterable[str] = (),
     keep_read_only: Iterable[str] = (),
+    scratch: Iterable[str] = (),
+    shared: Iterable[str] = (),
     scan_limit: int = paths.DEFAULT_SCAN_LIMIT,
 ) -> Layout:
     """The layout for one run.
@@ -62,24 +64,38 @@ def build(
         deny_read: more paths to mask.
         keep_read_only: resolved paths to keep read-only if they lie in a writable root
             (the host's own installation, the bwrap binary, the seccomp cache).
+        scratch: folders writable in every mode (the run's home).
+        shared: folders writable in ``workspace-write`` and read-only otherwise (caches).
         scan_limit: directories to visit at most looking for protected paths.
+
+    A bound folder may lie inside a masked one (an agent's workspace, home and caches
+    live in Stockade's hidden store): that mask is laid first and made read-only last, so
+    the binds show through it and nothing else of it does.
 
     Raises:
         SandboxUnavailable: a writable root is ``/``, or a protected path is a symlink or
             reached through one, or the scan limit was hit.
     """
     workspace = os.path.realpath(workspace or cwd)
+    shared = [os.path.realpath(p) for p in shared if os.path.isdir(p)]
+    writing = mode == "workspace-write"
+    writable = paths.writable_roots(
+        (*((workspace, *extra_writable, *shared) if writing else ()), *scratch)
+    )
+    read_only = [p for p in (workspace, *shared) if p not in writable]
+    masks = _masks(env, host_env, deny_read, writable)
+    bound = (*writable, *read_only)
+    first = [m for m in masks if m.is_dir and any(paths.inside(b, [m.path]) for b in bound)]
     args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for private in PRIVATE_DIRS:
         if os.path.isdir(private) and not os.path.islink(private):
             args += ["--tmpfs", private]
-    writable = (
-        paths.writable_roots((workspace, *extra_writable)) if mode == "workspace-write" else []
-    )
-    if workspace not in writable:
-        args += ["--ro-bind", workspace, workspace]  # visible even under a private /tmp
-    for root in writable:
-        args += ["--bind", root, root]
+    # Outer before inner: a folder is mounted before anything beneath it.
+    mounts = [(m.path, ("--tmpfs", m.path)) for m in first]
+    mounts += [(f, ("--ro-bind", f, f)) for f in read_only]  # seen even under a private /tmp
+    mounts += [(r, ("--bind", r, r)) for r in writable]
+    for _, mount in sorted(mounts, key=lambda item: item[0].rstrip("/").count("/")):
+        args += mount
     protected, scanned = (
         paths.scan(writable, scan_limit, setting="plugins.settings.bubblewrap.scan_limit")
         if writable
@@ -90,27 +106,54 @@ def build(
             protected.append(real)
     for path in protected:
         args += ["--ro-bind", path, path]
-    masked: list[str] = []
+    for mask in masks:
+        if mask in first:
+            args += ["--remount-ro", mask.path]
+        elif mask.scratch:
+            args += ["--tmpfs", mask.path]
+        elif mask.is_dir:
+            args += ["--tmpfs", mask.path, "--remount-ro", mask.path]
+        else:
+            args += ["--ro-bind", "/dev/null", mask.path]
+    args += ["--chdir", os.path.realpath(cwd)]
+    masked = tuple(m.path for m in masks if not m.scratch)
+    return Layout(tuple(args), tuple(writable), tuple(protected), masked, scanned)
+
+
+@frozen
+class _Mask:
+    path: str
+    is_dir: bool
+    scratch: bool = False  # an empty writable tmpfs rather than an unreadable one
+
+
+def _masks(
+    env: Mapping[str, str],
+    host_env: Mapping[str, str],
+    deny_read: Iterable[str],
+    writable: list[str],
+) -> list[_Mask]:
+    """What to hide, resolved, each once: credential stores, sockets, ``deny_read``; and
+    each home's ``.cache`` replaced by scratch (tools' caches; the host's stay unseen)."""
+    masks: list[_Mask] = []
+    seen: set[str] = set()
     for home in paths.homes(env, host_env):
         cache = os.path.join(home, ".cache")
         if os.path.isdir(cache) and not os.path.islink(cache) and not paths.inside(cache, writable):
-            args += ["--tmpfs", cache]  # scratch for tools' caches; the host's stay unseen
+            masks.append(_Mask(cache, True, scratch=True))
+            seen.add(cache)
         for name in paths.CREDENTIAL_STORES:
-            _mask(os.path.join(home, name), args, masked)
+            _add_mask(os.path.join(home, name), masks, seen)
     for path in (*deny_read, *paths.socket_paths(host_env)):
-        _mask(path, args, masked)
-    args += ["--chdir", os.path.realpath(cwd)]
-    return Layout(tuple(args), tuple(writable), tuple(protected), tuple(masked), scanned)
+        _add_mask(path, masks, seen)
+    return masks
 
 
-def _mask(path: str, args: list[str], masked: list[str]) -> None:
+def _add_mask(path: str, masks: list[_Mask], seen: set[str]) -> None:
     if not os.path.lexists(path):
         return
     real = os.path.realpath(path)  # a symlinked store is masked where it really is
-    if real in masked or not os.path.exists(real) or paths.inside(real, PRIVATE_DIRS):
+    if real in seen or not os.path.exists(real) or paths.inside(real, PRIVATE_DIRS):
         return  # (the host's /tmp is not there at all: the sandbox's is a fresh tmpfs)
-    if os.path.isdir(real):
-        args += ["--tmpfs", real, "--remount-ro", real]
-    else:
-        args += ["--ro-bind", "/dev/null", real]
-    masked.append(real)
+    masks.append(_Mask(real, os.path.isdir(real)))
+    seen.add(real)
