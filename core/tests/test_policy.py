@@ -22,7 +22,6 @@ from stockade.errors import (
     PolicyDenied,
     PolicyHeld,
     RecorderFailed,
-    Unsupported,
     UsageError,
 )
 from stockade.types import Budget, Classification, ExecRequest, Profile
@@ -205,12 +204,6 @@ def test_read_only_autonomy_forces_the_read_only_mode(tmp_path, make_host):
 
     request = ExecRequest(["true"], str(tmp_path), profile="ev", **FULL)
     assert resolve(request, host.config, os.environ).mode == "read-only"
-
-
-def test_quota_is_refused_until_workspace_quotas_are_enforced(tmp_path, make_host):
-    host = make_host(config=agents(tmp_path, ci=Profile(quota_mb=10)), allow_all=True)
-    with pytest.raises(Unsupported, match="quota_mb is set, but workspace quotas are not"):
-        host.run(ExecRequest(["true"], profile="ci", **FULL))
 
 
 def test_the_budget_counts_the_steps_of_one_host(tmp_path, make_host):

@@ -156,3 +156,19 @@ def test_an_approved_step_waits_for_a_busy_workspace_and_stays_approved(make_hos
         agent.resume(run, step)
     assert agent.store.get(run, step).state == "approved"  # not spent by the refusal
     assert agent.resume(run, step).ok
+
+
+def test_quota_usage_counts_allocated_bytes_and_each_inode_once(tmp_path):
+    from stockade.quota import MIB, usage
+
+    (tmp_path / "d").mkdir()
+    data = tmp_path / "d" / "data"
+    data.write_bytes(b"\1" * MIB)
+    os.sync()
+    one = usage(str(tmp_path))
+    assert one >= MIB
+    os.link(data, tmp_path / "twin")  # a hard link adds no bytes
+    (tmp_path / "link").symlink_to("/usr")  # a symlink is not followed
+    with open(tmp_path / "sparse", "wb") as handle:  # a hole costs nothing
+        handle.truncate(512 * MIB)
+    assert usage(str(tmp_path)) < one + MIB

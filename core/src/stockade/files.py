@@ -332,6 +332,7 @@ class Workspace:
         resolver: ``"auto"`` (``openat2`` where the kernel has it, else the walk),
             ``"openat2"`` (refused with :class:`~stockade.errors.Unsupported` where it is
             missing) or ``"walk"``.
+        quota_mb: the workspace's quota: a write that would take it over is refused.
 
     Raises:
         BadCwd: ``root`` does not exist or is not a directory.
@@ -339,8 +340,15 @@ class Workspace:
 
     resolver: Resolver
 
-    def __init__(self, root: str, *, resolver: Literal["auto", "openat2", "walk"] = "auto") -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        resolver: Literal["auto", "openat2", "walk"] = "auto",
+        quota_mb: int | None = None,
+    ) -> None:
         self._fd = -1
+        self.quota_mb = quota_mb
         if resolver not in ("auto", "openat2", "walk"):
             raise UsageError(f"unknown resolver {resolver!r}; use auto, openat2 or walk")
         try:
@@ -595,6 +603,7 @@ class Workspace:
             UsageError: the path is refused (absolute, ``..`` out, ``.git`` or agent
                 config, through a symlink), names a directory or a non-regular file, a
                 parent is missing and ``make_parents`` is false, or the content is over 1 MiB.
+            QuotaExceeded: the write would take the workspace over its ``quota_mb``.
             StockadeError: the disk refused the write (full, read-only, I/O error); the
                 old file is untouched.
         """
@@ -629,12 +638,28 @@ class Workspace:
             old_sha, old_size, old_mode = self._old(parent, name, shown)
             if old_sha == new_sha:
                 return WriteResult(shown, False, old_size, len(data), old_sha, new_sha, False)
+            self._fits(shown, len(data) - (old_size or 0))
             self._replace(parent, name, data, old_mode, shown)
         finally:
             os.close(parent)
         return WriteResult(
             shown, old_sha is None, old_size, len(data), old_sha, new_sha, changed=True
         )
+
+    def _fits(self, shown: str, growth: int) -> None:
+        """Refuse a write that would take the workspace over its quota."""
+        if self.quota_mb is None or growth <= 0:
+            return
+        from .quota import MIB, QuotaExceeded, describe, usage
+
+        used, limit = usage(self.root), self.quota_mb * MIB
+        if used + growth > limit:
+            raise QuotaExceeded(
+                f"writing {shown!r} ({growth} more bytes) would take the workspace over its "
+                f"quota: it holds {describe(used, limit)}",
+                hint="remove files from the workspace first, or raise the profile's quota_mb",
+                details={"path": shown, "used": used, "limit": limit, "growth": growth},
+            )
 
     @staticmethod
     def _old(parent: int, name: str, shown: str) -> tuple[str | None, int | None, int | None]:

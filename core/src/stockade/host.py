@@ -42,6 +42,7 @@ from .sandbox import SandboxProvider
 if TYPE_CHECKING:
     from . import events
     from .egress import CommandProxy
+    from .observe import Observation
     from .store import HeldStep, Store
     from .workspaces import Locks
 
@@ -166,7 +167,7 @@ class Host:
         admitted = self.admit(request)
         try:
             with self.hold(admitted.spec):
-                outcome = self.executor.run(admitted.plan, abort=abort)
+                outcome = self._execute(admitted, abort)
         except StockadeError as error:
             self._record_error(admitted.spec, error)
             raise
@@ -183,7 +184,13 @@ class Host:
         admitted = await asyncio.to_thread(self.admit, request)
         try:
             with self.hold(admitted.spec):
-                outcome = await self.executor.run_async(admitted.plan, abort=abort)
+                watch = self._observe(admitted.spec, abort)
+                try:
+                    outcome = await self.executor.run_async(admitted.plan, abort=watch.token)
+                except BaseException:
+                    watch.close()
+                    raise
+                outcome = watch.finish(outcome)
         except StockadeError as error:
             self._record_error(admitted.spec, error)
             raise
@@ -418,7 +425,7 @@ class Host:
                         self._record(self._grant(spec, decision))
                 admitted = self._prepare(spec, classification, decision)
                 try:
-                    outcome = self.executor.run(admitted.plan, abort=abort)
+                    outcome = self._execute(admitted, abort)
                 finally:
                     admitted.release()
                 result = self._finish(admitted, outcome)
@@ -427,6 +434,21 @@ class Host:
                 raise
             self.store.finish(run_id, step, outcome=to_json(result))
         return result
+
+    def _execute(self, admitted: Admitted, abort: AbortToken | None) -> ProcessOutcome:
+        """The executor runs the plan while the workspace is watched."""
+        watch = self._observe(admitted.spec, abort)
+        try:
+            outcome = self.executor.run(admitted.plan, abort=watch.token)
+        except BaseException:
+            watch.close()
+            raise
+        return watch.finish(outcome)
+
+    def _observe(self, spec: ExecSpec, abort: AbortToken | None) -> Observation:
+        from .observe import Observation
+
+        return Observation(spec, self.config, abort)
 
     @staticmethod
     def _grant(spec: ExecSpec, decision: Decision) -> events.GrantEvent:

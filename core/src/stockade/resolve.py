@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 import attrs
 
 from .config import Config, state_dir, store_folder
-from .errors import BadCwd, ProgramNotFound, Unsupported, UsageError
+from .errors import BadCwd, ProgramNotFound, UsageError
 from .protected import inside
 from .types import ExecRequest, ExecSpec, Profile, new_action_id
 
@@ -92,18 +92,11 @@ def resolve(
 
     Raises:
         ConfigError: the request names an agent profile that is not configured.
-        Unsupported: the profile asks for something not enforced yet (``quota_mb``).
         UsageError: a timeout or limit is out of range, or an env entry is invalid.
         BadCwd: the working directory does not exist, or lies outside the workspace.
         ProgramNotFound: ``argv[0]`` names no executable.
     """
     profile = config.profile(request.profile)
-    if profile.quota_mb is not None:
-        raise Unsupported(
-            f"agents.{profile.name}.quota_mb is set, but workspace quotas are not enforced "
-            "yet, so commands under this profile are refused rather than run unbounded",
-            hint=f"remove quota_mb from [agents.{profile.name}] until workspace quotas land",
-        )
     from .workspaces import workspace_of
 
     workspace, cwd = _workspace(request, profile, workspace_of(config, profile))

@@ -20,7 +20,8 @@ Verdict = Literal["allow", "ask", "deny"]
 Origin = Literal["cli", "api", "mcp"]
 Autonomy = Literal["standard", "read-only"]
 Enforcement = Literal["full", "partial"]
-LimitName = Literal["memory", "processes", "file_size", "cpu"]
+LimitName = Literal["memory", "processes", "file_size", "cpu", "quota"]
+ChangeMethod = Literal["inotify", "scan"]
 
 ClassifierRule = Callable[[Sequence[str]], "tuple[Kind, str]"]
 """``rule(args)``: the class of a program's command and why, from the arguments after it."""
@@ -476,6 +477,34 @@ class ProcessOutcome:
     stdout: CollectedOutput = field(kw_only=True)
     stderr: CollectedOutput = field(kw_only=True)
     limit_hit: LimitName | None = field(kw_only=True, default=None)
+
+
+@frozen
+class Changes:
+    """What changed in the workspace while a command ran, by path relative to it.
+
+    Directories end in ``/``. A created directory lists everything in it too; a deleted
+    one everything it held. Each list is sorted; together they hold at most ``limit``
+    entries, and :attr:`total` always counts them all.
+
+    Attributes:
+        created: paths that did not exist before the command.
+        modified: paths that existed before and after, whose content or metadata was
+            written (a file replaced by a rename counts as modified).
+        deleted: paths that existed before and are gone.
+        total: how many entries the three lists would hold without the cap.
+        truncated: entries were left out of the lists (``total`` is larger than their sum).
+        method: ``inotify`` (the kernel reported every change) or ``scan`` (it could not,
+            so the tree was listed again and compared; modifications are then read from
+            change times).
+    """
+
+    created: tuple[str, ...] = field(default=(), converter=_strings)
+    modified: tuple[str, ...] = field(default=(), converter=_strings)
+    deleted: tuple[str, ...] = field(default=(), converter=_strings)
+    total: int = field(kw_only=True, default=0)
+    truncated: bool = field(kw_only=True, default=False)
+    method: ChangeMethod = field(kw_only=True, default="inotify")
 
 
 @frozen

@@ -13,12 +13,14 @@ if TYPE_CHECKING:
     import argparse
 
 
-def _root(args: argparse.Namespace) -> str:
-    """The agent profile's workspace, else the current directory."""
+def _root(args: argparse.Namespace) -> tuple[str, int | None]:
+    """The agent profile's workspace (else the current directory) and its quota."""
     from ..config import load_config
+    from ..workspaces import workspace_of
 
-    profile = load_config(args.config, environ=os.environ).profile(args.profile)
-    return os.path.expanduser(profile.workspace) if profile.workspace else os.getcwd()
+    config = load_config(args.config, environ=os.environ)
+    profile = config.profile(args.profile)
+    return workspace_of(config, profile) or os.getcwd(), profile.quota_mb
 
 
 def file_command(args: argparse.Namespace, _parser: object = None) -> int:
@@ -26,7 +28,8 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
     from ..files import Workspace
 
     try:
-        with Workspace(_root(args)) as workspace:
+        root, quota_mb = _root(args)
+        with Workspace(root, quota_mb=quota_mb) as workspace:
             if args.tool == "list":
                 result: object = workspace.file_list(args.path)
             elif args.tool == "read":
