@@ -525,7 +525,9 @@ class RunResult:
         sandbox: how the command was confined.
         limits: the resource limits that applied.
         limit_hit: the limit that most likely ended the run (``memory``, ``processes``,
-            ``file_size``, ``cpu``), read from the signal or stderr: a hint, like ``denied``.
+            ``file_size``, ``cpu``), read from the signal or stderr: a hint, like ``denied``;
+            ``quota`` (not a hint) when the host stopped it for taking its workspace over
+            the profile's ``quota_mb``.
         classification: what the command was judged to affect.
         decision: why it was allowed.
     """

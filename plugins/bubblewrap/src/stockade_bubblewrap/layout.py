@@ -91,7 +91,7 @@ def build(
         if os.path.isdir(private) and not os.path.islink(private):
             args += ["--tmpfs", private]
     # Outer before inner: a folder is mounted before anything beneath it.
-    mounts = [(m.path, ("--tmpfs", m.path)) for m in first]
+    mounts: list[tuple[str, tuple[str, ...]]] = [(m.path, ("--tmpfs", m.path)) for m in first]
     mounts += [(f, ("--ro-bind", f, f)) for f in read_only]  # seen even under a private /tmp
     mounts += [(r, ("--bind", r, r)) for r in writable]
     for _, mount in sorted(mounts, key=lambda item: item[0].rstrip("/").count("/")):
