@@ -39,7 +39,6 @@ from stockade.errors import (
     PolicyHeld,
     SandboxUnavailable,
     StockadeError,
-    Unsupported,
 )
 from stockade.resolve import resolve
 from stockade.sandbox import DENIAL_SIGNATURES, SandboxProvider
@@ -1073,13 +1072,13 @@ def test_the_policy_example_profiles_set_what_the_keys_table_says(workspace, tmp
     assert outside.value.code == "bad_cwd"
 
 
-def test_a_profile_with_a_quota_is_refused_until_quotas_land(make_host, tmp_path):
-    config = parse_config("[agents.big]\nquota_mb = 100\nhosts = ['pypi.org']\n")
-    host = make_host(config=config)
-    request = ExecRequest(["ls"], str(tmp_path), mode=FULL_ACCESS, profile="big")
-    with pytest.raises(Unsupported) as caught:
-        host.run(request)
-    assert caught.value.exit_status == 125
+def test_the_workspaces_page_lists_every_kept_cache_and_the_quota_result():
+    from stockade.workspaces import CACHE_ENV
+
+    text = (DOCS / "workspaces.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\s*\| `([A-Za-z_]+)` \| `([a-z-]+)` \|$", text, re.MULTILINE))
+    assert rows == CACHE_ENV
+    assert '`limit_hit = "quota"`' in text and "`quota_exceeded`" in text
 
 
 def test_the_store_is_where_the_policy_page_says(monkeypatch):

@@ -120,11 +120,13 @@ def test_stockade_workspace_shows_and_clears_with_a_record(tmp_path):
         "run", "--agent", "ci", "--mode", "danger-full-access", "--", "mkdir", "-p", "cache/x"
     )
     assert made.returncode == 0, made.stderr
+    pip = state / "stockade" / "caches" / "ci" / "pip"
+    (pip / "wheel").write_text("cached")  # the agent's kept cache, cleared with it
     shown = json.loads(cli("workspace", "ci", "--json").stdout)
     assert shown["path"] == str(state / "stockade" / "workspaces" / "ci")
     cleared = json.loads(cli("workspace", "ci", "--clear", "--json").stdout)
-    assert cleared["removed"] == 1 and cleared["files"] == 0
-    assert os.listdir(shown["path"]) == []
+    assert cleared["removed"] == 2 and cleared["files"] == 0
+    assert os.listdir(shown["path"]) == [] and os.listdir(pip) == []
     steps = cli("replay", json.loads(cli("log", "--json").stdout)[0]["run_id"], "--json")
     assert steps.returncode == 0
     from stockade.record import rows
@@ -135,7 +137,7 @@ def test_stockade_workspace_shows_and_clears_with_a_record(tmp_path):
     [event] = [r.body for r in rows(store) if r.kind == "workspace"]
     store.close()
     assert kinds[-1] == "workspace"
-    assert (event["agent"], event["action"], event["removed"]) == ("ci", "clear", 1)
+    assert (event["agent"], event["action"], event["removed"]) == ("ci", "clear", 2)
     assert cli("workspace", "nobody").returncode == 125
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from .egress import CommandProxy
     from .observe import Observation
     from .store import HeldStep, Store
-    from .workspaces import Locks
+    from .workspaces import Home, Locks
 
 from .types import (
     Classification,
@@ -136,6 +136,7 @@ class Host:
         self._started: float | None = None
         self._store: Store | None = None
         self._locks: Locks | None = None
+        self._home: Home | None = None
         self._lock = threading.Lock()
         self._executor: Executor | None = None
         self._providers: dict[str, SandboxProvider] = {}
@@ -214,7 +215,13 @@ class Host:
         """
         step, elapsed = self._next_step()
         spec = resolve(
-            request, self.config, self.environ, run_id=self.run_id, step=step, run_elapsed=elapsed
+            request,
+            self.config,
+            self.environ,
+            run_id=self.run_id,
+            step=step,
+            run_elapsed=elapsed,
+            home=self._home_for(request.profile),
         )
         # Secrets are resolved before anything is recorded, so that an argv carrying one is
         # refused before it could be written down; they go to the child at spawn.
@@ -413,6 +420,7 @@ class Host:
                     "running, or ran, in another process",
                     details=names,
                 )
+            spec = self._rehome(spec)
             decision = Decision("allow", f"approved: {shown.reason}", by=held.answered_by or "")
             try:
                 if self._recording:
@@ -470,6 +478,28 @@ class Host:
         if self._locks is None:
             self._locks = Locks(self.config, self.run_id)
         return self._locks.hold(spec.workspace)
+
+    def _rehome(self, spec: ExecSpec) -> ExecSpec:
+        """A held step runs in the home of the run that releases it: the home it was
+        shown with went away with its own run."""
+        home = self._home_for(spec.profile)
+        if spec.home is None or home is None:
+            return spec
+        env = dict(spec.env)
+        if env.get("HOME") == spec.home:
+            env["HOME"] = home
+        return attrs.evolve(spec, home=home, env=env)
+
+    def _home_for(self, profile: str) -> str | None:
+        """This run's home, made on an agent's first command; a person's profile has none."""
+        from .workspaces import Home, has_own
+
+        if not has_own(self.config, profile):
+            return None
+        with self._lock:
+            if self._home is None:
+                self._home = Home(self.config, self.run_id)
+            return self._home.path
 
     def _next_step(self) -> tuple[int, float]:
         with self._lock:
@@ -647,9 +677,12 @@ class Host:
             self._record(events.ErrorEvent(spec.action_id, code, message=message))
 
     def close(self) -> None:
-        """Release the executor's helpers and the store."""
+        """Release the executor's helpers and the store; remove the run's home."""
         if self._executor is not None:
             self._executor.close()
+        if self._home is not None:
+            self._home.remove()
+            self._home = None
         if self._store is not None:
             self._store.close()
             self._store = None

@@ -86,6 +86,7 @@ def resolve(
     run_id: str = "",
     step: int = 0,
     run_elapsed: float = 0.0,
+    home: str | None = None,
 ) -> ExecSpec:
     """The spec for ``request``: defaults filled from its agent profile and the config,
     caps applied, cwd and program checked.
@@ -94,6 +95,10 @@ def resolve(
         ConfigError: the request names an agent profile that is not configured.
         UsageError: a timeout or limit is out of range, or an env entry is invalid.
         BadCwd: the working directory does not exist, or lies outside the workspace.
+
+    ``home`` is the run's home for an agent's profile: ``HOME`` points there, and the
+    package caches' variables (``PIP_CACHE_DIR``, ...) at the agent's kept caches, unless
+    the request names them itself.
         ProgramNotFound: ``argv[0]`` names no executable.
     """
     profile = config.profile(request.profile)
@@ -118,7 +123,16 @@ def resolve(
     for name in request.credentials:
         if not _ENV_NAME.match(name):
             raise UsageError(f"invalid environment variable name for a credential: {name!r}")
-    env = child_env(ambient, request.env, config.env.allow)
+    caches: tuple[str, ...] = ()
+    explicit: Mapping[str, str] = request.env
+    if home is not None:
+        from .workspaces import CACHE_ENV, cache_of
+
+        cache = cache_of(config, profile.name)
+        caches = (cache,)
+        given = {name: os.path.join(cache, sub) for name, sub in CACHE_ENV.items()}
+        explicit = {"HOME": home, **given, **request.env}
+    env = child_env(ambient, explicit, config.env.allow)
     grants = tuple(_granted(path, cwd) for path in request.grant_writable)
     return ExecSpec(
         new_action_id(),
@@ -143,6 +157,8 @@ def resolve(
         run_elapsed=run_elapsed,
         grant_writable=grants,
         hidden=_hidden(config),
+        home=home,
+        caches=caches,
     )
 
 

@@ -202,6 +202,10 @@ class ExecSpec:
             its signing key, the held steps).
         egress: for a ``network`` command whose profile names hosts, the proxy it may reach;
             ``None`` (no network at all) for every other command.
+        home: an agent's run home (``HOME``): fresh for each run, writable in every mode,
+            removed when the run ends; ``None`` for a person's own profile.
+        caches: an agent's package caches, kept between runs: writable in
+            ``workspace-write``, read-only otherwise.
     """
 
     action_id: str
@@ -227,6 +231,8 @@ class ExecSpec:
     grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     hidden: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     egress: Egress | None = field(kw_only=True, default=None)
+    home: str | None = field(kw_only=True, default=None)
+    caches: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
 
 @frozen

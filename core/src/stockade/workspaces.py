@@ -154,7 +154,7 @@ def usage(folder: str) -> tuple[int, int]:
 
 
 def clear(folder: str) -> int:
-    """Empty ``folder`` (its caches too); how many entries were removed."""
+    """Empty ``folder``; how many entries were removed."""
     import shutil  # not at the top: every command's resolve imports this module
 
     removed = 0
@@ -165,3 +165,81 @@ def clear(folder: str) -> int:
             os.unlink(entry.path)
         removed += 1
     return removed
+
+
+# --- run homes and caches ----------------------------------------------------------------
+
+CACHE_ENV = {
+    "PIP_CACHE_DIR": "pip",
+    "npm_config_cache": "npm",
+    "GOCACHE": "go-build",
+    "GOMODCACHE": "go-mod",
+}
+"""The package caches an agent keeps between runs: the variable that names each, and its
+folder in the agent's cache."""
+
+
+def cache_of(config: Config, name: str) -> str:
+    """The agent ``name``'s package caches, kept between runs (made ``0700``)."""
+    root = os.path.join(store_folder(config), "caches", name)
+    for sub in CACHE_ENV.values():
+        os.makedirs(os.path.join(root, sub), mode=0o700, exist_ok=True)
+    return os.path.realpath(root)
+
+
+def clear_caches(config: Config, name: str) -> int:
+    """Empty the agent ``name``'s package caches; how many entries were removed."""
+    cache = cache_of(config, name)
+    return sum(clear(os.path.join(cache, sub)) for sub in CACHE_ENV.values())
+
+
+class Home:
+    """A fresh, empty home folder for one run, removed when the run ends.
+
+    It lives under the store (``homes/RUN``), beside a lock file the run holds while it
+    lasts; a home whose lock nobody holds was left by a run that died, and is removed
+    when the next home is made.
+    """
+
+    def __init__(self, config: Config, run_id: str) -> None:
+        parent = os.path.join(store_folder(config), "homes")
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        self.path = os.path.join(parent, run_id)
+        self._lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.mkdir(self.path, 0o700)
+        self.path = os.path.realpath(self.path)
+        _sweep(parent, keep=run_id)
+
+    def remove(self) -> None:
+        """Remove the home and everything in it; the run is over."""
+        import shutil
+
+        shutil.rmtree(self.path, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(self.path + ".lock")
+        if self._lock >= 0:
+            os.close(self._lock)
+            self._lock = -1
+
+
+def _sweep(parent: str, *, keep: str) -> None:
+    """Remove the homes of runs that ended without removing theirs."""
+    import shutil
+
+    for entry in os.scandir(parent):
+        if not entry.name.endswith(".lock") or entry.name == keep + ".lock":
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # its run is still going
+        finally:
+            os.close(fd)
+        shutil.rmtree(entry.path[: -len(".lock")], ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.unlink(entry.path)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Print the workspace's path and size; with ``--clear``, empty it and record who did."""
     from ..builtin.approval import user_name
-    from ..workspaces import Locks, clear, usage, workspace_of
+    from ..workspaces import Locks, clear, clear_caches, usage, workspace_of
 
     try:
         with make_host(args) as host:
@@ -31,7 +31,7 @@ def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
             if args.clear:
                 by = user_name()
                 with Locks(host.config, f"(cleared by {by})").hold(folder):
-                    removed = clear(folder)
+                    removed = clear(folder) + clear_caches(host.config, args.name)
                 if host.hooks.has_recorder():
                     from ..events import WorkspaceEvent
                     from ..types import new_action_id

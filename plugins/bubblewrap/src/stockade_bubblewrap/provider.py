@@ -115,6 +115,8 @@ class BubblewrapSandbox(SandboxProvider):
                 extra_writable=(*settings.writable_roots, *spec.grant_writable),
                 deny_read=(*settings.deny_read, *spec.hidden),
                 keep_read_only=keep,
+                scratch=(spec.home,) if spec.home else (),
+                shared=spec.caches,
                 scan_limit=settings.scan_limit,
             )
             env = dict(spec.env)

@@ -244,11 +244,18 @@ class Engine:
             self._give_back(owner.scratch)
 
     def _writable(self, spec: ExecSpec) -> list[str]:
-        """The writable roots of ``spec`` (none in ``read-only``), resolved."""
+        """The writable roots of ``spec``, resolved: in ``read-only`` only its run home."""
+        home = (spec.home,) if spec.home else ()
         if spec.mode != "workspace-write":
-            return []
+            return protected.writable_roots(home)
         return protected.writable_roots(
-            (spec.workspace, *self.settings.writable_roots, *spec.grant_writable)
+            (
+                spec.workspace,
+                *self.settings.writable_roots,
+                *spec.grant_writable,
+                *spec.caches,
+                *home,
+            )
         )
 
     def _base(
@@ -286,6 +293,8 @@ class Engine:
             masked += [os.path.join(home, name) for name in protected.CREDENTIAL_STORES]
         grants = [("/", abi.FS_READ), (self._scratch_parent(), every)]
         grants += [(root, every) for root in writable]
+        # Caches (inside the hidden store) are read in every mode, written in one that writes.
+        grants += [(c, abi.FS_READ) for c in spec.caches if c not in writable]
         grants += list(DEVICES.items())
         carveouts = [(p, every & ~MASKED_KEEPS) for p in masked if os.path.lexists(p)]
         carveouts += [(p, every & ~abi.FS_READ) for p in keep if os.path.lexists(p)]
