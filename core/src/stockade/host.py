@@ -17,7 +17,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from .egress import CommandProxy
     from .observe import Observation
     from .store import HeldStep, Store
+    from .tasks import TaskInfo, TaskOutput, Tasks
     from .workspaces import Home, Locks
 
 from .types import (
@@ -137,6 +138,7 @@ class Host:
         self._store: Store | None = None
         self._locks: Locks | None = None
         self._home: Home | None = None
+        self._tasks: Tasks | None = None
         self._lock = threading.Lock()
         self._executor: Executor | None = None
         self._providers: dict[str, SandboxProvider] = {}
@@ -165,16 +167,74 @@ class Host:
             StockadeError: a stage refused the command (it did not run), or it could not be
                 started; see :mod:`stockade.errors` for the codes.
         """
-        admitted = self.admit(request)
+        return self._carry(self.admit(request), abort)
+
+    def _carry(
+        self,
+        admitted: Admitted,
+        abort: AbortToken | None,
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> RunResult:
+        """An admitted command, executed in its held workspace, then recorded."""
         try:
             with self.hold(admitted.spec):
-                outcome = self._execute(admitted, abort)
+                outcome = self._execute(admitted, abort, on_output)
         except StockadeError as error:
             self._record_error(admitted.spec, error)
             raise
         finally:
             admitted.release()
         return self._finish(admitted, outcome)
+
+    # --- background tasks ----------------------------------------------------------------
+
+    def start(self, request: ExecRequest, *, owner: str) -> TaskInfo:
+        """Admit ``request`` now, then run it in the background as a task of ``owner``.
+
+        Raises:
+            StockadeError: as :meth:`run`, before anything runs (denied, held, ...).
+            TooManyTasks: ``owner`` has as many tasks running as it may.
+        """
+        tasks = self.tasks
+        admitted = self.admit(request)
+
+        def runner(abort: AbortToken, on_output: Callable[[str, bytes], None]) -> RunResult:
+            return self._carry(admitted, abort, on_output)
+
+        try:
+            return tasks.start(owner, request.argv, runner, admitted.secrets)
+        except BaseException as error:
+            if isinstance(error, StockadeError):
+                self._record_error(admitted.spec, error)
+            admitted.release()
+            raise
+
+    def read_output(self, task_id: str, *, owner: str) -> TaskOutput:
+        """What task ``task_id`` printed since the previous read (see :mod:`stockade.tasks`)."""
+        return self.tasks.read(owner, task_id)
+
+    def kill(self, task_id: str, *, owner: str) -> TaskInfo:
+        """Kill task ``task_id`` and everything it started; returns once it has ended."""
+        return self.tasks.kill(owner, task_id)
+
+    def list_tasks(self, *, owner: str) -> list[TaskInfo]:
+        """The tasks of ``owner``, oldest first."""
+        return self.tasks.list(owner)
+
+    def on_task_done(self, callback: Callable[[TaskInfo], None]) -> None:
+        """Call ``callback(info)`` when any task ends, from that task's thread."""
+        self.tasks.on_done(callback)
+
+    @property
+    def tasks(self) -> Tasks:
+        """The host's background tasks (made on first use)."""
+        if self._tasks is None:
+            from .tasks import Tasks
+
+            with self._lock:
+                if self._tasks is None:
+                    self._tasks = Tasks()
+        return self._tasks
 
     async def run_async(
         self, request: ExecRequest, *, abort: AbortToken | None = None
@@ -443,11 +503,20 @@ class Host:
             self.store.finish(run_id, step, outcome=to_json(result))
         return result
 
-    def _execute(self, admitted: Admitted, abort: AbortToken | None) -> ProcessOutcome:
+    def _execute(
+        self,
+        admitted: Admitted,
+        abort: AbortToken | None,
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> ProcessOutcome:
         """The executor runs the plan while the workspace is watched."""
         watch = self._observe(admitted.spec, abort)
+        # (The provider releases the plan it made, by identity: the executor gets a copy.)
+        plan = admitted.plan
+        if on_output is not None:
+            plan = attrs.evolve(plan, on_output=on_output)
         try:
-            outcome = self.executor.run(admitted.plan, abort=watch.token)
+            outcome = self.executor.run(plan, abort=watch.token)
         except BaseException:
             watch.close()
             raise
@@ -677,7 +746,10 @@ class Host:
             self._record(events.ErrorEvent(spec.action_id, code, message=message))
 
     def close(self) -> None:
-        """Release the executor's helpers and the store; remove the run's home."""
+        """Kill every background task; release the executor's helpers and the store;
+        remove the run's home."""
+        if self._tasks is not None:
+            self._tasks.close()
         if self._executor is not None:
             self._executor.close()
         if self._home is not None:

@@ -405,6 +405,9 @@ class LaunchPlan:
             and ends. For providers that confine the spawning thread itself (Landlock,
             seccomp, ``no_new_privs``): what it restricts, the process inherits, and the
             host's other threads are untouched. It must restrict only the calling thread.
+        on_output: called by the executor with each chunk it reads, as
+            ``on_output("stdout" | "stderr", chunk)``, from the thread that runs the plan,
+            while the command runs (a background task's live output). It must not block.
     """
 
     executable: str
@@ -421,6 +424,7 @@ class LaunchPlan:
     runner: bool = field(kw_only=True, default=False)
     new_session: bool = field(kw_only=True, default=False)
     restrict: Callable[[], None] | None = field(kw_only=True, default=None, eq=False)
+    on_output: Callable[[str, bytes], None] | None = field(kw_only=True, default=None, eq=False)
 
     @classmethod
     def from_spec(cls, spec: ExecSpec, facts: SandboxFacts, **changes: Any) -> LaunchPlan:  # noqa: ANN401 - any field

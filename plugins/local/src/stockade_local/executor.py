@@ -393,7 +393,10 @@ class _Run:
             self.poller.unregister(fd)
             self.open_fds.discard(fd)
             return
-        self.captures[fd].feed(chunk)
+        capture = self.captures[fd]
+        capture.feed(chunk)
+        if self.plan.on_output is not None:
+            self.plan.on_output(capture.name, chunk)
 
     def _write_stdin(self, events: int) -> None:
         if events & select.POLLOUT and self.stdin_data:
