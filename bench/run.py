@@ -14,6 +14,10 @@
 6. The record: ``Host.run`` with the built-in recorder against the same host with it
    blocked, and ``verify`` over 1,000 recorded commands.
 7. Egress: one 256 MiB download direct and through the egress proxy (CONNECT).
+8. Changes: ``Watch(root)`` + ``finish()`` on a 10,000-file tree where 3 files change, against
+   one Python ``lstat`` walk, one ``os.scandir`` walk and ``find -printf`` of the same tree.
+9. MCP: ``run_command`` of ``true`` through ``stockade mcp`` (the SDK's client over stdio)
+   against ``Host.run`` of the same request in this process.
 
 Every section runs with a private ``XDG_STATE_HOME``: the record it writes is thrown away.
 
@@ -38,8 +42,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import changes  # bench/changes.py
 import confined  # bench/confined.py: this script's directory is first on sys.path
 import egress  # bench/egress.py
+import mcp_server  # bench/mcp_server.py (not mcp.py: that would shadow the SDK)
 import record  # bench/record.py
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -333,6 +339,8 @@ def report(
     landlock: dict[str, Any],
     recording: dict[str, Any],
     egress_stats: dict[str, Any],
+    changes_stats: dict[str, Any],
+    mcp_stats: dict[str, Any],
 ) -> None:
     """Print the table, then the BENCH JSON line."""
     head = f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}"
@@ -383,7 +391,11 @@ def report(
     report_landlock(landlock, head)
     report_record(recording, head)
     egress.report_egress(egress_stats, _row, head)
+    changes.report_changes(changes_stats, _row, head)
+    mcp_server.report_mcp(mcp_stats, _row, head)
     payload = {
+        "changes": changes_stats,
+        "mcp": mcp_stats,
         "egress": egress_stats,
         "record": recording,
         "landlock": landlock,
@@ -528,6 +540,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     landlock = confined.bench_landlock(runs * 5, warmup * 4, interleaved)
     recording = record.bench_record(runs * 5, warmup * 4, interleaved)
     egress_stats = egress.bench_egress(interleaved, runs=3 if args.quick else 5)
+    changes_stats = changes.bench_changes(interleaved, runs=20 if args.quick else 40)
+    mcp_stats = mcp_server.bench_mcp(runs * 5, warmup * 4, interleaved)
     state.cleanup()
     meta = {
         "commit": commit,
@@ -549,6 +563,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         landlock=landlock,
         recording=recording,
         egress_stats=egress_stats,
+        changes_stats=changes_stats,
+        mcp_stats=mcp_stats,
     )
     return 0
 

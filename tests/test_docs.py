@@ -600,6 +600,7 @@ def test_cli_json_result_keys(cli):
             "decision",
             "limits",
             "limit_hit",
+            "changes",
         ]
     )
     assert sorted(result["limits"]) == ["cpu_seconds", "file_size_mb", "memory_mb", "processes"]

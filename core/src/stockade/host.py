@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from .workspaces import Home, Locks
 
 from .types import (
+    Changes,
     Classification,
     CollectedOutput,
     Decision,
@@ -178,13 +179,13 @@ class Host:
         """An admitted command, executed in its held workspace, then recorded."""
         try:
             with self.hold(admitted.spec):
-                outcome = self._execute(admitted, abort, on_output)
+                outcome, changes = self._execute(admitted, abort, on_output)
         except StockadeError as error:
             self._record_error(admitted.spec, error)
             raise
         finally:
             admitted.release()
-        return self._finish(admitted, outcome)
+        return self._finish(admitted, outcome, changes)
 
     # --- background tasks ----------------------------------------------------------------
 
@@ -251,7 +252,7 @@ class Host:
                 except BaseException:
                     watch.close()
                     raise
-                outcome = watch.finish(outcome)
+                outcome, changes = watch.finish(outcome)
         except StockadeError as error:
             self._record_error(admitted.spec, error)
             raise
@@ -265,7 +266,7 @@ class Host:
             raise
         finally:
             admitted.release()
-        return self._finish(admitted, outcome)
+        return self._finish(admitted, outcome, changes)
 
     def admit(self, request: ExecRequest) -> Admitted:
         """Every stage before execution: resolve, classify, decide, credentials, confine.
@@ -493,10 +494,10 @@ class Host:
                         self._record(self._grant(spec, decision))
                 admitted = self._prepare(spec, classification, decision)
                 try:
-                    outcome = self._execute(admitted, abort)
+                    outcome, changes = self._execute(admitted, abort)
                 finally:
                     admitted.release()
-                result = self._finish(admitted, outcome)
+                result = self._finish(admitted, outcome, changes)
             except StockadeError as error:
                 self.store.finish(run_id, step, outcome=to_json(error.to_dict()), failed=True)
                 raise
@@ -508,8 +509,9 @@ class Host:
         admitted: Admitted,
         abort: AbortToken | None,
         on_output: Callable[[str, bytes], None] | None = None,
-    ) -> ProcessOutcome:
-        """The executor runs the plan while the workspace is watched."""
+    ) -> tuple[ProcessOutcome, Changes | None]:
+        """The executor runs the plan while the workspace is watched: what it did, and
+        what changed there."""
         watch = self._observe(admitted.spec, abort)
         # (The provider releases the plan it made, by identity: the executor gets a copy.)
         plan = admitted.plan
@@ -688,7 +690,9 @@ class Host:
 
     # --- recording -----------------------------------------------------------------------
 
-    def _finish(self, admitted: Admitted, outcome: ProcessOutcome) -> RunResult:
+    def _finish(
+        self, admitted: Admitted, outcome: ProcessOutcome, changes: Changes | None = None
+    ) -> RunResult:
         spec, plan = admitted.spec, admitted.plan
         result = RunResult(
             spec.action_id,
@@ -706,6 +710,7 @@ class Host:
             decision=admitted.decision,
             limits=plan.limits,
             limit_hit=outcome.limit_hit,
+            changes=changes,
         )
         if not self._recording:
             return result

@@ -540,6 +540,9 @@ class RunResult:
             the profile's ``quota_mb``.
         classification: what the command was judged to affect.
         decision: why it was allowed.
+        changes: what it created, modified and deleted in its workspace; ``None`` when
+            nothing was watched (a ``read-only`` command, which cannot change it, or a
+            workspace too big to watch).
     """
 
     action_id: str
@@ -557,6 +560,7 @@ class RunResult:
     decision: Decision = field(kw_only=True)
     limits: Limits = field(kw_only=True, factory=Limits)
     limit_hit: LimitName | None = field(kw_only=True, default=None)
+    changes: Changes | None = field(kw_only=True, default=None)
 
     @property
     def ok(self) -> bool:

@@ -134,6 +134,21 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check the record's chain and signatures")
     verify.add_argument("--json", action="store_true")
 
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve an agent's tools over MCP on stdio (needs stockade-mcp)",
+        description="Serve run_command, background tasks and the file tools over MCP "
+        "(stdio) for one agent profile, until the client leaves.",
+    )
+    mcp.add_argument(
+        "--agent",
+        "--profile",
+        dest="profile",
+        metavar="AGENT",
+        default="default",
+        help="agent profile of every command",
+    )
+
     plugins = commands.add_parser("plugins", help="list the installed plugins")
     plugins.add_argument("--json", action="store_true")
     doctor = commands.add_parser("doctor", help="say what works on this machine and why not")
@@ -154,6 +169,7 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "show": ("record", "show_command"),
     "replay": ("record", "replay_command"),
     "verify": ("record", "verify_command"),
+    "mcp": ("mcp", "mcp_command"),
     "plugins": ("plugins", "plugins_command"),
     "doctor": ("doctor", "doctor_command"),
 }

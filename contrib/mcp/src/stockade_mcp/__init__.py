@@ -1,0 +1,1 @@
+"""Stockade's MCP server."""

@@ -1,0 +1,113 @@
+"""The short texts a model reads: a result's status and the head and tail of its output."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stockade.errors import StockadeError
+    from stockade.tasks import TaskInfo, TaskOutput
+    from stockade.types import CollectedOutput, RunResult
+
+HEAD = 4096
+"""Characters of each stream shown from its start."""
+TAIL = 4096
+"""Characters of each stream shown from its end."""
+
+
+def bounded(text: str, *, head: int = HEAD, tail: int = TAIL) -> tuple[str, int]:
+    """``text`` cut to its first ``head`` and last ``tail`` characters; how many were cut."""
+    if len(text) <= head + tail:
+        return text, 0
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters not shown ...]\n{text[-tail:]}", cut
+
+
+def status(result: RunResult) -> str:
+    """How the command ended, in a few words."""
+    if result.limit_hit == "quota":
+        how = "stopped: the workspace went over its quota"
+    elif result.aborted:
+        how = "killed: the run was cancelled"
+    elif result.timed_out:
+        how = f"timed out after {result.timeout_s:g} s and was killed"
+    elif result.signal is not None:
+        how = f"killed by signal {result.signal}"
+    else:
+        how = f"exit status {result.exit_code}"
+    if result.limit_hit not in (None, "quota"):
+        how += f" (likely the {result.limit_hit} limit)"
+    return f"{how}; {result.duration_ms:.0f} ms, sandbox {result.sandbox.provider}"
+
+
+def _stream(name: str, output: CollectedOutput) -> list[str]:
+    if not output.text and not output.truncated:
+        return []
+    text, cut = bounded(output.text)
+    lines = [f"--- {name} ({output.total_bytes} bytes) ---", text.rstrip("\n")]
+    if output.truncated or cut:
+        where = f" at {output.spill_path}" if output.spill_path else ""
+        lines.append(
+            f"[{name} was truncated; the whole stream is kept{where}]"
+            if output.truncated
+            else f"[{name} is shortened here; the structured result holds all of it]"
+        )
+    return lines
+
+
+def result_text(result: RunResult) -> str:
+    """The status, then the head and tail of stdout and stderr."""
+    return "\n".join(
+        [status(result), *_stream("stdout", result.stdout), *_stream("stderr", result.stderr)]
+    )
+
+
+def error_text(error: StockadeError) -> str:
+    """The message and the hint of ``error``, marked with its code."""
+    from stockade.errors import PolicyDenied
+
+    lead = "denied, it did not run" if isinstance(error, PolicyDenied) else error.code
+    text = f"stockade: {lead}: {error.message}"
+    return f"{text}\nhint: {error.hint}" if error.hint else text
+
+
+def task_line(info: TaskInfo) -> str:
+    """One line for a task: id, status, how it ended, argv."""
+    how: str = info.status
+    if info.status != "running":
+        if info.signal is not None:
+            how += f", signal {info.signal}"
+        elif info.exit_code is not None:
+            how += f", exit status {info.exit_code}"
+        if info.error:
+            how += f", {info.error.get('code')}: {info.error.get('message')}"
+    return f"{info.task_id} ({how}): {json.dumps(list(info.argv))}"
+
+
+def output_text(output: TaskOutput) -> str:
+    """A task's status and what it printed since the previous read."""
+    lines = [task_line(output.info)]
+    if output.lossy:
+        lines.append(
+            f"[{output.dropped_bytes} bytes were dropped unread: it printed faster than it was "
+            "read]"
+        )
+    for name in ("stdout", "stderr"):
+        text: str = getattr(output, name)
+        if text:
+            shown, cut = bounded(text)
+            lines += [f"--- {name} since the previous read ---", shown.rstrip("\n")]
+            if cut:
+                lines.append(f"[{name} is shortened here; the structured result holds all of it]")
+    for name, path in output.spill.items():
+        if path:
+            lines.append(f"[the whole {name} is kept at {path}]")
+    if output.status == "running" and len(lines) == 1:
+        lines.append("(nothing new yet)")
+    return "\n".join(lines)
+
+
+def jsonable(value: Any) -> Any:  # noqa: ANN401 - JSON-ready data of any shape
+    """``value`` as plain JSON data (anything JSON cannot hold becomes its text)."""
+    return json.loads(json.dumps(value, default=str))
