@@ -37,12 +37,16 @@ class Observation:
             return
         self._changes = self._track(spec, config)
         limit = config.profile(spec.profile).quota_mb
+        if limit is None:
+            return
+        from . import quota
 
-        if limit is not None:
-            from . import quota
-
-            self._own = self.token = AbortToken()
+        self._own = self.token = AbortToken()
+        try:
             self._quota = quota.Watch(spec.workspace, limit * quota.MIB, self._own, forward=abort)
+        except BaseException:
+            self.close()  # the changes watch holds an inotify instance and a thread
+            raise
 
     @staticmethod
     def _track(spec: ExecSpec, config: Config) -> changes.Watch | None:
