@@ -58,6 +58,38 @@ def _add_file_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subp
             sub.add_argument("--limit", type=int, default=256 * 1024, metavar="BYTES")
 
 
+def _add_skill_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
+    """``stockade skill list|show|run``."""
+    skill = commands.add_parser(
+        "skill", help="list, read or run Agent Skills (needs stockade-skills)"
+    )
+    tools = skill.add_subparsers(dest="tool", metavar="TOOL", parser_class=_Parser, required=True)
+    listing = tools.add_parser("list", help="the skills found, with any problems in them")
+    show = tools.add_parser("show", help="a skill's instructions, or one of its resources")
+    show.add_argument("name", metavar="SKILL")
+    show.add_argument("resource", metavar="RESOURCE", nargs="?")
+    show.add_argument("--offset", type=int, default=0, metavar="CHARS")
+    show.add_argument("--max-chars", type=int, default=None, metavar="CHARS")
+    run = tools.add_parser(
+        "run",
+        help="run a skill's script behind the double-safety gate, in the sandbox",
+        description="Run SCRIPT (under scripts/) of SKILL with ARGS. It runs only when the "
+        "global safety is off (--unsafe or [skills] safe_mode = false), the skill declares "
+        "safe_mode: false, and the agent may run the script's interpreter.",
+    )
+    run.add_argument("name", metavar="SKILL")
+    run.add_argument("resource", metavar="SCRIPT")
+    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG")
+    run.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
+    run.add_argument(
+        "--unsafe", action="store_true", help="turn the global safety off for this invocation"
+    )
+    run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
+    for sub in (listing, show, run):
+        sub.add_argument("--profile", "--agent", metavar="AGENT", default="default")
+        sub.add_argument("--json", action="store_true")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser for every command (handlers are imported only when chosen)."""
     parser = _Parser(prog="stockade", description="Run an agent's commands, confined and bounded.")
@@ -149,6 +181,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="agent profile of every command",
     )
 
+    _add_skill_commands(commands)
+    ui = commands.add_parser(
+        "ui",
+        help="serve the run page on loopback (needs stockade-ui)",
+        description="Serve a local web view of runs, where a person lets held commands go "
+        "ahead or declines them. Loopback only; the URL to open carries a per-start token.",
+    )
+    ui.add_argument("--port", type=int, default=0, metavar="N", help="port (default: any free)")
+    ui.add_argument("--no-open", action="store_true", help="do not open a browser")
+
     plugins = commands.add_parser("plugins", help="list the installed plugins")
     plugins.add_argument("--json", action="store_true")
     doctor = commands.add_parser("doctor", help="say what works on this machine and why not")
@@ -170,6 +212,8 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "replay": ("record", "replay_command"),
     "verify": ("record", "verify_command"),
     "mcp": ("mcp", "mcp_command"),
+    "skill": ("skill", "skill_command"),
+    "ui": ("ui", "ui_command"),
     "plugins": ("plugins", "plugins_command"),
     "doctor": ("doctor", "doctor_command"),
 }

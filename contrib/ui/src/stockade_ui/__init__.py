@@ -1,0 +1,1 @@
+"""The run page: a loopback-only web view of runs (``stockade ui``)."""
