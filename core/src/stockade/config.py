@@ -143,6 +143,28 @@ class StoreConfig:
 
 
 @frozen
+class SkillsConfig:
+    """Agent Skills, for the ``stockade-skills`` plugin (``[skills]``).
+
+    Attributes:
+        project: folders of project skills, relative to the agent's workspace (the working
+            directory for ``default``); a project skill wins over a user one of its name.
+        user: folders of the user's skills (``~`` expanded); ``$XDG_CONFIG_HOME/stockade/skills``
+            when unset.
+        safe_mode: the global safety. While it is on, no skill's script runs; turned off
+            (here, or with ``stockade skill run --unsafe``), a skill that itself declares
+            ``safe_mode: false`` may run its scripts, still through the policy and the
+            sandbox: the double-safety gate.
+        max_chars: how much text one call of the skill tool returns when it names no bound.
+    """
+
+    project: tuple[str, ...] = (".agents/skills",)
+    user: tuple[str, ...] | None = None
+    safe_mode: bool = True
+    max_chars: int = field(default=20_000, validator=_positive)
+
+
+@frozen
 class Config:
     """Everything configurable, with the embedded defaults.
 
@@ -160,6 +182,7 @@ class Config:
         store: where held approvals are kept.
         credentials: where the built-in broker finds secrets.
         network: the egress proxy's settings.
+        skills: where Agent Skills are found, and the global safety of their scripts.
         source: the file this was read from, if any (not a key in the file).
     """
 
@@ -175,6 +198,7 @@ class Config:
     store: StoreConfig = field(factory=StoreConfig)
     credentials: CredentialsConfig = field(factory=CredentialsConfig)
     network: NetworkConfig = field(factory=NetworkConfig)
+    skills: SkillsConfig = field(factory=SkillsConfig)
     source: str | None = field(default=None, kw_only=True)
 
     def profile(self, name: str) -> Profile:

@@ -302,8 +302,22 @@ class Host:
             self._record(events.ActionEvent.of(spec))
         classification = self.classify(spec)
         spec = enforce_class(spec, classification)
+        if request.gate is not None:
+            self._gate(spec, classification, request.gate)
         decision = self.decide(spec, classification)
         return self._prepare(spec, classification, decision, secrets)
+
+    def _gate(self, spec: ExecSpec, classification: Classification, gate: Decision) -> None:
+        """A caller's gate in front of the policy: recorded; a ``deny`` refuses here."""
+        if self._recording:
+            from . import events
+
+            self._record(events.PermissionEvent(spec.action_id, classification, decision=gate))
+        if gate.verdict == "deny":
+            raise PolicyDenied(
+                f"refused by {gate.by or 'a gate'}: {gate.reason}",
+                details={"action_id": spec.action_id, "kind": classification.kind, "gate": True},
+            )
 
     def _prepare(
         self,

@@ -181,6 +181,15 @@ def _granted(path: str, cwd: str) -> str:
 
 def _workspace(request: ExecRequest, profile: Profile, workspace: str | None) -> tuple[str, str]:
     """The workspace and the working directory; the second lies inside the first."""
+    if request.workspace is not None:
+        named = os.path.realpath(request.workspace)
+        if workspace is not None and named != os.path.realpath(workspace):
+            raise UsageError(
+                f"agent {profile.name!r} works in {workspace}; a request cannot name {named}",
+                hint="leave the workspace out: the profile's own is used",
+                details={"workspace": workspace, "requested": named},
+            )
+        workspace = named
     default = workspace if workspace is not None else os.getcwd()
     cwd = os.path.abspath(request.cwd if request.cwd is not None else default)
     if not os.path.isdir(cwd):

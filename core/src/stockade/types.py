@@ -115,6 +115,11 @@ class Limits:
         return any(v is not None for v in attrs.astuple(self))
 
 
+def _gate_verdict(_inst: object, _attr: object, value: Decision | None) -> None:
+    if value is not None and value.verdict == "ask":
+        raise ValueError("a gate allows or denies; asking a person is the policy's to do")
+
+
 @frozen
 class ExecRequest:
     """What a caller asks for. Unset fields are filled from configuration by the host.
@@ -134,6 +139,13 @@ class ExecRequest:
         preapproved: a person approved in advance what would otherwise ask (``--yes``).
         grant_writable: folders to make writable for this one command beyond its workspace:
             a one-shot widening that always waits for a person and is recorded on its own.
+        workspace: for a profile with no workspace of its own (a person's ``default``), the
+            folder that bounds the command instead of ``cwd`` (which must lie inside it); a
+            profile's own workspace always wins, and naming another one is refused.
+        gate: the decision of a caller's own gate in front of the policy (the skills
+            plugin's double-safety gate): recorded as the command's first permission event;
+            ``deny`` refuses the command there, ``allow`` leaves the policy to decide. Set
+            in code only: a request read from the wire cannot carry one.
     """
 
     argv: tuple[str, ...] = field(converter=_argv, validator=_check_argv)
@@ -149,6 +161,8 @@ class ExecRequest:
     profile: str = field(kw_only=True, default="default")
     preapproved: bool = field(kw_only=True, default=False)
     grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_paths)
+    workspace: str | None = field(kw_only=True, default=None)
+    gate: Decision | None = field(kw_only=True, default=None, validator=_gate_verdict)
 
     @classmethod
     def from_argv(cls, argv: Sequence[str], **fields: object) -> ExecRequest:

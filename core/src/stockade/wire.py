@@ -115,6 +115,9 @@ def _request_hook(conv: cattrs.Converter) -> None:
             data = {**data, "env": env, "credentials": credentials}
         if not isinstance(data, Mapping):
             raise TypeError(f"expected a table, got {type(data).__name__}")
+        for key in ("gate", "workspace"):
+            if key in data:
+                raise ValueError(f"{key} is set by a caller in code, never in a request")
         return plain(data)
 
     conv.register_structure_hook(ExecRequest, structure)

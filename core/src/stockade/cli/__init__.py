@@ -90,6 +90,33 @@ def _add_skill_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's sub
         sub.add_argument("--json", action="store_true")
 
 
+def _add_servers(commands: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
+    """``stockade mcp`` and ``stockade ui``."""
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve an agent's tools over MCP on stdio (needs stockade-mcp)",
+        description="Serve run_command, background tasks and the file tools over MCP "
+        "(stdio) for one agent profile, until the client leaves.",
+    )
+    mcp.add_argument(
+        "--agent",
+        "--profile",
+        dest="profile",
+        metavar="AGENT",
+        default="default",
+        help="agent profile of every command",
+    )
+
+    ui = commands.add_parser(
+        "ui",
+        help="serve the run page on loopback (needs stockade-ui)",
+        description="Serve a local web view of runs, where a person lets held commands go "
+        "ahead or declines them. Loopback only; the URL to open carries a per-start token.",
+    )
+    ui.add_argument("--port", type=int, default=0, metavar="N", help="port (default: any free)")
+    ui.add_argument("--no-open", action="store_true", help="do not open a browser")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser for every command (handlers are imported only when chosen)."""
     parser = _Parser(prog="stockade", description="Run an agent's commands, confined and bounded.")
@@ -166,30 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check the record's chain and signatures")
     verify.add_argument("--json", action="store_true")
 
-    mcp = commands.add_parser(
-        "mcp",
-        help="serve an agent's tools over MCP on stdio (needs stockade-mcp)",
-        description="Serve run_command, background tasks and the file tools over MCP "
-        "(stdio) for one agent profile, until the client leaves.",
-    )
-    mcp.add_argument(
-        "--agent",
-        "--profile",
-        dest="profile",
-        metavar="AGENT",
-        default="default",
-        help="agent profile of every command",
-    )
-
     _add_skill_commands(commands)
-    ui = commands.add_parser(
-        "ui",
-        help="serve the run page on loopback (needs stockade-ui)",
-        description="Serve a local web view of runs, where a person lets held commands go "
-        "ahead or declines them. Loopback only; the URL to open carries a per-start token.",
-    )
-    ui.add_argument("--port", type=int, default=0, metavar="N", help="port (default: any free)")
-    ui.add_argument("--no-open", action="store_true", help="do not open a browser")
+    _add_servers(commands)
 
     plugins = commands.add_parser("plugins", help="list the installed plugins")
     plugins.add_argument("--json", action="store_true")
