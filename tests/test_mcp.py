@@ -34,18 +34,25 @@ TOOLS = {
     "file_list",
     "file_read",
     "file_write",
+    "skill",
 }
-CONFIG = """\
+EXAMPLES = Path(__file__).resolve().parents[1] / "skills"
+CONFIG = f"""\
+[skills]
+project = ["{EXAMPLES}"]
+user = []
+safe_mode = false
+
 [agents.tester]
-workspace = "{ws}"
+workspace = "{{ws}}"
 ask = []
 
 [agents.careful]
-workspace = "{ws}"
+workspace = "{{ws}}"
 ask = ["writes"]
 
 [agents.echoer]
-workspace = "{ws}"
+workspace = "{{ws}}"
 programs = ["echo"]
 """
 
@@ -514,3 +521,44 @@ def test_the_cli_does_not_import_mcp_until_asked():
     probe = "import sys, stockade.cli; stockade.cli.build_parser(); print('mcp' in sys.modules)"
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False"
+
+
+@pytest.mark.asyncio
+async def test_the_skill_tool_reads_and_runs_behind_the_gate(setup):
+    async with connect(setup) as session:
+        read = await session.call_tool(
+            "skill",
+            {"skill_name": "unit-convert", "resource": "references/units.md", "max_chars": 40},
+        )
+        ran = await session.call_tool(
+            "skill",
+            {
+                "skill_name": "unit-convert",
+                "resource": "scripts/convert.py",
+                "execute": True,
+                "args": ["5", "km", "mi"],
+            },
+        )
+        refused = await session.call_tool(
+            "skill", {"skill_name": "unit-convert", "resource": "assets/units.json", "execute": True}
+        )
+    assert not read.is_error and read.structured_content["next_offset"] == 40
+    assert text_of(read).startswith("# Units")
+    assert not ran.is_error, text_of(ran)
+    assert text_of(ran).startswith("[SKILL_SCRIPT_EXECUTED]")
+    assert "5 km = 3.10686 mi" in text_of(ran)
+    assert ran.structured_content["result"]["exit_code"] == 0
+    assert refused.is_error and refused.structured_content["code"] == "bad_resource"
+    assert not [n for n in os.listdir(setup["ws"]) if n.startswith(".stockade-skill-")]
+
+
+@pytest.mark.asyncio
+async def test_a_shut_skill_gate_is_a_tool_error_naming_its_states(setup):
+    async with connect(setup, "echoer") as session:
+        shut = await session.call_tool(
+            "skill",
+            {"skill_name": "csv-summary", "resource": "scripts/summarize.py", "execute": True},
+        )
+    assert shut.is_error and shut.structured_content["code"] == "execution_error"
+    assert "agent 'echoer' may not run python3" in text_of(shut)
+    assert "add python3 to agents.echoer.programs" in text_of(shut)

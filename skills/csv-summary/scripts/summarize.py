@@ -42,7 +42,9 @@ def main(argv: list) -> int:
     for index, name in enumerate(header):
         column = [row[index] if index < len(row) else "" for row in body]
         numbers = numeric(column)
-        line = f"- {name}: {sum(1 for v in column if v.strip())} values, {len(set(column))} distinct"
+        line = (
+            f"- {name}: {sum(1 for v in column if v.strip())} values, {len(set(column))} distinct"
+        )
         if numbers:
             mean = statistics.fmean(numbers)
             line += f", min {min(numbers):g}, max {max(numbers):g}, mean {mean:.4g}"

@@ -39,7 +39,7 @@ from stockade.executor import AbortToken
 from stockade.types import ExecRequest
 from stockade.wire import plain
 
-from . import render
+from . import render, skills
 from .tools import TOOLS
 
 if TYPE_CHECKING:
@@ -103,9 +103,18 @@ class Service:
         owner: the owner token of this connection's background tasks.
     """
 
-    def __init__(self, host: Host, *, agent: str = "default", owner: str | None = None) -> None:
+    def __init__(
+        self,
+        host: Host,
+        *,
+        agent: str = "default",
+        owner: str | None = None,
+        unsafe_skills: bool = False,
+    ) -> None:
         self.host = host
         self.agent = agent
+        self.unsafe_skills = unsafe_skills
+        self._skill_tool = skills.tool()
         self.owner = owner if owner is not None else secrets.token_hex(16)
         self._workspace: Workspace | None = None
         self._asked: dict[str, _Asked] = {}
@@ -120,6 +129,8 @@ class Service:
             "file_read": self.file_read,
             "file_write": self.file_write,
         }
+        if self._skill_tool is not None:
+            self._handlers["skill"] = self.skill
 
     def close(self) -> None:
         """Release the workspace's descriptor."""
@@ -135,7 +146,8 @@ class Service:
         async def list_tools(
             _ctx: Context, _params: types.PaginatedRequestParams | None
         ) -> types.ListToolsResult:
-            return types.ListToolsResult(tools=TOOLS)
+            extra = [self._skill_tool] if self._skill_tool is not None else []
+            return types.ListToolsResult(tools=[*TOOLS, *extra])
 
         async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> Outcome:
             return await self.call(ctx, params.name, params.arguments or {}, params)
@@ -424,6 +436,18 @@ class Service:
             structured_content=render.jsonable(plain(written)),
         )
 
+    # --- skills ----------------------------------------------------------------------
+
+    async def skill(self, ctx: Context, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """Read a skill, or run one of its scripts; a cancelled call kills the script."""
+        tool = skills.make(self.host, agent=self.agent, unsafe=self.unsafe_skills)
+        token = AbortToken()
+        try:
+            work = settle_thread(lambda: skills.call(tool, arguments, token), token)
+            return await with_progress(ctx, work)
+        finally:
+            token.close()
+
 
 # --- results ---------------------------------------------------------------------------
 
@@ -611,9 +635,9 @@ class StdinLines:
             self._fd = -1
 
 
-async def serve(host: Host, *, agent: str = "default") -> None:
+async def serve(host: Host, *, agent: str = "default", unsafe_skills: bool = False) -> None:
     """Serve MCP on stdin/stdout until the client leaves (or SIGTERM, SIGHUP, SIGINT)."""
-    service = Service(host, agent=agent)
+    service = Service(host, agent=agent, unsafe_skills=unsafe_skills)
     server = service.server()
     stdin = StdinLines() if StdinLines.pollable() else None
     try:
@@ -643,7 +667,7 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-def main(*, config: str | None = None, agent: str = "default") -> int:
+def main(*, config: str | None = None, agent: str = "default", unsafe_skills: bool = False) -> int:
     """``stockade mcp``: build the host, serve until the client leaves, close the host.
 
     Returns the exit status: 0 once the client has left, 125 when the host cannot be built.
@@ -662,7 +686,7 @@ def main(*, config: str | None = None, agent: str = "default") -> int:
         return error.exit_status
     try:
         host.config.profile(agent)
-        anyio.run(lambda: serve(host, agent=agent), backend="asyncio")
+        anyio.run(lambda: serve(host, agent=agent, unsafe_skills=unsafe_skills), backend="asyncio")
     except StockadeError as error:
         print(f"stockade: error[{error.code}]: {error.message}", file=sys.stderr)
         return error.exit_status

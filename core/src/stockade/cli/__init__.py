@@ -106,6 +106,11 @@ def _add_servers(commands: Any) -> None:  # noqa: ANN401 - argparse's subparsers
         default="default",
         help="agent profile of every command",
     )
+    mcp.add_argument(
+        "--unsafe-skills",
+        action="store_true",
+        help="turn the global safety of skill scripts off (the skill tool's gate)",
+    )
 
     ui = commands.add_parser(
         "ui",

@@ -26,5 +26,5 @@ def mcp_command(args: argparse.Namespace, _parser: object = None) -> int:
             ),
             as_json=False,
         )
-    status: int = main(config=args.config, agent=args.profile)
+    status: int = main(config=args.config, agent=args.profile, unsafe_skills=args.unsafe_skills)
     return status

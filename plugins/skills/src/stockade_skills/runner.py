@@ -15,6 +15,7 @@ import os
 import tempfile
 
 from stockade.errors import PolicyDenied, PolicyHeld, ProgramNotFound, StockadeError
+from stockade.executor import AbortToken
 from stockade.host import Host
 from stockade.types import ExecRequest, Origin, RunResult
 from stockade.workspaces import workspace_of
@@ -74,6 +75,7 @@ def execute(
     timeout: float | None = None,
     origin: Origin = "api",
     preapproved: bool = False,
+    abort: AbortToken | None = None,
 ) -> tuple[RunResult, list[str]]:
     """Run ``resource`` of ``skill`` with ``command`` (its interpreter) behind ``gate``.
 
@@ -100,7 +102,7 @@ def execute(
             gate=gate.decision(),
         )
         try:
-            result = host.run(request)
+            result = host.run(request, abort=abort)
         except ProgramNotFound as error:
             raise _missing(command, facts, error) from None
         except PolicyHeld as error:
@@ -168,6 +170,12 @@ def _held(host: Host, error: PolicyHeld, facts: dict[str, str]) -> ExecutionErro
 
 
 def _check(result: RunResult, facts: dict[str, str]) -> None:
+    if result.aborted:
+        raise ExecutionError(
+            f"skill script {facts['path']} was cancelled and killed",
+            hint="run it again if it is still needed",
+            details={**facts, "result": envelope(result, facts, 4000)},
+        )
     if result.timed_out:
         raise ExecutionError(
             f"skill script {facts['path']} timed out after {result.timeout_s:g} s and was killed",

@@ -16,6 +16,7 @@ from typing import Any
 from attrs import field, frozen
 
 from stockade.errors import UsageError
+from stockade.executor import AbortToken
 from stockade.host import Host
 from stockade.types import Origin, RunResult
 from stockade.workspaces import workspace_of
@@ -138,8 +139,9 @@ class SkillTool:
         execute: bool = False,
         args: Sequence[str] = (),
         timeout: float | None = None,
+        abort: AbortToken | None = None,
     ) -> SkillOutput:
-        """Read or run, as the module says.
+        """Read or run, as the module says; ``abort`` kills a running script.
 
         Raises:
             SkillNotFound: no skill of that name.
@@ -154,7 +156,7 @@ class SkillTool:
             raise UsageError("args must be a list of strings")
         skill = self.catalog().get(skill_name)
         if execute:
-            return self._run(skill, resource, tuple(args), timeout, limit)
+            return self._run(skill, resource, tuple(args), timeout, limit, abort)
         if resource is None:
             files = "\n".join(f"- {path}" for path in resources.listing(skill))
             text = (
@@ -172,13 +174,14 @@ class SkillTool:
             next_offset=end if end < len(text) else None,
         )
 
-    def _run(
+    def _run(  # noqa: PLR0917 - the call's own parameters, passed on
         self,
         skill: Skill,
         resource: str | None,
         args: tuple[str, ...],
         timeout: float | None,
         limit: int,
+        abort: AbortToken | None,
     ) -> SkillOutput:
         if resource is None:
             raise BadResource(
@@ -214,6 +217,7 @@ class SkillTool:
             timeout=timeout,
             origin=self.origin,
             preapproved=self.preapproved,
+            abort=abort,
         )
         facts = {"skill": skill.name, "script": resource}
         text = runner.envelope(result, facts, limit)

@@ -1,0 +1,420 @@
+"""Agent Skills: loading and checking, the skill tool, the double-safety gate, and runs.
+
+Every run here is real: the script goes through the host (classified, decided by the built-in
+policy, confined by the default sandbox, recorded), and the examples under ``skills/`` are
+the ones the docs show.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from stockade.config import Config, SkillsConfig
+from stockade.errors import UsageError
+from stockade.testing import EventLog
+from stockade.types import ExecRequest, Profile
+from stockade_skills import BadResource, Catalog, ExecutionError, SkillNotFound, SkillTool
+from stockade_skills.model import load_skill
+from stockade_skills.resources import materialize
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "skills"
+PROBE = (
+    "import os, sys\n"
+    "open(os.path.join(os.environ['STOCKADE_WORKSPACE'], 'ran'), 'w').write(' '.join(sys.argv))\n"
+    "print('RAN', *sys.argv[1:])\n"
+)
+
+
+def write_skill(parent: Path, name: str, front: str, files: dict[str, str] | None = None) -> Path:
+    folder = parent / name
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(f"---\n{textwrap.dedent(front).strip()}\n---\n\nUse it.\n")
+    for path, text in (files or {}).items():
+        target = folder / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return folder
+
+
+@pytest.fixture
+def ws(tmp_path, monkeypatch):
+    """The person's working directory, which is the default profile's workspace."""
+    folder = tmp_path / "ws"
+    folder.mkdir()
+    monkeypatch.chdir(folder)
+    return folder
+
+
+def make_tool(make_host, tmp_path, *, skills: Path = EXAMPLES, programs=None, safe=True, **kw):
+    log = EventLog()
+    config = Config(
+        skills=SkillsConfig(
+            project=(str(skills),), user=(str(tmp_path / "no-user"),), safe_mode=safe
+        ),
+        agents={"bot": Profile(name="bot", programs=programs, workspace=os.getcwd())},
+    )
+    host = make_host(config=config, plugins=[log])
+    return SkillTool(host, profile=kw.pop("profile", "bot"), **kw), log
+
+
+def leftovers(folder: Path) -> list[str]:
+    return [n for n in os.listdir(folder) if n.startswith(".stockade-skill-")]
+
+
+# --- loading and checking ---------------------------------------------------------------
+
+
+def test_the_examples_load_without_a_problem():
+    catalog = Catalog.find([(str(EXAMPLES), "project")])
+    assert sorted(catalog.skills) == ["csv-summary", "unit-convert"]
+    assert catalog.problems == ()
+    assert all(skill.safe_mode is False for skill in catalog.skills.values())
+
+
+@pytest.mark.parametrize(
+    ("front", "field", "rule"),
+    [
+        ("name: Bad--Name\ndescription: d", "name", "lowercase ASCII"),
+        ("name: -lead\ndescription: d", "name", "no leading"),
+        (f"name: {'a' * 65}\ndescription: d", "name", "1-64 characters"),
+        ("name: other\ndescription: d", "name", "equal its directory name"),
+        (f"name: s\ndescription: {'d' * 1025}", "description", "at most 1024"),
+        (f"name: s\ndescription: d\ncompatibility: {'c' * 501}", "compatibility", "at most 500"),
+        ("name: s\ndescription: d\nmetadata:\n  n: 1", "metadata", "text to text"),
+        ("name: s\ndescription: d\nmetadata: [1]", "metadata", "ignored"),
+        ("name: s\ndescription: d\nsafe_mode: 'false'", "safe_mode", "counts as true"),
+        ("name: s\ndescription: d\nallowed-tools: 3", "allowed-tools", "space-separated"),
+        ("name: s\ndescription: d\nversion: 2", "version", "not a field"),
+    ],
+)
+def test_a_breach_the_specification_tolerates_is_a_warning_and_the_skill_loads(
+    tmp_path, front, field, rule
+):
+    folder = write_skill(tmp_path, "s", front)
+    skill, problems = load_skill(str(folder), "user")
+    assert skill is not None
+    [problem] = [p for p in problems if p.field == field and rule in p.rule]
+    assert problem.severity == "warning"
+    assert str(folder / "SKILL.md") in str(problem)
+    if field == "safe_mode":
+        assert skill.safe_mode is True  # the string "false" never opens the gate
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "rule"),
+    [
+        ("no front matter at all\n", "", "must open with YAML front matter"),
+        ("---\nname: s\ndescription: [unclosed\n---\n", "", "not valid YAML"),
+        ("---\n- a list\n---\n", "", "mapping of fields"),
+        ("---\ndescription: d\n---\n", "name", "is required"),
+        ("---\nname: s\ndescription: '  '\n---\n", "description", "is required"),
+    ],
+)
+def test_an_error_keeps_the_skill_out_and_names_file_field_and_rule(tmp_path, text, field, rule):
+    folder = tmp_path / "s"
+    folder.mkdir()
+    (folder / "SKILL.md").write_text(text)
+    skill, [problem] = load_skill(str(folder), "project")
+    assert skill is None
+    assert (problem.severity, problem.field) == ("error", field) and rule in problem.rule
+    catalog = Catalog.find([(str(tmp_path), "project")])
+    with pytest.raises(SkillNotFound, match="no skill named 's'") as caught:
+        catalog.get("s")
+    assert caught.value.details["errors"]
+
+
+def test_the_fields_are_read(tmp_path):
+    front = """
+        name: s
+        description: does things
+        license: Apache-2.0
+        compatibility: needs python3
+        metadata: {author: me}
+        allowed-tools: Bash(git:*) Read
+        safe_mode: false
+    """
+    skill, problems = load_skill(str(write_skill(tmp_path, "s", front)), "project")
+    assert problems == []
+    assert skill is not None
+    assert (skill.license, skill.compatibility) == ("Apache-2.0", "needs python3")
+    assert skill.metadata == {"author": "me"}
+    assert skill.allowed_tools == ("Bash(git:*)", "Read")
+    assert skill.safe_mode is False and skill.body.strip() == "Use it."
+
+
+def test_a_project_skill_wins_over_a_user_skill_of_its_name(tmp_path):
+    project = write_skill(tmp_path / "project", "s", "name: s\ndescription: project one")
+    write_skill(tmp_path / "user", "s", "name: s\ndescription: user one")
+    catalog = Catalog.find(
+        [(str(tmp_path / "project"), "project"), (str(tmp_path / "user"), "user")]
+    )
+    assert catalog.get("s").description == "project one"
+    assert catalog.get("s").root == str(project)
+    [shadow] = catalog.problems
+    assert "shadowed" in shadow.rule and str(tmp_path / "user") in shadow.path
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def test_reading_returns_a_window_of_the_text(make_host, tmp_path, ws):
+    tool, _ = make_tool(make_host, tmp_path)
+    whole = (EXAMPLES / "unit-convert" / "references" / "units.md").read_text()
+    first = tool("unit-convert", "references/units.md", max_chars=100)
+    assert first.text == whole[:100] and first.total_chars == len(whole)
+    rest = tool("unit-convert", "references/units.md", offset=first.next_offset)
+    assert rest.text == whole[100:] and rest.next_offset is None
+    instructions = tool("unit-convert")
+    assert "scripts/convert.py VALUE FROM TO" in instructions.text
+    assert "- assets/units.json" in instructions.text  # the list of its files
+    with pytest.raises(UsageError):
+        tool("unit-convert", offset=-1)
+
+
+def test_a_resource_never_leads_outside_the_skill(make_host, tmp_path, ws):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("CANARY")
+    skills = tmp_path / "skills"
+    folder = write_skill(skills, "s", "name: s\ndescription: d", {"references/ok.md": "fine"})
+    (folder / "references" / "link.md").symlink_to(secret)
+    os.link(secret, folder / "references" / "hard.md")
+    tool, _ = make_tool(make_host, tmp_path, skills=skills)
+    assert tool("s", "references/ok.md").text == "fine"  # the control
+    for resource, why in (
+        ("references/link.md", "leads outside"),
+        ("references/hard.md", "hard link"),
+        ("references/../../../secret.txt", "relative path inside"),
+        ("/etc/passwd", "relative path inside"),
+        ("references/none.md", "has no resource"),
+        ("references", "not a plain file"),
+    ):
+        with pytest.raises(BadResource, match=why):
+            tool("s", resource)
+    with pytest.raises(SkillNotFound, match="found: s"):
+        tool("nope")
+
+
+def test_the_copy_for_a_run_leaves_out_what_may_be_another_files_content(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("CANARY")
+    folder = write_skill(tmp_path / "skills", "s", "name: s\ndescription: d", {"assets/a.txt": "a"})
+    (folder / "assets" / "out").symlink_to(secret)
+    (folder / "assets" / "in").symlink_to("a.txt")
+    os.link(secret, folder / "assets" / "hard")
+    skill, _ = load_skill(str(folder), "project")
+    assert skill is not None
+    into = tmp_path / "copy"
+    into.mkdir()
+    root, left_out = materialize(skill, str(into))
+    copied = Path(root) / "assets"
+    assert (copied / "a.txt").read_text() == "a" and (copied / "in").read_text() == "a"
+    assert not (copied / "out").exists() and not (copied / "hard").exists()
+    assert sorted(left_out) == [
+        "assets/hard: a hard link (its content may be any file's)",
+        "assets/out: a link that leads outside the skill",
+    ]
+
+
+# --- the double-safety gate ---------------------------------------------------------------
+
+SAFE_MODES = {"true": "\nsafe_mode: true", "false": "\nsafe_mode: false", "missing": ""}
+
+
+@pytest.mark.parametrize(
+    ("global_off", "skill_safe", "allowed"),
+    list(itertools.product((False, True), SAFE_MODES, (False, True))),
+)
+def test_every_gate_combination_and_only_the_open_one_runs(  # noqa: PLR0917 - parameters
+    make_host, tmp_path, ws, global_off, skill_safe, allowed
+):
+    skills = tmp_path / "skills"
+    write_skill(
+        skills, "g", f"name: g\ndescription: d{SAFE_MODES[skill_safe]}", {"scripts/p.py": PROBE}
+    )
+    programs = ("python3",) if allowed else ("ls",)
+    tool, log = make_tool(make_host, tmp_path, skills=skills, programs=programs, unsafe=global_off)
+    opened = global_off and skill_safe == "false" and allowed
+    gates = lambda: [  # noqa: E731
+        e.decision for e in log.events if e.kind == "permission" and e.decision.by == "skill-gate"
+    ]
+    if opened:
+        out = tool("g", "scripts/p.py", execute=True, args=["a b", "c"])
+        assert "RAN a b c" in out.text and out.text.startswith("[SKILL_SCRIPT_EXECUTED]")
+        assert (ws / "ran").read_text() == "scripts/p.py a b c"
+        assert [d.verdict for d in gates()] == ["allow"]
+        assert log.kinds() == ["action", "permission", "permission", "result"]
+    else:
+        with pytest.raises(ExecutionError) as caught:
+            tool("g", "scripts/p.py", execute=True, args=["x"])
+        message = caught.value.message
+        assert f"global safe_mode {'off' if global_off else 'on'}" in message
+        assert {
+            "true": "skill safe_mode true",
+            "false": "skill safe_mode false",
+            "missing": "not declared, so true",
+        }[skill_safe] in message
+        assert ("may run python3" if allowed else "may not run python3") in message
+        assert str(skills / "g" / "scripts" / "p.py") in message
+        assert caught.value.hint  # what to change
+        assert not (ws / "ran").exists()
+        assert [d.verdict for d in gates()] == ["deny"]
+        assert "result" not in log.kinds()
+    assert leftovers(ws) == []
+
+
+def test_the_global_safety_can_be_off_in_the_config(make_host, tmp_path, ws):
+    tool, _ = make_tool(make_host, tmp_path, safe=False)
+    out = tool("unit-convert", "scripts/convert.py", execute=True, args=["1", "mi", "m"])
+    assert "1 mi = 1609.34 m" in out.text
+    with pytest.raises(ExecutionError, match=r"global safe_mode on \(the default\)"):
+        make_tool(make_host, tmp_path)[0]("unit-convert", "scripts/convert.py", execute=True)
+
+
+def test_an_open_gate_still_leaves_the_decision_to_the_policy(make_host, tmp_path, ws):
+    skills = tmp_path / "skills"
+    write_skill(
+        skills, "g", "name: g\ndescription: d\nsafe_mode: false", {"scripts/p.sh": "echo RAN\n"}
+    )
+    tool, _ = make_tool(make_host, tmp_path, skills=skills, unsafe=True)
+    # sh runs a script argv cannot show: the built-in policy asks, and no person is here.
+    with pytest.raises(ExecutionError, match="needs a person's approval"):
+        tool("g", "scripts/p.sh", execute=True)
+    assert leftovers(ws) == [] and tool.host.store.waiting() == []  # the hold was declined
+    approved = SkillTool(tool.host, profile="bot", unsafe=True, preapproved=True)
+    assert "RAN" in approved("g", "scripts/p.sh", execute=True).text
+
+
+# --- running --------------------------------------------------------------------------------
+
+
+def test_a_python_script_runs_with_its_args_and_reads_its_references_and_assets(
+    make_host, tmp_path, ws
+):
+    tool, log = make_tool(make_host, tmp_path, unsafe=True)
+    out = tool("unit-convert", "scripts/convert.py", execute=True, args=["5", "km", "mi"])
+    assert "5 km = 3.10686 mi" in out.text  # the factor came from assets/units.json
+    assert out.result is not None and out.result.exit_code == 0
+    explained = tool("unit-convert", "scripts/convert.py", execute=True, args=["--explain", "mi"])
+    assert "international mile, exactly 1609.344 m" in explained.text  # references/units.md
+    (ws / "data.csv").write_text("city,pop\nA,10\nB,30\n")
+    report = tool("csv-summary", "scripts/summarize.py", execute=True, args=["data.csv"])
+    assert "data.csv: 2 rows" in report.text and "min 10, max 30, mean 20" in report.text
+    [action, *_] = [e for e in log.events if e.kind == "action"]
+    assert action.argv == ("python3", "scripts/convert.py", "5", "km", "mi")
+    assert action.cwd.startswith(str(ws / ".stockade-skill-"))
+    assert leftovers(ws) == []
+
+
+def test_a_non_zero_exit_and_a_timeout_are_execution_errors_that_leave_no_copy(
+    make_host, tmp_path, ws
+):
+    skills = tmp_path / "skills"
+    files = {
+        "scripts/fail.py": "import sys; print('bad input', file=sys.stderr); sys.exit(3)\n",
+        "scripts/slow.py": "import time; print('started', flush=True); time.sleep(60)\n",
+        "scripts/lock.py": "import os; os.chmod('assets', 0); os.chmod('.', 0o500)\n",
+        "assets/x": "x",
+    }
+    write_skill(skills, "r", "name: r\ndescription: d\nsafe_mode: false", files)
+    tool, _ = make_tool(make_host, tmp_path, skills=skills, unsafe=True)
+    with pytest.raises(ExecutionError, match="exited 3") as failed:
+        tool("r", "scripts/fail.py", execute=True)
+    assert failed.value.details["exit_code"] == 3
+    assert "bad input" in failed.value.details["result"]
+    assert leftovers(ws) == []
+    with pytest.raises(ExecutionError, match="timed out after 1 s") as slow:
+        tool("r", "scripts/slow.py", execute=True, timeout=1)
+    assert "started" in slow.value.details["result"]
+    assert leftovers(ws) == []
+    tool("r", "scripts/lock.py", execute=True)  # it locked its copy's folders: still removed
+    assert leftovers(ws) == []
+
+
+def test_what_may_not_run_and_what_cannot(make_host, tmp_path, ws):
+    skills = tmp_path / "skills"
+    files = {
+        "scripts/plain": "print('no interpreter named')\n",
+        "scripts/gone.py": "#!/usr/bin/env no-such-interpreter-xyz\n",
+        "tools/t.py": "print('non-standard entries run')\n",
+        "assets/a.py": "print('never')\n",
+        "top.py": "print('never')\n",
+    }
+    write_skill(skills, "w", "name: w\ndescription: d\nsafe_mode: false", files)
+    tool, _ = make_tool(make_host, tmp_path, skills=skills, unsafe=True)
+    with pytest.raises(BadResource, match="execute needs a resource"):
+        tool("w", execute=True)
+    for resource, kind in (("assets/a.py", "asset"), ("top.py", "root"), ("SKILL.md", "root")):
+        with pytest.raises(BadResource, match=f"is a {kind} file"):
+            tool("w", resource, execute=True)
+    with pytest.raises(ExecutionError, match="names no interpreter"):
+        tool("w", "scripts/plain", execute=True)
+    with pytest.raises(ExecutionError, match=r"no-such-interpreter-xyz .*is not installed"):
+        tool("w", "scripts/gone.py", execute=True)
+    assert "non-standard entries run" in tool("w", "tools/t.py", execute=True).text
+    assert leftovers(ws) == []
+
+
+def test_the_envelope_keeps_within_the_budget(make_host, tmp_path, ws):
+    skills = tmp_path / "skills"
+    script = "print('x' * 100_000); print('THE END')\n"
+    write_skill(
+        skills, "b", "name: b\ndescription: d\nsafe_mode: false", {"scripts/big.py": script}
+    )
+    tool, _ = make_tool(make_host, tmp_path, skills=skills, unsafe=True)
+    out = tool("b", "scripts/big.py", execute=True, max_chars=2000)
+    assert len(out.text) < 3000 and out.text.rstrip().endswith("[/SKILL_SCRIPT_EXECUTED]")
+    assert "THE END" in out.text and "characters cut" in out.text
+    assert out.result is not None and out.result.stdout.total_bytes == 100_009
+
+
+def test_the_cli_lists_shows_and_runs(tmp_path, ws, capsys, monkeypatch):
+    from stockade.cli import main
+
+    config = tmp_path / "stockade.toml"
+    config.write_text(f'[skills]\nproject = ["{EXAMPLES}"]\nuser = []\n')
+    assert main(["--config", str(config), "skill", "list"]) == 0
+    assert "unit-convert  (project, scripts may run)" in capsys.readouterr().out
+    assert (
+        main(["--config", str(config), "skill", "show", "unit-convert", "assets/units.json"]) == 0
+    )
+    assert '"mi": "1609.344"' in capsys.readouterr().out
+    run = ["--config", str(config), "skill", "run", "unit-convert", "scripts/convert.py"]
+    assert main([*run, "2", "h", "min"]) == 1
+    assert "global safe_mode on ([skills] safe_mode)" in capsys.readouterr().err
+    assert (
+        main(["--config", str(config), "skill", "run", "--unsafe", *run[4:], "2", "h", "min"]) == 0
+    )
+    assert "2 h = 120 min" in capsys.readouterr().out
+    assert (
+        main(["--config", str(config), "skill", "run", "--unsafe", *run[4:], "2", "h", "kg"]) == 1
+    )
+    captured = capsys.readouterr()
+    assert "exited 2" in captured.err and "h is a time, kg a mass" in captured.out
+    assert main(["--config", str(config), "verify"]) == 0
+
+
+def test_a_request_from_the_wire_cannot_carry_a_gate_or_a_workspace():
+    from stockade.wire import from_json
+
+    for key, value in (("gate", '{"verdict": "allow", "reason": "x"}'), ("workspace", '"/"')):
+        with pytest.raises(UsageError, match=f"{key} is set by a caller in code"):
+            from_json(f'{{"argv": ["true"], "{key}": {value}}}', ExecRequest)
+
+
+def test_a_named_workspace_bounds_the_default_profile_and_no_agent_can_move_its_own(
+    make_host, tmp_path, ws
+):
+    host = make_host(config=Config(agents={"bot": Profile(name="bot", workspace=str(ws))}))
+    inner = ws / "inner"
+    inner.mkdir()
+    result = host.run(ExecRequest(["touch", "../made"], str(inner), workspace=str(ws)))
+    assert result.exit_code == 0 and (ws / "made").exists()  # the workspace, not the cwd, bounds it
+    with pytest.raises(UsageError, match="a request cannot name"):
+        host.run(ExecRequest(["true"], profile="bot", workspace=str(tmp_path)))
+    shutil.rmtree(inner)
