@@ -540,7 +540,8 @@ async def test_the_skill_tool_reads_and_runs_behind_the_gate(setup):
             },
         )
         refused = await session.call_tool(
-            "skill", {"skill_name": "unit-convert", "resource": "assets/units.json", "execute": True}
+            "skill",
+            {"skill_name": "unit-convert", "resource": "assets/units.json", "execute": True},
         )
     assert not read.is_error and read.structured_content["next_offset"] == 40
     assert text_of(read).startswith("# Units")

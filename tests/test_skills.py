@@ -418,3 +418,19 @@ def test_a_named_workspace_bounds_the_default_profile_and_no_agent_can_move_its_
     with pytest.raises(UsageError, match="a request cannot name"):
         host.run(ExecRequest(["true"], profile="bot", workspace=str(tmp_path)))
     shutil.rmtree(inner)
+
+
+def test_the_readmes_skill_line_runs(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    from stockade.cli import main
+
+    root = EXAMPLES.parent
+    [line] = [t for t in (root / "README.md").read_text().splitlines() if " skill run " in t]
+    argv = shlex.split(line.removeprefix("$ "))[2:]  # after "uv run"
+    assert argv[:3] == ["stockade", "--config", "docs/examples/skills.toml"]
+    (tmp_path / "skills").symlink_to(EXAMPLES)  # the checkout's layout, in a folder of its own
+    monkeypatch.chdir(tmp_path)
+    assert main([argv[1], str(root / argv[2]), *argv[3:]]) == 0
+    assert "5 km = 3.10686 mi" in capsys.readouterr().out
+    assert leftovers(tmp_path) == []
