@@ -434,3 +434,29 @@ def test_the_readmes_skill_line_runs(tmp_path, monkeypatch, capsys):
     assert main([argv[1], str(root / argv[2]), *argv[3:]]) == 0
     assert "5 km = 3.10686 mi" in capsys.readouterr().out
     assert leftovers(tmp_path) == []
+
+
+def test_the_policy_still_decides_and_the_host_still_caps_past_an_open_gate(
+    make_host, tmp_path, ws
+):
+    log = EventLog()
+    config = Config(
+        skills=SkillsConfig(project=(str(EXAMPLES),), user=()),
+        agents={
+            "reader": Profile(name="reader", autonomy="read-only", workspace=str(ws)),
+            "bot": Profile(name="bot", workspace=str(ws)),
+        },
+    )
+    host = make_host(config=config, plugins=[log])
+    reader = SkillTool(host, profile="reader", unsafe=True)
+    with pytest.raises(ExecutionError, match="the policy refused skill script") as refused:
+        reader("unit-convert", "scripts/convert.py", execute=True, args=["1", "m", "cm"])
+    assert "read-only" in refused.value.details["policy"]
+    verdicts = [(e.decision.by, e.decision.verdict) for e in log.events if e.kind == "permission"]
+    assert verdicts == [("skill-gate", "allow"), ("builtin-policy", "deny")]
+    assert leftovers(ws) == []
+    bot = SkillTool(host, profile="bot", unsafe=True)
+    out = bot(
+        "unit-convert", "scripts/convert.py", execute=True, args=["1", "m", "cm"], timeout=1e6
+    )
+    assert out.result is not None and out.result.timeout_s == config.timeout.max

@@ -74,3 +74,51 @@ def test_a_skill_script_is_contained_by_the_sandbox_not_the_gate(box, make_host,
     assert "tampered" not in (source / "SKILL.md").read_text()
     assert not (box.ws / ".git" / "hooks" / "pre-commit").exists()
     assert [n for n in os.listdir(box.ws) if n.startswith(".stockade-skill-")] == []
+
+
+DAEMON = """\
+import os, sys, time
+started = os.path.join(os.environ["STOCKADE_WORKSPACE"], "daemon-started")
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        open(started, "w").close()
+        os.execvp("sleep", ["sleep", sys.argv[1]])
+    os._exit(0)
+for _ in range(500):
+    if os.path.exists(started):
+        break
+    time.sleep(0.01)
+time.sleep(0.1)
+print("detached")
+"""
+
+
+def test_a_skill_scripts_daemon_does_not_outlive_it(box, make_host, monkeypatch):
+    import secrets
+
+    source = box.root / "skills" / "daemon"
+    (source / "scripts").mkdir(parents=True)
+    (source / "SKILL.md").write_text("---\nname: daemon\ndescription: d\nsafe_mode: false\n---\n")
+    (source / "scripts" / "daemon.py").write_text(DAEMON)
+    monkeypatch.chdir(box.ws)
+    config = Config(
+        sandbox=box.sandbox, skills=SkillsConfig(project=(str(box.root / "skills"),), user=())
+    )
+    host = make_host(allow_all=True, config=config)
+    marker = f"{3000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6):06d}"
+    out = SkillTool(host, unsafe=True)("daemon", "scripts/daemon.py", execute=True, args=[marker])
+    assert "detached" in out.text and (box.ws / "daemon-started").exists()  # it did start
+
+    def alive() -> list[str]:
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        found.append(pid)
+            except OSError:
+                continue
+        return found
+
+    assert alive() == []
