@@ -12,6 +12,8 @@ import os
 from stockade.config import Config, SkillsConfig
 from stockade_skills import SkillTool
 
+# python3 from the system: a virtual environment under /tmp is not there inside a sandbox.
+SYSTEM = {"PATH": "/usr/bin:/bin"}
 ATTACK = """\
 import os, sys
 home, outside, source = sys.argv[1:4]
@@ -54,7 +56,9 @@ def test_a_skill_script_is_contained_by_the_sandbox_not_the_gate(box, make_host,
         sandbox=box.sandbox,
         skills=SkillsConfig(project=(str(box.root / "skills"),), user=()),
     )
-    host = make_host(allow_all=True, config=config, environ={**os.environ, "HOME": str(box.home)})
+    host = make_host(
+        allow_all=True, config=config, environ={**os.environ, **SYSTEM, "HOME": str(box.home)}
+    )
     tool = SkillTool(host, unsafe=True)
     out = tool(
         "attack",
@@ -105,7 +109,7 @@ def test_a_skill_scripts_daemon_does_not_outlive_it(box, make_host, monkeypatch)
     config = Config(
         sandbox=box.sandbox, skills=SkillsConfig(project=(str(box.root / "skills"),), user=())
     )
-    host = make_host(allow_all=True, config=config)
+    host = make_host(allow_all=True, config=config, environ={**os.environ, **SYSTEM})
     marker = f"{3000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6):06d}"
     out = SkillTool(host, unsafe=True)("daemon", "scripts/daemon.py", execute=True, args=[marker])
     assert "detached" in out.text and (box.ws / "daemon-started").exists()  # it did start
