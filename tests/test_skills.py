@@ -460,3 +460,33 @@ def test_the_policy_still_decides_and_the_host_still_caps_past_an_open_gate(
         "unit-convert", "scripts/convert.py", execute=True, args=["1", "m", "cm"], timeout=1e6
     )
     assert out.result is not None and out.result.timeout_s == config.timeout.max
+
+
+def test_without_stockade_skills_the_command_says_what_to_install():
+    import subprocess
+    import sys
+
+    blocked = (
+        "import sys; sys.modules['stockade_skills'] = None; from stockade.cli import entry; entry()"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", blocked, "skill", "list"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 125
+    assert "error[plugin]: Agent Skills are not installed" in run.stderr
+    assert "pip install stockade-skills" in run.stderr
+
+
+def test_the_cli_does_not_import_skills_until_asked():
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, stockade.cli; stockade.cli.build_parser(); "
+        "print(sorted(m for m in ('stockade_skills', 'yaml') if m in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import PluginError
-from .common import report_error
+from .common import optional, report_error
 
 if TYPE_CHECKING:
     import argparse
@@ -14,17 +14,10 @@ if TYPE_CHECKING:
 def skill_command(args: argparse.Namespace, _parser: object = None) -> int:
     """List, read or run skills."""
     try:
-        from stockade_skills.cli import main
-    except ImportError as error:
-        missing = getattr(error, "name", None) or "stockade_skills"
-        return report_error(
-            PluginError(
-                f"Agent Skills are not installed ({missing} cannot be imported)",
-                hint="install the stockade-skills distribution: `pip install stockade-skills`, "
-                "or `uv sync` in the Stockade workspace",
-                details={"missing": missing},
-            ),
-            as_json=args.json,
+        cli = optional(
+            "stockade_skills.cli", distribution="stockade-skills", what="Agent Skills are"
         )
-    status: int = main(args)
+    except PluginError as error:
+        return report_error(error, as_json=args.json)
+    status: int = cli.main(args)
     return status
