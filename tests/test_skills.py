@@ -490,3 +490,10 @@ def test_the_cli_does_not_import_skills_until_asked():
     )
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "[]"
+
+
+def test_a_gate_allows_or_denies_and_never_asks():
+    from stockade.types import Decision
+
+    with pytest.raises(ValueError, match="asking a person is the policy's"):
+        ExecRequest(["true"], gate=Decision("ask", "why", by="me"))
