@@ -54,6 +54,14 @@ def whole(key: str, value: object, problems: list[str]) -> int | None:
     return value
 
 
+def hours(key: str, value: object, problems: list[str]) -> float | None:
+    """A number of hours, 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+        problems.append(f"{key}: must be a number of hours >= 0, got {value!r}")
+        return None
+    return float(value)
+
+
 def flag(key: str, value: object, problems: list[str]) -> bool | None:
     """``true`` or ``false``, nothing else."""
     if not isinstance(value, bool):

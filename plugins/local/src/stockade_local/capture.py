@@ -15,12 +15,23 @@ from typing import BinaryIO
 
 from stockade.types import CollectedOutput
 
+PREFIX = "stockade-spill-"
+KEEP_HOURS = 24.0
+
 
 class SpillDir:
-    """A private directory for spill files, created on first use (0700, random name)."""
+    """A private directory for spill files, created on first use (0700, random name).
 
-    def __init__(self, parent: str | None = None) -> None:
+    Making it first sweeps the parent of this user's spill directories left untouched for
+    ``keep_hours`` (``0`` keeps them for ever): spill files outlive their command for the
+    caller to read, but not for ever.
+    """
+
+    def __init__(self, parent: str | None = None, *, keep_hours: float = KEEP_HOURS) -> None:
+        if not keep_hours >= 0:
+            raise ValueError(f"spill_keep_hours must be 0 or more, got {keep_hours!r}")
         self._parent = parent
+        self._keep = keep_hours * 3600
         self._path: str | None = None
         self._lock = threading.Lock()
 
@@ -30,9 +41,57 @@ class SpillDir:
 
         with self._lock:
             if self._path is None or not os.path.isdir(self._path):
-                self._path = tempfile.mkdtemp(prefix="stockade-spill-", dir=self._parent)
+                parent = self._parent if self._parent is not None else tempfile.gettempdir()
+                if self._keep:
+                    sweep(parent, self._keep)
+                self._path = tempfile.mkdtemp(prefix=PREFIX, dir=parent)
         fd, path = tempfile.mkstemp(prefix=f"{stream}-", suffix=".out", dir=self._path)
         return path, os.fdopen(fd, "wb")
+
+
+def sweep(parent: str, older_than: float) -> int:
+    """Remove this user's spill directories in ``parent`` untouched for ``older_than``
+    seconds; returns how many. Only real 0700 directories named ``stockade-spill-*`` and
+    owned by this user are touched: a link or another user's folder is left alone."""
+    import shutil
+    import stat
+    import time
+
+    now, removed = time.time(), 0
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(PREFIX):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+        if not mine or stat.S_IMODE(info.st_mode) != 0o700:
+            continue
+        newest = max([info.st_mtime, *_mtimes(entry.path)])
+        if now - newest > older_than:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += not os.path.lexists(entry.path)
+    return removed
+
+
+def _mtimes(folder: str) -> list[float]:
+    """When each file in ``folder`` was last written (a file still growing is in use)."""
+    out = []
+    try:
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    out.append(entry.stat(follow_symlinks=False).st_mtime)
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return out
 
 
 class StreamCapture:

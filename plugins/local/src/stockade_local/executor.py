@@ -25,28 +25,38 @@ from typing import Any
 
 import attrs
 
+from stockade import settings as check
 from stockade.errors import ProgramNotFound, SandboxUnavailable, SpawnFailed, Unsupported
 from stockade.executor import AbortToken, Executor
 from stockade.types import LaunchPlan, Probe, ProcessOutcome
 
 from . import limits, reaper
-from .capture import SpillDir, StreamCapture
+from .capture import KEEP_HOURS, SpillDir, StreamCapture
 from .warden import Warden
 
 _CHUNK = 1 << 16
 _DRAIN_AFTER_EXIT = 1.0  # seconds to read what is buffered in the pipes once all is killed
+SETTINGS: dict[str, check.Check] = {
+    "spill_dir": check.path,
+    "spill_keep_hours": check.hours,
+    "reap": check.flag,
+}
 _POLL_IN = select.POLLIN | select.POLLHUP | select.POLLERR
 
 
 class LocalExecutor(Executor):
-    """Runs plans as local processes. Settings: ``spill_dir``, ``reap`` (default true)."""
+    """Runs plans as local processes. Settings: ``spill_dir``, ``spill_keep_hours`` (default
+    24), ``reap`` (default true)."""
 
     PLUGIN_NAME = "local"
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
-        self._spill = SpillDir(self.options.get("spill_dir"))
-        self._reap = bool(self.options.get("reap", True))
+        settings = check.parse("local", self.options, SETTINGS)
+        self._spill = SpillDir(
+            settings.get("spill_dir"), keep_hours=settings.get("spill_keep_hours", KEEP_HOURS)
+        )
+        self._reap = bool(settings.get("reap", True))
         self._warden = Warden()
 
     @classmethod
