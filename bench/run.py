@@ -18,6 +18,8 @@
    one Python ``lstat`` walk, one ``os.scandir`` walk and ``find -printf`` of the same tree.
 9. MCP: ``run_command`` of ``true`` through ``stockade mcp`` (the SDK's client over stdio)
    against ``Host.run`` of the same request in this process.
+10. The run page: ``GET /runs/RUN`` of a 1,000-step run, server side, against ``verify``
+    alone and raw ``record.rows`` + ``json.dumps`` of the same events.
 
 Every section runs with a private ``XDG_STATE_HOME``: the record it writes is thrown away.
 
@@ -47,6 +49,7 @@ import confined  # bench/confined.py: this script's directory is first on sys.pa
 import egress  # bench/egress.py
 import mcp_server  # bench/mcp_server.py (not mcp.py: that would shadow the SDK)
 import record  # bench/record.py
+import ui_page  # bench/ui_page.py
 
 ROOT = Path(__file__).resolve().parent.parent
 USER_VENV = ROOT / "bench" / ".venv-user"
@@ -341,6 +344,7 @@ def report(
     egress_stats: dict[str, Any],
     changes_stats: dict[str, Any],
     mcp_stats: dict[str, Any],
+    ui_stats: dict[str, Any],
 ) -> None:
     """Print the table, then the BENCH JSON line."""
     head = f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}"
@@ -393,7 +397,9 @@ def report(
     egress.report_egress(egress_stats, _row, head)
     changes.report_changes(changes_stats, _row, head)
     mcp_server.report_mcp(mcp_stats, _row, head)
+    ui_page.report_ui_page(ui_stats, _row, head)
     payload = {
+        "ui_page": ui_stats,
         "changes": changes_stats,
         "mcp": mcp_stats,
         "egress": egress_stats,
@@ -542,6 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     egress_stats = egress.bench_egress(interleaved, runs=3 if args.quick else 5)
     changes_stats = changes.bench_changes(interleaved, runs=20 if args.quick else 40)
     mcp_stats = mcp_server.bench_mcp(runs * 5, warmup * 4, interleaved)
+    ui_stats = ui_page.bench_ui_page(interleaved, runs=10 if args.quick else 30, warmup=warmup)
     state.cleanup()
     meta = {
         "commit": commit,
@@ -565,6 +572,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         egress_stats=egress_stats,
         changes_stats=changes_stats,
         mcp_stats=mcp_stats,
+        ui_stats=ui_stats,
     )
     return 0
 

@@ -1,0 +1,219 @@
+"""One run as a timeline: each step's events paired by ``action_id``, and its outcome.
+
+A step is one command: its ``action`` event (what was asked), the ``permission`` events
+(the policy's decision, then a person's answer when it was held), a ``grant``, the
+``connection`` events of its egress proxy, and how it ended (a ``result``, or an ``error``
+when it could not run). A held step's state comes from the store's held steps: it may be
+waiting, let go ahead but not run yet, running in another process, or declined, none of
+which is an event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+from attrs import field, frozen
+
+from stockade.record import Row
+from stockade.store import HeldStep, Store
+
+from .reading import Preview, preview
+
+
+@frozen
+class Line:
+    """One event of a step, in words.
+
+    Attributes:
+        seq: its place in the record.
+        kind: its kind (``permission``, ``grant``, ``connection``, ``error``).
+        text: what it says.
+        by: who decided, for a permission or a grant.
+        tone: ``ok``, ``ask``, ``bad`` or empty: how the page colours it.
+    """
+
+    seq: int
+    kind: str
+    text: str
+    by: str = ""
+    tone: str = ""
+
+
+@frozen
+class Step:
+    """One command of a run, as the run page draws it.
+
+    Attributes:
+        step: its number in the run.
+        seq: its first event's place in the record.
+        time: when it was asked.
+        argv: the argv as requested.
+        cwd: where it ran.
+        mode: its sandbox mode.
+        profile: its agent profile.
+        origin: who typed it.
+        kind: what it was judged to affect (empty before the decision).
+        state: ``ok``, ``failed``, ``error``, ``denied``, ``held``, ``approved``,
+            ``running``, ``declined``, ``asked`` or ``unfinished``.
+        outcome: how it ended, in words.
+        lines: its events after the action, in order.
+        outputs: previews of its non-empty streams.
+        changes: what it changed in its workspace (the recorded ``Changes``), if watched.
+        held: the held step, when it waited for a person.
+        last_seq: its last event's place in the record.
+    """
+
+    step: int
+    seq: int = field(kw_only=True)
+    time: float = field(kw_only=True)
+    argv: tuple[str, ...] = field(kw_only=True)
+    cwd: str = field(kw_only=True)
+    mode: str = field(kw_only=True)
+    profile: str = field(kw_only=True)
+    origin: str = field(kw_only=True)
+    kind: str = field(kw_only=True)
+    state: str = field(kw_only=True)
+    outcome: str = field(kw_only=True)
+    lines: tuple[Line, ...] = field(kw_only=True)
+    outputs: tuple[Preview, ...] = field(kw_only=True)
+    changes: dict[str, Any] | None = field(kw_only=True)
+    held: HeldStep | None = field(kw_only=True)
+    last_seq: int = field(kw_only=True)
+
+
+def build(store: Store, rows: Iterable[Row], held: dict[int, HeldStep]) -> list[Step]:
+    """The steps of these events (and of the held steps among ``held``), in step order."""
+    grouped: dict[int, list[Row]] = {}
+    for row in rows:
+        grouped.setdefault(row.step, []).append(row)
+    return [
+        _step(store, number, events, held.get(number)) for number, events in sorted(grouped.items())
+    ]
+
+
+def _step(store: Store, number: int, events: list[Row], held: HeldStep | None) -> Step:
+    action: dict[str, Any] = {}
+    kind, verdict = "", ""
+    lines: list[Line] = []
+    result: dict[str, Any] | None = None
+    error = ""
+    for row in events:
+        body = row.body
+        if row.kind == "action":
+            action = body
+        elif row.kind == "permission":
+            kind, decision = body["classification"]["kind"], body["decision"]
+            verdict = decision["verdict"]
+            tone = {"allow": "ok", "ask": "ask", "deny": "bad"}[verdict]
+            words = {"allow": "allowed", "ask": "held for a person", "deny": "denied"}[verdict]
+            lines.append(
+                Line(
+                    row.seq,
+                    "permission",
+                    f"{kind}: {words}: {decision['reason']}",
+                    decision["by"],
+                    tone,
+                )
+            )
+        elif row.kind == "grant":
+            folders = ", ".join(body["writable"])
+            lines.append(
+                Line(
+                    row.seq,
+                    "grant",
+                    f"writable for this command only: {folders}",
+                    body["by"],
+                    "ask",
+                )
+            )
+        elif row.kind == "connection":
+            lines.append(_connection(row.seq, body))
+        elif row.kind == "result":
+            result = body["result"]
+        elif row.kind == "error":
+            error = f"{body['code']}: {body['message']}"
+            lines.append(Line(row.seq, "error", error, tone="bad"))
+    state, outcome = _state(result, error, verdict, held)
+    outputs: list[Preview] = []
+    if result is not None:
+        for stream in ("stdout", "stderr"):
+            shown = preview(store, stream, result[stream])
+            if shown is not None:
+                outputs.append(shown)
+    first = events[0]
+    return Step(
+        number,
+        seq=first.seq,
+        time=first.time,
+        argv=tuple(action.get("argv", held.spec.argv if held else ())),
+        cwd=action.get("cwd", ""),
+        mode=action.get("mode", ""),
+        profile=action.get("profile", ""),
+        origin=action.get("origin", ""),
+        kind=kind,
+        state=state,
+        outcome=outcome,
+        lines=tuple(lines),
+        outputs=tuple(outputs),
+        changes=result.get("changes") if result is not None else None,
+        held=held,
+        last_seq=events[-1].seq,
+    )
+
+
+def _state(
+    result: dict[str, Any] | None, error: str, verdict: str, held: HeldStep | None
+) -> tuple[str, str]:
+    """The step's state and its outcome in words."""
+    if result is not None:
+        ended = f"exit {result['exit_code']}" if result["signal"] is None else result["signal"]
+        words = [f"{ended} in {result['duration_ms']:.1f} ms"]
+        if result["timed_out"]:
+            words.append(f"timed out after {result['timeout_s']:g} s")
+        if result["aborted"]:
+            words.append("aborted")
+        if result.get("limit_hit"):
+            words.append(f"limit hit: {result['limit_hit']}")
+        sandbox = result["sandbox"]
+        where = f"sandbox {sandbox['provider']} ({sandbox['mode']}"
+        where += f", {sandbox['enforcement']})" if sandbox.get("enforcement") else ")"
+        words.append(where)
+        ok = result["exit_code"] == 0 and not (result["timed_out"] or result["aborted"])
+        return ("ok" if ok else "failed"), ", ".join(words)
+    if error:
+        return "error", error
+    if held is not None:
+        by = f" by {held.answered_by}" if held.answered_by else ""
+        return held.state, {
+            "held": "waits for a person",
+            "approved": f"let go ahead{by}; not started yet",
+            "running": f"let go ahead{by}; running",
+            "declined": f"declined{by}: it never ran",
+            "done": f"let go ahead{by}",
+            "failed": f"let go ahead{by}; it could not run",
+        }[held.state]
+    if verdict == "deny":
+        return "denied", "denied: it never ran"
+    if verdict == "ask":
+        return "asked", "it asked for a person and was not held"
+    return "unfinished", "no result recorded (still running, or its process ended first)"
+
+
+def _connection(seq: int, body: dict[str, Any]) -> Line:
+    allowed = "allowed" if body["allowed"] else "refused"
+    text = f"{body['method']} {body['host']}:{body['port']} {allowed} ({body['reason']})"
+    if body["allowed"]:
+        text += f", {body['bytes_up']} B up, {body['bytes_down']} B down"
+    return Line(seq, "connection", text, tone="ok" if body["allowed"] else "bad")
+
+
+def shown_digest(held: HeldStep) -> str:
+    """A digest of exactly what the page shows a held step would run: the form carries
+    it, and the step is answered only when the store still holds that very spec."""
+    from stockade.wire import to_json
+
+    stdin = hashlib.sha256(held.spec.stdin).hexdigest()
+    text = "\n".join((held.run_id, str(held.step), to_json(held.spec), stdin))
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,161 @@
+"""``stockade ui`` in a real headless Chromium: what a person sees, clicks and gets.
+
+The browser is the system's (Debian's ``chromium`` at /usr/bin/chromium, installed by
+``.ci/run``), driven by Playwright; nothing is downloaded. A missing browser fails these
+tests: they are the acceptance of the page, not an optional extra.
+
+The run page's screenshot, taken with a held command on it, is written to
+``docs/img/run-page.png``, which ``docs/ui.md`` shows.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_ui import Ui  # the same server helper as the HTTP tests
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOT = Path(__file__).parents[1] / "docs" / "img" / "run-page.png"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert os.access(CHROMIUM, os.X_OK), f"{CHROMIUM} is missing: apt-get install chromium"
+    # Chromium's own sandbox cannot start as root; the page under test is what matters here.
+    args = ["--no-sandbox"] if os.geteuid() == 0 else []
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def ui(tmp_path: Path) -> Iterator[Ui]:
+    server = Ui(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def page(browser: Browser, ui: Ui) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    opened = context.new_page()
+    dialogs: list[str] = []
+    opened.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    errors: list[str] = []
+    opened.on(
+        "console", lambda message: errors.append(message.text) if message.type == "error" else None
+    )
+    opened.goto(ui.url)  # the token sets the cookie, then the URL drops it
+    assert opened.url == f"http://127.0.0.1:{ui.port}/"
+    yield opened
+    context.close()
+    assert dialogs == [], "a script ran that the page did not serve"
+    assert errors == [], errors  # a CSP violation is a console error too
+
+
+def test_a_held_command_is_shown_and_letting_it_go_ahead_runs_exactly_that(ui, page):
+    ui.run(["echo", "checking the workspace"])
+    ui.run(["ls", "-la"])
+    run, step = ui.hold(["sh", "-c", 'echo "built at $0" > build.txt; cat build.txt', "step-3"])
+    page.goto(f"http://127.0.0.1:{ui.port}/pending")
+    card = page.locator(f"#held-{run}-{step}")
+    expect(card).to_contain_text("""sh -c 'echo "built at $0" > build.txt; cat build.txt' step-3""")
+    expect(card.locator("ol.argv li")).to_have_text(
+        ["sh", "-c", 'echo "built at $0" > build.txt; cat build.txt', "step-3"]
+    )
+    expect(card).to_contain_text("Why it waits:")
+    expect(card).to_contain_text("destroys")
+    expect(page.locator("#waiting-count")).to_have_text("1")
+    page.click(f"#held-{run}-{step} a")  # to the run page, where the timeline is
+    expect(page.locator(f"#step-{step} button.go")).to_be_visible()
+    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    page.click(f"#step-{step} button.go")
+    expect(page.locator("#notice")).to_contain_text(f"step {step} let go ahead by")
+    the_step = page.locator(f"#step-{step}")
+    expect(the_step).to_have_class(re.compile(r"\bstate-ok\b"), timeout=20_000)
+    expect(the_step.locator("pre")).to_have_text("built at step-3\n")
+    expect(the_step.locator(".changes")).to_contain_text("build.txt")
+    expect(the_step).to_contain_text("(stockade ui)")
+    expect(page.locator("#waiting-count")).to_have_text("0")
+    # What ran is what was shown: the recorded result's argv, and its effect.
+    (result,) = ui.results(run, step)
+    assert result["argv"] == ["sh", "-c", 'echo "built at $0" > build.txt; cat build.txt', "step-3"]
+    assert (ui.ws / "build.txt").read_text() == "built at step-3\n"
+    # The link to the whole stream gives it as text.
+    page.click(f"#step-{step} .stdout a")
+    assert page.locator("body").inner_text() == "built at step-3\n"
+
+
+def test_a_double_click_runs_the_step_once(ui, page):
+    run, step = ui.hold(["sh", "-c", "echo once >> count.txt"])
+    page.goto(f"http://127.0.0.1:{ui.port}/runs/{run}")
+    page.dblclick(f"#step-{step} button.go")
+    expect(page.locator(f"#step-{step}")).to_have_class(re.compile(r"\bstate-ok\b"), timeout=20_000)
+    assert (ui.ws / "count.txt").read_text() == "once\n"
+    assert len(ui.results(run, step)) == 1
+
+
+def test_decline_records_the_decline(ui, page):
+    run, step = ui.hold(["touch", "unwanted.txt"])
+    page.goto(f"http://127.0.0.1:{ui.port}/pending")
+    page.click(f"#held-{run}-{step} button.no")
+    expect(page.locator("#notice")).to_contain_text(f"step {step} declined by")
+    expect(page.locator(f"#step-{step}")).to_have_class(re.compile(r"\bstate-declined\b"))
+    expect(page.locator(f"#step-{step} .outcome")).to_contain_text("(stockade ui): it never ran")
+    expect(page.locator(f"#step-{step} button")).to_have_count(0)
+    assert ui.state(run, step) == "declined"
+    assert not (ui.ws / "unwanted.txt").exists()
+    page.goto(f"http://127.0.0.1:{ui.port}/pending")
+    expect(page.locator("#pending")).to_contain_text("Nothing waits for a person.")
+
+
+def test_hostile_output_is_shown_as_text_and_runs_nothing(ui, page):
+    hostile = (
+        "<script>alert('script')</script><img src=x onerror=\"alert('img')\">"
+        "<b id=injected>bold</b><style>body{display:none}</style>"
+    )
+    ui.run(["echo", hostile])
+    run = ui.agent.run_id
+    page.goto(f"http://127.0.0.1:{ui.port}/runs/{run}")
+    expect(page.locator("#step-1 pre")).to_have_text(hostile + "\n")
+    expect(page.locator("#step-1 code.line")).to_contain_text("<script>alert")
+    assert page.locator("#injected").count() == 0
+    assert page.locator("img").count() == 0
+    assert page.locator("main script, main style").count() == 0
+    assert page.locator("script").count() == 1  # /static/live.js
+    assert page.locator("body").is_visible()
+
+
+def test_a_new_step_appears_without_a_reload(ui, page):
+    ui.run(["echo", "first"])
+    run = ui.agent.run_id
+    page.goto(f"http://127.0.0.1:{ui.port}/runs/{run}")
+    expect(page.locator("#live-status")).to_have_text("live")
+    page.evaluate("window.stillTheSamePage = true")
+    expect(page.locator("#step-2")).to_have_count(0)
+    ui.run(["echo", "second, while the page is open"])  # another host records it
+    expect(page.locator("#step-2 pre")).to_have_text("second, while the page is open\n")
+    held_run, step = ui.hold(["touch", "later.txt"])
+    assert held_run == run
+    expect(page.locator(f"#step-{step} button.go")).to_be_visible()
+    expect(page.locator("#waiting-count")).to_have_text("1")
+    expect(page.locator("#summary")).to_contain_text("3 steps: 2 ok")
+    # Answered elsewhere (the CLI's way), the page follows too.
+    ui.agent.answer(run, step, approve=False, by="someone at a terminal")
+    expect(page.locator(f"#step-{step} .outcome")).to_contain_text(
+        "declined by someone at a terminal"
+    )
+    assert page.evaluate("window.stillTheSamePage") is True
+    assert page.locator("#timeline > li").count() == 3
