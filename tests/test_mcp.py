@@ -72,7 +72,8 @@ def server_params(setup: dict[str, Path], agent: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=CLI[0],
         args=[*CLI[1:], "--config", str(setup["config"]), "mcp", "--agent", agent],
-        env={"XDG_STATE_HOME": os.environ["XDG_STATE_HOME"]},
+        # The system's python3 for skill scripts: a venv under /tmp is not in the sandbox.
+        env={"XDG_STATE_HOME": os.environ["XDG_STATE_HOME"], "PATH": "/usr/bin:/bin"},
         cwd=str(setup["tmp"]),
     )
 

@@ -24,6 +24,8 @@ from stockade_skills.model import load_skill
 from stockade_skills.resources import materialize
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "skills"
+# python3 from the system: a virtual environment under /tmp (a CI clone) is not in the sandbox.
+SYSTEM_ENV = {**os.environ, "PATH": "/usr/bin:/bin"}
 PROBE = (
     "import os, sys\n"
     "open(os.path.join(os.environ['STOCKADE_WORKSPACE'], 'ran'), 'w').write(' '.join(sys.argv))\n"
@@ -59,7 +61,7 @@ def make_tool(make_host, tmp_path, *, skills: Path = EXAMPLES, programs=None, sa
         ),
         agents={"bot": Profile(name="bot", programs=programs, workspace=os.getcwd())},
     )
-    host = make_host(config=config, plugins=[log])
+    host = make_host(config=config, plugins=[log], environ=SYSTEM_ENV)
     return SkillTool(host, profile=kw.pop("profile", "bot"), **kw), log
 
 
@@ -374,6 +376,7 @@ def test_the_envelope_keeps_within_the_budget(make_host, tmp_path, ws):
 
 
 def test_the_cli_lists_shows_and_runs(tmp_path, ws, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", SYSTEM_ENV["PATH"])
     from stockade.cli import main
 
     config = tmp_path / "stockade.toml"
@@ -429,6 +432,7 @@ def test_the_readmes_skill_line_runs(tmp_path, monkeypatch, capsys):
     [line] = [t for t in (root / "README.md").read_text().splitlines() if " skill run " in t]
     argv = shlex.split(line.removeprefix("$ "))[2:]  # after "uv run"
     assert argv[:3] == ["stockade", "--config", "docs/examples/skills.toml"]
+    monkeypatch.setenv("PATH", SYSTEM_ENV["PATH"])
     (tmp_path / "skills").symlink_to(EXAMPLES)  # the checkout's layout, in a folder of its own
     monkeypatch.chdir(tmp_path)
     assert main([argv[1], str(root / argv[2]), *argv[3:]]) == 0
@@ -447,7 +451,7 @@ def test_the_policy_still_decides_and_the_host_still_caps_past_an_open_gate(
             "bot": Profile(name="bot", workspace=str(ws)),
         },
     )
-    host = make_host(config=config, plugins=[log])
+    host = make_host(config=config, plugins=[log], environ=SYSTEM_ENV)
     reader = SkillTool(host, profile="reader", unsafe=True)
     with pytest.raises(ExecutionError, match="the policy refused skill script") as refused:
         reader("unit-convert", "scripts/convert.py", execute=True, args=["1", "m", "cm"])
