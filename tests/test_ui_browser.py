@@ -1,11 +1,13 @@
 """``stockade ui`` in a real headless Chromium: what a person sees, clicks and gets.
 
 The browser is the system's (Debian's ``chromium`` at /usr/bin/chromium, installed by
-``.ci/run``), driven by Playwright; nothing is downloaded. A missing browser fails these
-tests: they are the acceptance of the page, not an optional extra.
+``.ci/run``), driven by Playwright; nothing is downloaded. Where it is missing these tests
+are skipped with the reason in the summary; in CI a missing browser fails the run (they are
+the acceptance of the page, not an optional extra).
 
-The run page's screenshot, taken with a held command on it, is written to
-``docs/img/run-page.png``, which ``docs/ui.md`` shows.
+The run page's screenshot, taken with a held command on it, goes to the test's own temporary
+folder; ``STOCKADE_REFRESH_SCREENSHOT=1`` writes it to ``docs/img/run-page.png`` instead,
+which ``docs/ui.md`` shows (a deliberate refresh, never a side effect of a test run).
 """
 
 from __future__ import annotations
@@ -20,15 +22,24 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 sys.path.insert(0, str(Path(__file__).parent))
+from helpers.ci import require
 from test_ui import Ui  # the same server helper as the HTTP tests
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOT = Path(__file__).parents[1] / "docs" / "img" / "run-page.png"
+DOCS_SCREENSHOT = Path(__file__).parents[1] / "docs" / "img" / "run-page.png"
+
+
+@pytest.fixture
+def screenshot(tmp_path: Path) -> Path:
+    """Where the run page's picture goes: the docs only when asked to refresh them."""
+    if os.environ.get("STOCKADE_REFRESH_SCREENSHOT") == "1":
+        return DOCS_SCREENSHOT
+    return tmp_path / "run-page.png"
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    assert os.access(CHROMIUM, os.X_OK), f"{CHROMIUM} is missing: apt-get install chromium"
+    require(os.access(CHROMIUM, os.X_OK), f"{CHROMIUM} is missing: apt-get install chromium")
     # Chromium's own sandbox cannot start as root; the page under test is what matters here.
     args = ["--no-sandbox"] if os.geteuid() == 0 else []
     with sync_playwright() as playwright:
@@ -64,7 +75,7 @@ def page(browser: Browser, ui: Ui) -> Iterator[Page]:
     assert errors == [], errors  # a CSP violation is a console error too
 
 
-def test_a_held_command_is_shown_and_letting_it_go_ahead_runs_exactly_that(ui, page):
+def test_a_held_command_is_shown_and_letting_it_go_ahead_runs_exactly_that(ui, page, screenshot):
     ui.run(["echo", "checking the workspace"])
     ui.run(["ls", "-la"])
     run, step = ui.hold(["sh", "-c", 'echo "built at $0" > build.txt; cat build.txt', "step-3"])
@@ -79,8 +90,8 @@ def test_a_held_command_is_shown_and_letting_it_go_ahead_runs_exactly_that(ui, p
     expect(page.locator("#waiting-count")).to_have_text("1")
     page.click(f"#held-{run}-{step} a")  # to the run page, where the timeline is
     expect(page.locator(f"#step-{step} button.go")).to_be_visible()
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    screenshot.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(screenshot), full_page=True)
     page.click(f"#step-{step} button.go")
     expect(page.locator("#notice")).to_contain_text(f"step {step} let go ahead by")
     the_step = page.locator(f"#step-{step}")

