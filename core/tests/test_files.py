@@ -312,15 +312,18 @@ def test_race_swapping_a_directory_for_a_symlink_cannot_escape(tree, make_parent
 
     thread = threading.Thread(target=swapper)
     thread.start()
-    written = refused = 0
+    written = refused = i = 0
     try:
-        for i in range(1500):
+        # At least 1500 writes, and on until the race has both swapped and let writes
+        # through (a loaded machine may schedule the swapper unkindly): bounded, not timed.
+        while i < 1500 or ((written == 0 or swaps <= 100) and i < 100_000):
             path = f"d/sub/f{i % 7}.txt" if i % 2 else f"d/f{i % 5}.txt"
             try:
                 ws.file_write(path, f"write {i}", make_parents=make_parents)
                 written += 1
             except UsageError:
                 refused += 1
+            i += 1
     finally:
         stop.set()
         thread.join()
