@@ -1,7 +1,9 @@
 """Calling Stockade from an agent loop (tested by tests/test_docs.py).
 
-The examples pass ``mode="danger-full-access"`` so that they run on a machine without a
-sandbox; drop ``mode=`` and every command gets the configured, confined mode.
+The examples name no ``mode``, so every command gets the configured, confined mode
+(``workspace-write`` by default, or less for a command that only reads). Where no sandbox
+can confine it, the command is refused with ``SandboxUnavailable``; it never runs unconfined
+unless someone writes ``mode="danger-full-access"`` on purpose.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from stockade.types import ExecRequest, RunResult
 # --8<-- [start:run]
 def run_tool_call(host: Host, argv: Sequence[str], cwd: str) -> dict[str, object]:
     """Run one command for the model; hand back a structured value, never a traceback."""
-    request = ExecRequest(argv, cwd, mode="danger-full-access", timeout=10)
+    request = ExecRequest(argv, cwd, timeout=10)
     try:
         result = host.run(request)
     except StockadeError as error:  # denied, held, not found, ...: it did not run
@@ -39,7 +41,7 @@ def run_tool_call(host: Host, argv: Sequence[str], cwd: str) -> dict[str, object
 # --8<-- [start:run_async]
 async def run_all(host: Host, commands: Sequence[Sequence[str]], cwd: str) -> list[RunResult]:
     """Run several commands at once; cancelling this task kills every one still running."""
-    requests = [ExecRequest(argv, cwd, mode="danger-full-access") for argv in commands]
+    requests = [ExecRequest(argv, cwd) for argv in commands]
     return list(await asyncio.gather(*(host.run_async(r) for r in requests)))
 
 
