@@ -65,7 +65,16 @@ def test_each_rule_decides_with_a_reason_naming_it():
     late = decide(["ls"], ci, "reads", step=1, run_elapsed=61.0)
     assert "agents.ci.budget.duration allows 60s" in late.reason
     push = decide(["git", "push"], ci, "network", step=1)
+    assert (push.verdict, push.reason) == (
+        "ask",
+        "network is in agents.ci.ask; agents.ci names no hosts, so if approved it runs with "
+        "no network (add hosts = [...] to [agents.ci] in the config to let it reach them)",
+    )
+    reaching = attrs.evolve(ci, hosts=("github.com",))
+    push = decide(["git", "push"], reaching, "network", step=1)
     assert (push.verdict, push.reason) == ("ask", "network is in agents.ci.ask")
+    allowed = decide(["git", "push"], attrs.evolve(ci, ask=()), "network", step=1)
+    assert allowed.verdict == "allow" and "agents.ci names no hosts" in allowed.reason
     reset = decide(["git", "reset", "--hard"], ci, "destroys", step=1)
     assert (reset.verdict, reset.reason) == ("ask", "destroys always waits for a person")
 

@@ -34,7 +34,10 @@ def stockade_decide(spec: ExecSpec, classification: Classification, profile: Pro
         decision = rule(spec, classification, profile)
         if decision is not None:
             return decision
-    return Decision("allow", f"{classification.kind} is not in {_where(profile)}.ask", by=NAME)
+    kind = classification.kind
+    return Decision(
+        "allow", f"{kind} is not in {_where(profile)}.ask{_no_hosts(kind, profile)}", by=NAME
+    )
 
 
 def autonomy(spec: ExecSpec, classification: Classification, profile: Profile) -> Decision | None:
@@ -86,8 +89,21 @@ def ask(spec: ExecSpec, classification: Classification, profile: Profile) -> Dec
     if kind == "destroys":
         return Decision("ask", "destroys always waits for a person", by=NAME)
     if kind in profile.ask:
-        return Decision("ask", f"{kind} is in {_where(profile)}.ask", by=NAME)
+        return Decision(
+            "ask", f"{kind} is in {_where(profile)}.ask{_no_hosts(kind, profile)}", by=NAME
+        )
     return None
+
+
+def _no_hosts(kind: str, profile: Profile) -> str:
+    """What a person must know before approving a ``network`` command of a profile that
+    names no hosts: it would run, and reach nothing."""
+    if kind != "network" or profile.hosts:
+        return ""
+    return (
+        f"; {_where(profile)} names no hosts, so if approved it runs with no network "
+        f"(add hosts = [...] to [{_where(profile)}] in the config to let it reach them)"
+    )
 
 
 RULES: tuple[Rule, ...] = (autonomy, programs, budget, ask)
