@@ -6,6 +6,7 @@ the same server answers the allowed request.
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -103,6 +104,11 @@ def test_an_allowed_host_is_reached_through_the_proxy_only(box, make_host, event
     assert "stockade" in denied.stdout.text
     assert "is not in the profile's hosts" in denied.stdout.text
     assert BODY.decode() not in denied.stdout.text
+    # The result says so too, for the terminal (`stockade run` prints it on stderr).
+    assert ok.refused == ()
+    [refusal] = denied.refused
+    assert (refusal.host, refusal.port, refusal.method) == ("denied.test", upstream, "GET")
+    assert "is not in the profile's hosts" in refusal.reason
     # Localhost, not named: refused as well.
     local = host.run(curl(box, f"http://localhost:{upstream}/"))
     assert "not in the profile's hosts" in local.stdout.text
@@ -232,3 +238,48 @@ def test_landlock_without_tcp_rules_refuses_network_commands(box, make_host, ups
         host.run(curl(box, f"http://allowed.test:{upstream}/"))
     # The control: the same kernel still runs what needs no network.
     assert host.run(box.request(["true"], profile="net")).ok
+
+
+def test_the_terminal_is_told_why_the_proxy_refused(box, upstream, tmp_path):
+    """`stockade run` prints the proxy's refusal on stderr after the command's own output."""
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'sandbox = "{box.sandbox}"\n'
+        "[network.resolve]\n"
+        '"allowed.test" = "127.0.0.1"\n"denied.test" = "127.0.0.1"\n'
+        "[agents.net]\n"
+        f'hosts = ["allowed.test:{upstream}"]\nask = []\nworkspace = "{box.ws}"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if k != "STOCKADE_DISABLE_PLUGINS"}
+    env["HOME"] = str(box.home)
+
+    def stockade(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", "from stockade.cli import entry; entry()", *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=box.ws,
+            timeout=60,
+            check=False,
+        )
+
+    def run(url: str) -> subprocess.CompletedProcess[str]:
+        return stockade("--config", str(config), "run", "--profile", "net", "--", CURL, "-sS", url)
+
+    denied = run(f"http://denied.test:{upstream}/")
+    line = f"stockade: the egress proxy refused GET denied.test:{upstream}: "
+    assert line in denied.stderr, denied.stderr
+    assert "is not in the profile's hosts" in denied.stderr.split(line, 1)[1]
+
+    def denied_reason(stderr: str) -> str:
+        return stderr.split(line, 1)[1].splitlines()[0]
+
+    allowed = run(f"http://allowed.test:{upstream}/")  # the control: nothing to tell
+    assert allowed.stdout == BODY.decode() and "egress proxy refused" not in allowed.stderr
+    # Plain replay shows each connection and its rule, not an empty line.
+    runs = json.loads(stockade("--config", str(config), "log", "--json").stdout)
+    [run_id] = [r["run_id"] for r in runs if f"http://denied.test:{upstream}/" in r["argv"]]
+    lines = stockade("--config", str(config), "replay", run_id).stdout.splitlines()
+    [shown] = [line for line in lines if " connection " in line]
+    assert shown.endswith(f"GET denied.test:{upstream} refused: " + denied_reason(denied.stderr))

@@ -59,6 +59,7 @@ from .types import (
     PendingApproval,
     Probe,
     ProcessOutcome,
+    Refusal,
     RunResult,
     new_run_id,
 )
@@ -81,6 +82,7 @@ class Admitted:
         provider: the sandbox provider that made the plan; it reads the outcome's facts and
             releases what the plan holds.
         egress: the egress proxy started for a ``network`` command, closed on release.
+        refused: the connections its proxy refused, filled in while it runs.
     """
 
     spec: ExecSpec
@@ -90,6 +92,7 @@ class Admitted:
     secrets: tuple[str, ...]
     provider: SandboxProvider
     egress: CommandProxy | None = None
+    refused: list[Refusal] = attrs.field(factory=list)
 
     def release(self) -> None:
         """Give back what the plan holds, then stop the command's egress proxy."""
@@ -328,11 +331,12 @@ class Host:
     ) -> Admitted:
         """Credentials, the egress proxy and confinement for a command that may run."""
         egress = None
+        refused: list[Refusal] = []
         try:
             if secrets is None:
                 secrets = self.secrets(spec)
             provider = self.provider_for(spec)
-            egress = self._egress(spec, classification)
+            egress = self._egress(spec, classification, refused)
             if egress is not None:
                 spec = attrs.evolve(
                     spec, egress=Egress(egress.hosts, socket=egress.socket, port=egress.port)
@@ -349,11 +353,14 @@ class Host:
                 egress.close()
             raise
         return Admitted(
-            spec, classification, decision, plan, tuple(secrets.values()), provider, egress
+            spec, classification, decision, plan, tuple(secrets.values()), provider, egress, refused
         )
 
-    def _egress(self, spec: ExecSpec, classification: Classification) -> CommandProxy | None:
-        """The proxy for a ``network`` command whose profile names hosts; else no network."""
+    def _egress(
+        self, spec: ExecSpec, classification: Classification, refused: list[Refusal]
+    ) -> CommandProxy | None:
+        """The proxy for a ``network`` command whose profile names hosts; else no network.
+        Each connection it refuses is added to ``refused`` as well as recorded."""
         if classification.kind != "network" or spec.mode == "danger-full-access":
             return None
         hosts = self.config.profile(spec.profile).hosts
@@ -362,6 +369,15 @@ class Host:
         action_id = spec.action_id
 
         def record(connection: Any) -> None:  # noqa: ANN401 - an egress.Connection
+            if not connection.allowed:
+                refused.append(
+                    Refusal(
+                        connection.host,
+                        connection.port,
+                        method=connection.method,
+                        reason=connection.reason,
+                    )
+                )
             if not self._recording:
                 return
             from . import events
@@ -725,6 +741,7 @@ class Host:
             limits=plan.limits,
             limit_hit=outcome.limit_hit,
             changes=changes,
+            refused=tuple(admitted.refused),
         )
         if not self._recording:
             return result

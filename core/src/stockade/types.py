@@ -532,6 +532,23 @@ class Changes:
 
 
 @frozen
+class Refusal:
+    """A connection the egress proxy refused a command, as a person needs to see it.
+
+    Attributes:
+        host: the host the command named.
+        port: the port it named.
+        method: ``CONNECT``, or the method of a plain HTTP request.
+        reason: the rule that refused it.
+    """
+
+    host: str
+    port: int
+    method: str = field(kw_only=True)
+    reason: str = field(kw_only=True)
+
+
+@frozen
 class RunResult:
     """The structured result of one command.
 
@@ -557,6 +574,8 @@ class RunResult:
         changes: what it created, modified and deleted in its workspace; ``None`` when
             nothing was watched (a ``read-only`` command, which cannot change it, or a
             workspace too big to watch).
+        refused: the connections the egress proxy refused it (each is also a
+            ``connection`` event in the record), so a person sees why a network step failed.
     """
 
     action_id: str
@@ -575,6 +594,7 @@ class RunResult:
     limits: Limits = field(kw_only=True, factory=Limits)
     limit_hit: LimitName | None = field(kw_only=True, default=None)
     changes: Changes | None = field(kw_only=True, default=None)
+    refused: tuple[Refusal, ...] = field(kw_only=True, default=())
 
     @property
     def ok(self) -> bool:

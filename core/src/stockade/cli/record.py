@@ -156,6 +156,11 @@ def _entry(row: Row, start: float, *, redact: bool) -> dict[str, Any]:
             text += ", stdout {} B, stderr {} B".format(*sizes)
     elif row.kind == "error":
         text = f"{body['code']}: {REDACTED if redact else body['message']}"
+    elif row.kind == "connection":
+        verdict = "allowed" if body["allowed"] else "refused"
+        text = f"{body['method']} {body['host']}:{body['port']} {verdict}: {body['reason']}"
+        if body["allowed"]:
+            text += f", {body['bytes_up']} B up, {body['bytes_down']} B down"
     entry: dict[str, Any] = {"seq": row.seq, "step": row.step, "kind": row.kind, "text": text}
     entry["at"] = round(row.time - start, 6)
     entry["event"] = _redacted(body) if redact else body

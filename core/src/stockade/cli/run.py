@@ -105,5 +105,11 @@ def print_result(result: RunResult, *, as_json: bool) -> None:
     sys.stdout.write(result.stdout.text)
     sys.stdout.flush()
     sys.stderr.write(result.stderr.text)
+    for refusal in result.refused:
+        print(
+            f"stockade: the egress proxy refused {refusal.method} {refusal.host}:{refusal.port}: "
+            f"{refusal.reason}",
+            file=sys.stderr,
+        )
     if result.timed_out:
         print(f"stockade: timed out after {result.timeout_s:g}s", file=sys.stderr)
