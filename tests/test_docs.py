@@ -601,6 +601,7 @@ def test_cli_json_result_keys(cli):
             "limits",
             "limit_hit",
             "changes",
+            "refused",
         ]
     )
     assert sorted(result["limits"]) == ["cpu_seconds", "file_size_mb", "memory_mb", "processes"]
