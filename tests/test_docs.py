@@ -602,6 +602,7 @@ def test_cli_json_result_keys(cli):
             "limit_hit",
             "changes",
             "refused",
+            "cwd",
         ]
     )
     assert sorted(result["limits"]) == ["cpu_seconds", "file_size_mb", "memory_mb", "processes"]

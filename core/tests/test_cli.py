@@ -222,3 +222,20 @@ def test_the_file_tools_from_the_command_line(tmp_path):
     assert not (tmp_path / ".git" / "hooks").exists()
     out = cli("file", "read", "../x", "--json", cwd=tmp_path)
     assert json.loads(out.stdout)["error"]["code"] == "usage"
+
+
+def test_a_named_agent_says_where_it_ran_when_that_is_not_here(tmp_path):
+    ws, here = tmp_path / "ws", tmp_path / "here"
+    ws.mkdir()
+    here.mkdir()
+    config = tmp_path / "config.toml"
+    config.write_text(f'[agents.builder]\nworkspace = "{ws}"\n')
+    base = ("--config", str(config), "run", "--mode", "danger-full-access")
+    away = cli(*base, "--agent", "builder", "--", "pwd", cwd=here)
+    assert (away.returncode, away.stdout) == (0, f"{ws}\n")
+    assert away.stderr == f"stockade: ran in {ws} (the workspace of agent builder)\n"
+    # The control: run from inside the workspace, or as the default profile, nothing is said.
+    inside = cli(*base, "--agent", "builder", "--", "pwd", cwd=ws)
+    assert (inside.stdout, inside.stderr) == (f"{ws}\n", "")
+    mine = cli(*base, "--", "pwd", cwd=here)
+    assert (mine.stdout, mine.stderr) == (f"{here}\n", "")

@@ -742,6 +742,7 @@ class Host:
             limit_hit=outcome.limit_hit,
             changes=changes,
             refused=tuple(admitted.refused),
+            cwd=spec.cwd,
         )
         if not self._recording:
             return result

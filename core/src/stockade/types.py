@@ -576,6 +576,7 @@ class RunResult:
             workspace too big to watch).
         refused: the connections the egress proxy refused it (each is also a
             ``connection`` event in the record), so a person sees why a network step failed.
+        cwd: the directory it ran in (an agent's own workspace, when the caller named none).
     """
 
     action_id: str
@@ -595,6 +596,7 @@ class RunResult:
     limit_hit: LimitName | None = field(kw_only=True, default=None)
     changes: Changes | None = field(kw_only=True, default=None)
     refused: tuple[Refusal, ...] = field(kw_only=True, default=())
+    cwd: str = field(kw_only=True, default="")
 
     @property
     def ok(self) -> bool:

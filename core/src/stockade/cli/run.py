@@ -91,8 +91,22 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         return report_error(error, as_json=args.json)
     except (TypeError, ValueError) as error:
         return report_error(UsageError(str(error)), as_json=args.json)
+    if not args.json and args.cwd is None and result.cwd and not _same_dir(result.cwd):
+        print(
+            f"stockade: ran in {result.cwd} (the workspace of agent {args.profile})",
+            file=sys.stderr,
+        )
     print_result(result, as_json=args.json)
     return exit_status(result)
+
+
+def _same_dir(path: str) -> bool:
+    import os
+
+    try:
+        return os.path.samefile(path, os.getcwd())
+    except OSError:
+        return False
 
 
 def print_result(result: RunResult, *, as_json: bool) -> None:
