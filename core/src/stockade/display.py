@@ -74,11 +74,13 @@ def _flags(text: str, keep: str) -> Iterator[bool]:
     for char in text:
         if char in keep:
             flag = False
+        elif hidden(char):
+            flag = True
         elif unicodedata.category(char) in _MARKS:
             marks += 1
             flag = before_hidden or previous in _NO_BASE or marks > _MAX_MARKS
         else:
-            flag = hidden(char)
+            flag = False
         if unicodedata.category(char) not in _MARKS:
             marks = 0
         before_hidden, previous = flag, char if not flag else ""
