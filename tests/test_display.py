@@ -23,6 +23,7 @@ import pyte
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from stockade.display import command, command_pieces, escape, hidden, pieces, quote, split, visible
 
 STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
@@ -40,6 +41,12 @@ NAMED = [
     *"\u00a0\u2007\u3000\ue000\U000f0000\ud800\udcff\u0378\U0010ffff",
 ]
 """Characters the brief names, and neighbours: each must be shown as an escape."""
+CHAR = st.one_of(
+    st.sampled_from([*NAMED, " ", "'", '"', "$", "\\", "\u0301", "\u20dd", "x", "é", "日"]),
+    st.characters(exclude_categories=[]),  # every category, surrogates included
+)
+TEXT = st.text(CHAR)
+"""Any text, with the characters that matter drawn often."""
 
 
 # --- the module ---------------------------------------------------------------------------
@@ -94,7 +101,7 @@ def _shown_clean(shown: str) -> None:
 
 
 @settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.text(st.characters(codec=None)), max_size=4))
+@given(st.lists(TEXT, max_size=4))
 def test_any_argv_shows_clean_and_reads_back(argv):
     shown = command(argv)
     _shown_clean(shown)
@@ -105,9 +112,9 @@ def test_any_argv_shows_clean_and_reads_back(argv):
 
 
 @settings(max_examples=300)
-@given(st.lists(st.text(st.characters(codec=None)), max_size=3), st.data())
+@given(st.lists(TEXT, max_size=3), st.data())
 def test_different_argvs_never_show_the_same(argv, data):
-    other = data.draw(st.lists(st.text(st.characters(codec=None)), max_size=3))
+    other = data.draw(st.lists(TEXT, max_size=3))
     if other != argv:
         assert command(other) != command(argv)
 
@@ -118,10 +125,27 @@ def test_letters_digits_punctuation_and_symbols_show_as_they_are(text):
     assert visible(text) == text
 
 
+@pytest.mark.parametrize(
+    ("one", "other"),
+    [
+        (["a b"], ["a", "b"]),
+        (["a\\x1b"], ["a\x1b"]),  # the escape typed out is not the character
+        (["$'\\x1b'"], ["\x1b"]),
+        (["a\u00a0b"], ["a b"]),
+        (["x", ""], ["x"]),
+        (["\udcff"], ["\u00ff"]),  # a byte that was not UTF-8 is not the letter
+        (["\udcff"], ["\x7f"]),
+    ],
+)
+def test_neighbours_that_would_look_alike_are_shown_apart(one, other):
+    assert command(one) != command(other)
+    assert (split(command(one)), split(command(other))) == (one, other)
+
+
 # Strings a real argv can hold: no NUL; of surrogates only those standing for bytes that
 # were not UTF-8 (Python's surrogateescape).
 ARG = st.text(
-    st.characters(codec=None, exclude_characters="\x00").filter(
+    CHAR.filter(lambda c: c != "\x00").filter(
         lambda c: not 0xD800 <= ord(c) <= 0xDC7F and not 0xDD00 <= ord(c) <= 0xDFFF
     ),
     max_size=12,
@@ -354,3 +378,25 @@ async def test_the_mcp_elicitation_message_shows_rm_and_its_escapes(tmp_path):
     as_printed = question.replace("\n", "\r\n").encode()  # a terminal client prints it
     assert_rm_is_seen(screen(as_printed))
     assert_rm_is_hidden(screen(raw(as_printed, ARGV)))
+
+
+def test_a_long_command_is_named_again_where_the_question_is(env, tmp_path):
+    argv = ["rm", "-rf", "/important", *["--verbose"] * 600]
+    out = at_terminal(["run", "--mode", FULL, "--", *argv], env, tmp_path, answer=b"n\n")
+    bottom = screen(out, columns=80, rows=24)  # what a person sees when the question comes
+    assert not any(line.startswith("  run:") for line in bottom)  # the head scrolled away
+    size = len(command(argv))
+    note = f"  long:   rm with 602 arguments, {size} characters: read the whole run: line above"
+    assert note in bottom
+
+
+def test_an_error_message_quoting_hostile_text_is_printed_escaped(capsys):
+    from stockade.cli.common import report_error
+    from stockade.errors import UsageError
+
+    report_error(UsageError("no such step: x\x1b[2Jy\u202e", hint="try \r again"), as_json=False)
+    err = capsys.readouterr().err
+    assert "x\\x1b[2Jy\\u202e" in err and "try \\r again" in err
+    assert "\x1b" not in err and "\u202e" not in err and "\r" not in err
+    report_error(UsageError("x\x1b"), as_json=True)  # JSON: exact, JSON-escaped
+    assert json.loads(capsys.readouterr().out)["error"]["message"] == "x\x1b"

@@ -19,6 +19,8 @@ from ..display import command, quote, visible
 from ..types import Decision, PendingApproval
 
 NAME = "builtin-tty-approval"
+LONG = 400
+"""A command shown longer than this is named again at the end of the question."""
 
 
 def describe(pending: PendingApproval) -> str:
@@ -30,8 +32,9 @@ def describe(pending: PendingApproval) -> str:
     """
     spec, classification = pending.spec, pending.classification
     sandbox = visible(spec.sandbox)
+    shown = command(spec.argv)
     lines = [
-        f"  run:    {command(spec.argv)}",
+        f"  run:    {shown}",
         f"  in:     {quote(spec.cwd)}  (mode {visible(spec.mode)}, sandbox {sandbox})",
         f"  class:  {visible(classification.kind)}",
         *(f"          - {visible(reason)}" for reason in classification.reasons),
@@ -42,6 +45,11 @@ def describe(pending: PendingApproval) -> str:
         lines.append(f"  grant:  writable for this command only: {folders}")
     if spec.run_id:
         lines.append(f"  step:   {visible(spec.run_id)} {spec.step}")
+    if len(shown) > LONG:  # its head may have scrolled away: name the program near the question
+        lines.append(
+            f"  long:   {quote(spec.argv[0])} with {len(spec.argv) - 1} arguments, {len(shown)} "
+            "characters: read the whole run: line above"
+        )
     return "\n".join(lines)
 
 
