@@ -24,7 +24,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stockade.display import command, command_pieces, escape, hidden, pieces, quote, split, visible
+from stockade.display import (
+    PLAIN,
+    command,
+    command_pieces,
+    escape,
+    hidden,
+    pieces,
+    quote,
+    split,
+    visible,
+)
 
 STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
 FULL = "danger-full-access"
@@ -86,6 +96,13 @@ def test_pieces_name_each_escape_and_join_to_the_shown_text():
     assert found == [("a", None), ("\\u202e", 0x202E), ("b", None)]
     assert "".join(p for p, _ in command_pieces(ARGV)) == SHOWN
     assert [code for _, code in command_pieces(ARGV) if code] == [0x0D, 0x1B]
+
+
+def test_the_ranges_skipped_unchecked_hold_no_hidden_character_and_no_mark():
+    for low, high in PLAIN:
+        for code in range(low, high + 1):
+            char = chr(code)
+            assert not hidden(char) and not unicodedata.category(char).startswith("M"), hex(code)
 
 
 def _shown_clean(shown: str) -> None:

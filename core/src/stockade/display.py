@@ -23,10 +23,11 @@ quote or an escape) or is the fifth in a row. Letters of any script stay as they
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import unicodedata
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 Piece = tuple[str, "int | None"]
 """A stretch of shown text and, when it is the escape of one character, that code point."""
@@ -68,41 +69,52 @@ def escape(char: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
-def _flags(text: str, keep: str) -> Iterator[bool]:
-    """For each character of ``text``, whether it is drawn as an escape."""
-    before_hidden, marks, previous = True, 0, ""
-    for char in text:
+PLAIN = (
+    (0x20, 0x7E), (0xA1, 0xAC), (0xAE, 0x2FF), (0x400, 0x482), (0x48A, 0x52F),
+    (0x3041, 0x3096), (0x30A1, 0x30FA), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3),
+)  # fmt: skip
+"""Ranges of letters and signs that never need an escape, skipped at C speed (printable
+ASCII, Latin, Cyrillic, kana, CJK ideographs, Hangul syllables)."""
+
+
+@functools.cache
+def _candidates(keep: str) -> re.Pattern[str]:
+    """What may need an escape: everything outside :data:`PLAIN` and ``keep``."""
+    ranges = "".join(f"{re.escape(chr(low))}-{re.escape(chr(high))}" for low, high in PLAIN)
+    return re.compile(f"[^{re.escape(keep)}{ranges}]")
+
+
+def _escaped(text: str, keep: str) -> set[int]:
+    """The positions in ``text`` of the characters drawn as escapes."""
+    out: set[int] = set()
+    marks, last_mark = 0, -2
+    for found in _candidates(keep).finditer(text):
+        char, at = found.group(), found.start()
         if char in keep:
-            flag = False
-        elif hidden(char):
-            flag = True
+            continue
+        if hidden(char):
+            out.add(at)
         elif unicodedata.category(char) in _MARKS:
-            marks += 1
-            flag = before_hidden or previous in _NO_BASE or marks > _MAX_MARKS
-        else:
-            flag = False
-        if unicodedata.category(char) not in _MARKS:
-            marks = 0
-        before_hidden, previous = flag, char if not flag else ""
-        if char in keep:
-            before_hidden = True  # a kept newline or tab is no letter to sit on
-        yield flag
+            marks = marks + 1 if last_mark == at - 1 else 1
+            last_mark = at
+            before = text[at - 1] if at else " "
+            # a mark needs a letter shown as is to sit on, and only a few of them
+            if at - 1 in out or before in _NO_BASE or before in keep or marks > _MAX_MARKS:
+                out.add(at)
+    return out
 
 
 def pieces(text: str, *, keep: str = "") -> list[Piece]:
     """``text`` as plain stretches and escapes; characters in ``keep`` stay as they are."""
     out: list[Piece] = []
-    plain: list[str] = []
-    for char, flag in zip(text, _flags(text, keep), strict=True):
-        if flag:
-            if plain:
-                out.append(("".join(plain), None))
-                plain = []
-            out.append((escape(char), ord(char)))
-        else:
-            plain.append(char)
-    if plain:
-        out.append(("".join(plain), None))
+    start = 0
+    for at in sorted(_escaped(text, keep)):
+        if at > start:
+            out.append((text[start:at], None))
+        out.append((escape(text[at]), ord(text[at])))
+        start = at + 1
+    if start < len(text):
+        out.append((text[start:], None))
     return out
 
 
@@ -122,8 +134,9 @@ def quote_pieces(word: str) -> list[Piece]:
     out: list[Piece] = []
     run: list[str] = []
     escapes: list[Piece] = []
-    for char, flag in zip(word, _flags(word, ""), strict=True):
-        if flag:
+    escaped = _escaped(word, "")
+    for at, char in enumerate(word):
+        if at in escaped:
             if run:
                 out.append((shlex.quote("".join(run)), None))
                 run = []
