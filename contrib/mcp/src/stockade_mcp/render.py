@@ -1,15 +1,26 @@
-"""The short texts a model reads: a result's status and the head and tail of its output."""
+"""The short texts a model reads (and a client may show a person): a result's status and
+the head and tail of its output.
+
+Every text here goes through :mod:`stockade.display`: argv and names as shell words, other
+text with control, bidirectional and invisible characters escaped (newlines and tabs
+kept). The structured results stay exact.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
 
+from stockade.display import command, quote, visible
+
 if TYPE_CHECKING:
     from stockade.errors import StockadeError
+    from stockade.files import Entry
     from stockade.tasks import TaskInfo, TaskOutput
     from stockade.types import CollectedOutput, RunResult
 
+OUTPUT_KEEP = "\n\t"
+"""What output keeps as it is; every other hidden character is shown as an escape."""
 HEAD = 4096
 """Characters of each stream shown from its start."""
 TAIL = 4096
@@ -44,10 +55,10 @@ def status(result: RunResult) -> str:
 def _stream(name: str, output: CollectedOutput) -> list[str]:
     if not output.text and not output.truncated:
         return []
-    text, cut = bounded(output.text)
+    text, cut = bounded(visible(output.text, keep=OUTPUT_KEEP))
     lines = [f"--- {name} ({output.total_bytes} bytes) ---", text.rstrip("\n")]
     if output.truncated or cut:
-        where = f" at {output.spill_path}" if output.spill_path else ""
+        where = f" at {quote(output.spill_path)}" if output.spill_path else ""
         lines.append(
             f"[{name} was truncated; the whole stream is kept{where}]"
             if output.truncated
@@ -68,8 +79,8 @@ def error_text(error: StockadeError) -> str:
     from stockade.errors import PolicyDenied
 
     lead = "denied, it did not run" if isinstance(error, PolicyDenied) else error.code
-    text = f"stockade: {lead}: {error.message}"
-    return f"{text}\nhint: {error.hint}" if error.hint else text
+    text = f"stockade: {lead}: {visible(error.message)}"
+    return f"{text}\nhint: {visible(error.hint)}" if error.hint else text
 
 
 def task_line(info: TaskInfo) -> str:
@@ -82,7 +93,12 @@ def task_line(info: TaskInfo) -> str:
             how += f", exit status {info.exit_code}"
         if info.error:
             how += f", {info.error.get('code')}: {info.error.get('message')}"
-    return f"{info.task_id} ({how}): {json.dumps(list(info.argv))}"
+    return f"{visible(info.task_id)} ({visible(how)}): {command(info.argv)}"
+
+
+def entry_line(entry: Entry) -> str:
+    """One line of a folder listing: kind, size and the name as a shell word."""
+    return f"{visible(entry.kind):<8} {entry.size:>12}  {quote(entry.name)}"
 
 
 def output_text(output: TaskOutput) -> str:
@@ -96,13 +112,13 @@ def output_text(output: TaskOutput) -> str:
     for name in ("stdout", "stderr"):
         text: str = getattr(output, name)
         if text:
-            shown, cut = bounded(text)
+            shown, cut = bounded(visible(text, keep=OUTPUT_KEEP))
             lines += [f"--- {name} since the previous read ---", shown.rstrip("\n")]
             if cut:
                 lines.append(f"[{name} is shortened here; the structured result holds all of it]")
     for name, path in output.spill.items():
         if path:
-            lines.append(f"[the whole {name} is kept at {path}]")
+            lines.append(f"[the whole {name} is kept at {quote(path)}]")
     if output.status == "running" and len(lines) == 1:
         lines.append("(nothing new yet)")
     return "\n".join(lines)

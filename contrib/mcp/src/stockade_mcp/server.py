@@ -400,7 +400,7 @@ class Service:
         """A folder's entries."""
         path = string(arguments, "path", default=".")
         listing = await asyncio.to_thread(lambda: self.workspace().file_list(path))
-        lines = [f"{e.kind:<8} {e.size:>12}  {e.name}" for e in listing.entries]
+        lines = [render.entry_line(entry) for entry in listing.entries]
         if listing.truncated:
             lines.append("[more entries than the limit; not all are listed]")
         return types.CallToolResult(

@@ -5,49 +5,50 @@ Everything a command or an agent wrote (argv, paths, output, reasons that quote 
 text an attacker may have chosen. Autoescaping makes markup inert; :func:`visible` goes
 further for what a person approves: control characters, bidirectional overrides and
 invisible characters are drawn as marked escapes (``\\u202e``), so a command cannot look
-like another one.
+like another one. Which characters, and how each is written, is
+:mod:`stockade.display`'s, the same as at the terminal and over MCP; :func:`command` shows
+argv as the same shell words as ``stockade pending``.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import jinja2
 from markupsafe import Markup, escape
 
+from stockade import display
+
 HERE = os.path.dirname(__file__)
 
-_HIDDEN = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
-    "\ufeff\ufff9-\ufffb\ud800-\udfff]"
-)
-_HIDDEN_IN_TEXT = re.compile(_HIDDEN.pattern.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"))
 
-
-def _mark(found: re.Match[str]) -> str:
-    char = found.group()
-    code = ord(char)
-    name = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-    return f'<span class="esc" title="U+{code:04X}">{name}</span>'
+def _html(pieces: Iterable[display.Piece]) -> Markup:
+    """Plain stretches escaped as HTML, each escape in a marked span naming its code point."""
+    out = Markup()
+    for shown, code in pieces:
+        if code is None:
+            out += escape(shown)
+        else:
+            out += Markup('<span class="esc" title="U+{:04X}">{}</span>').format(code, shown)
+    return out
 
 
 def visible(value: object) -> Markup:
     """``value`` escaped, with every control, bidirectional or invisible character drawn
     as a marked escape."""
-    text = str(value)
-    escaped = str(escape(text))
-    return Markup(_HIDDEN.sub(_mark, escaped) if _HIDDEN.search(text) else escaped)  # noqa: S704 - escaped first
+    return _html(display.pieces(str(value)))
 
 
 def visible_text(value: object) -> Markup:
     """As :func:`visible`, for output: newlines and tabs stay as they are."""
-    text = str(value)
-    escaped = str(escape(text))
-    return Markup(_HIDDEN_IN_TEXT.sub(_mark, escaped) if _HIDDEN_IN_TEXT.search(text) else escaped)  # noqa: S704 - escaped first
+    return _html(display.pieces(str(value), keep="\n\t"))
+
+
+def command(argv: Iterable[str]) -> Markup:
+    """``argv`` as shell words, as the terminal shows it, with each escape marked."""
+    return _html(display.command_pieces(argv))
 
 
 def clock(when: float) -> str:
@@ -76,8 +77,9 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(visible=visible, visible_text=visible_text, clock=clock, size=size)
-    env.filters["shell"] = shlex.join
+    env.filters.update(
+        visible=visible, visible_text=visible_text, command=command, clock=clock, size=size
+    )
     return env
 
 

@@ -2,7 +2,9 @@
 
 It asks only when the command came from the CLI and the CLI has a terminal (its stdin is
 one and ``/dev/tty`` opens): it shows exactly what would run, where, in which mode, the
-class and every reason, then reads one answer. Only ``y`` or ``yes`` approves. Anything
+class and every reason, then reads one answer. What it shows goes through
+:mod:`stockade.display`: argv as shell words, hidden characters as escapes, so the command
+cannot rewrite the prompt or look like another one. Only ``y`` or ``yes`` approves. Anything
 else — including no terminal — is not an answer it can give: it returns ``None`` and the
 host holds the step for ``stockade approve``.
 """
@@ -10,29 +12,44 @@ host holds the step for ``stockade approve``.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 
 from .. import hookimpl
+from ..display import command, quote, visible
 from ..types import Decision, PendingApproval
 
 NAME = "builtin-tty-approval"
+LONG = 400
+"""A command shown longer than this is named again at the end of the question."""
 
 
 def describe(pending: PendingApproval) -> str:
-    """What a person is asked about: the command, where and how it runs, and why it asks."""
+    """What a person is asked about: the command, where and how it runs, and why it asks.
+
+    Every text in it is shown through :mod:`stockade.display`: the argv and paths as shell
+    words, the rest with hidden characters escaped; it holds no control character but the
+    newlines between its lines.
+    """
     spec, classification = pending.spec, pending.classification
+    sandbox = visible(spec.sandbox)
+    shown = command(spec.argv)
     lines = [
-        f"  run:    {shlex.join(spec.argv)}",
-        f"  in:     {spec.cwd}  (mode {spec.mode}, sandbox {spec.sandbox})",
-        f"  class:  {classification.kind}",
-        *(f"          - {reason}" for reason in classification.reasons),
-        f"  asks:   {pending.decision.reason}",
+        f"  run:    {shown}",
+        f"  in:     {quote(spec.cwd)}  (mode {visible(spec.mode)}, sandbox {sandbox})",
+        f"  class:  {visible(classification.kind)}",
+        *(f"          - {visible(reason)}" for reason in classification.reasons),
+        f"  asks:   {visible(pending.decision.reason)}",
     ]
     if spec.grant_writable:
-        lines.append(f"  grant:  writable for this command only: {', '.join(spec.grant_writable)}")
+        folders = ", ".join(quote(folder) for folder in spec.grant_writable)
+        lines.append(f"  grant:  writable for this command only: {folders}")
     if spec.run_id:
-        lines.append(f"  step:   {spec.run_id} {spec.step}")
+        lines.append(f"  step:   {visible(spec.run_id)} {spec.step}")
+    if len(shown) > LONG:  # its head may have scrolled away: name the program near the question
+        lines.append(
+            f"  long:   {quote(spec.argv[0])} with {len(spec.argv) - 1} arguments, {len(shown)} "
+            "characters: read the whole run: line above"
+        )
     return "\n".join(lines)
 
 

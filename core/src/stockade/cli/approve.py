@@ -79,7 +79,9 @@ def _summary(held: HeldStep) -> dict[str, object]:
 
 def _show(held: HeldStep) -> str:
     from ..builtin.approval import describe
+    from ..display import visible
     from ..types import PendingApproval
 
     pending = PendingApproval(held.spec, held.classification, held.decision)
-    return f"{held.run_id} {held.step} ({held.spec.profile})\n{describe(pending)}"
+    head = f"{visible(held.run_id)} {held.step} ({visible(held.spec.profile)})"
+    return f"{head}\n{describe(pending)}"

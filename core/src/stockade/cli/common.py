@@ -28,9 +28,11 @@ def report_error(error: StockadeError, *, as_json: bool) -> int:
 
         print(json.dumps({"error": error.to_dict()}, indent=2, sort_keys=True))
     else:
-        print(f"stockade: error[{error.code}]: {error.message}", file=sys.stderr)
+        from ..display import visible  # messages quote argv and paths an agent chose
+
+        print(f"stockade: error[{error.code}]: {visible(error.message)}", file=sys.stderr)
         if error.hint:
-            print(f"  hint: {error.hint}", file=sys.stderr)
+            print(f"  hint: {visible(error.hint)}", file=sys.stderr)
     return error.exit_status
 
 

@@ -100,8 +100,10 @@ def doctor_command(args: argparse.Namespace, _parser: object = None) -> int:
 
         print(to_json(report, indent=2))
         return 0 if report.ok else 1
-    print(f"python: {report.python}")
-    print(f"config: {report.config}")
+    from ..display import visible  # paths and details may name hostile folders
+
+    print(f"python: {visible(report.python)}")
+    print(f"config: {visible(report.config)}")
     for title, facts in (
         ("kernel", report.kernel),
         ("executors", report.executors),
@@ -110,7 +112,7 @@ def doctor_command(args: argparse.Namespace, _parser: object = None) -> int:
     ):
         print(f"{title}:")
         for fact in facts:
-            print(f"  [{'ok' if fact.ok else 'no'}] {fact.name}: {fact.detail}")
+            print(f"  [{'ok' if fact.ok else 'no'}] {visible(fact.name)}: {visible(fact.detail)}")
     verdict = "ready" if report.ok else "NOT ready: the default mode cannot run confined here"
     print(f"verdict: {verdict}")
     return 0 if report.ok else 1

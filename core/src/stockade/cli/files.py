@@ -48,21 +48,25 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
 
 
 def _print(tool: str, result: object) -> None:
+    """A tool's result for a person: names as shell words, hidden characters escaped, and
+    file text escaped too when stdout is a terminal (exact when piped)."""
+    from ..display import quote, visible
     from ..files import Listing, ReadResult, WriteResult
 
     if isinstance(result, Listing):
         for entry in result.entries:
-            print(f"{entry.kind:<8} {entry.size:>12}  {entry.name}")
+            print(f"{visible(entry.kind):<8} {entry.size:>12}  {quote(entry.name)}")
         if result.truncated:
             print("stockade: more entries than the limit; not all are listed", file=sys.stderr)
     elif isinstance(result, ReadResult):
         if result.text is not None:
-            sys.stdout.write(result.text)
+            tty = sys.stdout.isatty()
+            sys.stdout.write(visible(result.text, keep="\n\t") if tty else result.text)
         else:
-            print(result.description)
+            print(visible(result.description or ""))
         if result.truncated:
             more = result.offset + result.returned
             print(f"stockade: more follows; read on with --offset {more}", file=sys.stderr)
     elif isinstance(result, WriteResult):
         what = "created" if result.created else ("changed" if result.changed else "unchanged")
-        print(f"{what}: {result.path} ({result.old_size} -> {result.new_size} bytes)")
+        print(f"{what}: {quote(result.path)} ({result.old_size} -> {result.new_size} bytes)")

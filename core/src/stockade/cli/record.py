@@ -5,9 +5,10 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..display import command, quote, visible
 from ..errors import StockadeError, UsageError
 from .common import report_error
 
@@ -73,11 +74,9 @@ def log_command(args: argparse.Namespace, _parser: object = None) -> int:
         state = step["state"]
         if state == "ran":
             state = f"exit {step['exit_code']}" if step["signal"] is None else step["signal"]
-        argv = shlex.join(step.get("argv", ["?"]))
-        print(
-            f"{step['run_id']} {step['step']:>3}  {when}  {step.get('kind', '-'):<8} "
-            f"{state:<10} {argv}"
-        )
+        argv = command(step.get("argv", ["?"]))
+        kind, state = visible(str(step.get("kind", "-"))), visible(str(state))
+        print(f"{visible(step['run_id'])} {step['step']:>3}  {when}  {kind:<8} {state:<10} {argv}")
     return 0
 
 
@@ -101,10 +100,19 @@ def show_command(args: argparse.Namespace, _parser: object = None) -> int:
         store.close()
     except StockadeError as error:
         return report_error(error, as_json=False)
-    sys.stdout.buffer.write(streams["stdout"])
-    sys.stdout.flush()
-    sys.stderr.buffer.write(streams["stderr"])
+    _write(sys.stdout, streams["stdout"])
+    _write(sys.stderr, streams["stderr"])
     return 0
+
+
+def _write(stream: Any, data: bytes) -> None:  # noqa: ANN401 - a text stream with .buffer
+    """``data`` as it was, except at a terminal: there what could rewrite the screen
+    (controls, bidirectional and invisible characters) is shown as escapes."""
+    if stream.isatty():
+        stream.write(visible(data.decode("utf-8", "surrogateescape"), keep="\n\t"))
+    else:
+        stream.buffer.write(data)
+    stream.flush()
 
 
 def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
@@ -119,7 +127,8 @@ def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
             raise UsageError(f"no events recorded for run {args.run}", hint="`stockade log`")
     except StockadeError as error:
         return report_error(error, as_json=args.json)
-    timeline = [_entry(row, found[0].time, redact=args.redact) for row in found]
+    shown = not args.json
+    timeline = [_entry(row, found[0].time, redact=args.redact, shown=shown) for row in found]
     if args.json:
         import json
 
@@ -130,35 +139,43 @@ def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
     return 0
 
 
-def _entry(row: Row, start: float, *, redact: bool) -> dict[str, Any]:
+def _entry(row: Row, start: float, *, redact: bool, shown: bool = False) -> dict[str, Any]:
+    """One timeline entry; ``shown``: its text is for a terminal (argv and paths as shell
+    words, hidden characters escaped), else exact for JSON."""
     body = row.body
     text = ""
+    join: Callable[[Iterable[str]], str] = command if shown else shlex.join
+    word: Callable[[str], str] = quote if shown else str
+    prose: Callable[[str], str] = visible if shown else str
     if row.kind == "action":
-        argv = REDACTED if redact else shlex.join(body["argv"])
-        text = (
-            f"{argv}  (cwd {REDACTED if redact else body['cwd']}, {body['mode']}, {body['origin']})"
-        )
+        argv = REDACTED if redact else join(body["argv"])
+        cwd = REDACTED if redact else word(body["cwd"])
+        text = f"{argv}  (cwd {cwd}, {prose(body['mode'])}, {prose(body['origin'])})"
     elif row.kind == "permission":
         decision = body["decision"]
-        text = f"{body['classification']['kind']} -> {decision['verdict']} by {decision['by']}: "
-        text += REDACTED if redact else decision["reason"]
+        kind, verdict = prose(body["classification"]["kind"]), prose(decision["verdict"])
+        text = f"{kind} -> {verdict} by {prose(decision['by'])}: "
+        text += REDACTED if redact else prose(decision["reason"])
     elif row.kind == "grant":
-        folders = REDACTED if redact else ", ".join(body["writable"])
-        text = f"writable {folders} for this command, granted by {body['by']}"
+        folders = REDACTED if redact else ", ".join(word(f) for f in body["writable"])
+        text = f"writable {folders} for this command, granted by {prose(body['by'])}"
     elif row.kind == "result":
         result = body["result"]
         ended = f"exit {result['exit_code']}" if result["signal"] is None else result["signal"]
-        text = f"{ended} in {result['duration_ms']:.1f} ms, sandbox {result['sandbox']['provider']}"
+        provider = prose(result["sandbox"]["provider"])
+        text = f"{prose(str(ended))} in {result['duration_ms']:.1f} ms, sandbox {provider}"
         if result["timed_out"]:
             text += ", timed out"
         if not redact:
             sizes = (result[s]["total_bytes"] for s in ("stdout", "stderr"))
             text += ", stdout {} B, stderr {} B".format(*sizes)
     elif row.kind == "error":
-        text = f"{body['code']}: {REDACTED if redact else body['message']}"
+        text = f"{prose(body['code'])}: {REDACTED if redact else prose(body['message'])}"
     elif row.kind == "connection":
         verdict = "allowed" if body["allowed"] else "refused"
-        text = f"{body['method']} {body['host']}:{body['port']} {verdict}: {body['reason']}"
+        text = prose(
+            f"{body['method']} {body['host']}:{body['port']} {verdict}: {body['reason']}"
+        )
         if body["allowed"]:
             text += f", {body['bytes_up']} B up, {body['bytes_down']} B down"
     entry: dict[str, Any] = {"seq": row.seq, "step": row.step, "kind": row.kind, "text": text}

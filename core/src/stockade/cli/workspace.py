@@ -54,5 +54,7 @@ def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
         return 0
     if removed is not None:
         print(f"stockade: cleared {removed} entries", file=sys.stderr)
-    print(f"{folder}  {files} files, {size} bytes")
+    from ..display import quote
+
+    print(f"{quote(folder)}  {files} files, {size} bytes")
     return 0
