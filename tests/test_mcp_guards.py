@@ -69,6 +69,7 @@ async def test_cwd_cannot_leave_the_workspace(home_tmp, sandbox, agent):
         folder.mkdir()
     (ws / "link").symlink_to(outside)
     name = f"canary-{secrets.token_hex(6)}"
+    (ws / "made-by-test").write_text("control")
     attacks = {
         "/etc": Path("/etc") / name,
         "..": tmp_path / name,
@@ -91,6 +92,18 @@ async def test_cwd_cannot_leave_the_workspace(home_tmp, sandbox, agent):
                 "start_command", {"argv": ["touch", name], "cwd": "link"}
             )
             wrote = await session.call_tool("file_write", {"path": f"link/{name}", "content": "x"})
+            (outside / "secret.txt").write_text(name)
+            peeks = [
+                await session.call_tool(tool, {"path": path})
+                for tool, path in (
+                    ("file_read", "link/secret.txt"),
+                    ("file_read", str(outside / "secret.txt")),
+                    ("file_read", "../outside/secret.txt"),
+                    ("file_list", "link"),
+                    ("file_list", ".."),
+                )
+            ]
+            inside = await session.call_tool("file_read", {"path": "sub/../made-by-test"})
             here = await session.call_tool("run_command", {"argv": ["touch", "made-here"]})
             sub = await session.call_tool(
                 "run_command", {"argv": ["touch", "made-in-sub"], "cwd": "sub"}
@@ -98,6 +111,8 @@ async def test_cwd_cannot_leave_the_workspace(home_tmp, sandbox, agent):
             deep = await session.call_tool(
                 "run_command", {"argv": ["touch", "made-deep"], "cwd": str(ws / "sub")}
             )
+        for canary in set(attacks.values()):
+            assert not canary.exists(), canary
         for cwd, result in refused.items():
             assert result.is_error, (cwd, text_of(result))
             data = result.structured_content
@@ -106,8 +121,11 @@ async def test_cwd_cannot_leave_the_workspace(home_tmp, sandbox, agent):
             assert str(ws.resolve()) in text_of(result)
         assert started.is_error and started.structured_content["code"] == "bad_cwd"
         assert wrote.is_error
-        for canary in set(attacks.values()):
-            assert not canary.exists(), canary
+        for peek in peeks:
+            assert peek.is_error and name not in text_of(peek), text_of(peek)
+            assert name not in json.dumps(peek.structured_content)
+            assert "entries" not in peek.structured_content  # no listing of outside
+        assert not inside.is_error and text_of(inside) == "control"
         # The controls: the same write lands inside the workspace, at its top and below.
         assert not here.is_error and here.structured_content["exit_code"] == 0, text_of(here)
         assert (ws / "made-here").exists()

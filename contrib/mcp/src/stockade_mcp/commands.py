@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import os
+import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -199,7 +200,11 @@ def stream_bytes(
     spill file, the result itself (a stream that was not cut) or the record's copy."""
     path = output.spill_path
     if path is not None and os.path.exists(path):
-        with open(path, "rb") as handle:
+        # Not through a symlink: the executor made a regular file, and only that is read.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise UsageError("the spill file is not a regular file; it is not read")
             handle.seek(offset)
             return handle.read(limit), "spill"
     if not output.truncated:

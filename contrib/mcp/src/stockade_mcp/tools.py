@@ -167,7 +167,7 @@ def command_tools(config: Config) -> list[types.Tool]:
                         "type": "string",
                         "description": "the action_id of a run_command result",
                     },
-                    "stream": {"enum": ["stdout", "stderr"], "default": "stdout"},
+                    "stream": {"type": "string", "enum": ["stdout", "stderr"], "default": "stdout"},
                     "offset": {"type": "integer", "minimum": 0, "default": 0},
                     "limit": {"type": "integer", "minimum": 1, "maximum": OUTPUT_LIMIT},
                 }
