@@ -153,7 +153,8 @@ class Service(Approvals):
     ) -> Outcome:
         """Run tool ``name``; a Stockade error becomes a tool error, not a protocol one.
 
-        Arguments the tool does not declare are refused. ``params`` carries a retried
+        Arguments the tool does not declare are refused; a null one counts as left out.
+        ``params`` carries a retried
         call's answers to an approval asked in-band (the 2026-07-28 protocol's
         ``InputRequiredResult``).
         """
@@ -165,6 +166,8 @@ class Service(Approvals):
                     hint=f"the tools are {', '.join(self._handlers)}",
                 )
             unknown_arguments(name, arguments, self._tools[name].input_schema)
+            # A null is an argument left out (strict-schema clients send every key).
+            arguments = {key: value for key, value in arguments.items() if value is not None}
             if params is not None and params.request_state is not None:
                 return await self.answered(ctx, name, arguments, params)
             return await handler(ctx, arguments)
