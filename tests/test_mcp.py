@@ -12,19 +12,29 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from mcp import Client, ClientSession, StdioServerParameters, stdio_client, types
+from mcp import Client, ClientSession, stdio_client, types
 
-CLI = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+from helpers.mcp_session import (
+    CLI,
+    answering,
+    connect,
+    make_setup,
+    processes_with,
+    script,
+    server_params,
+    text_of,
+    unique_sleep,
+    until,
+)
+
 TOOLS = {
     "run_command",
     "start_command",
@@ -36,107 +46,11 @@ TOOLS = {
     "file_write",
     "skill",
 }
-EXAMPLES = Path(__file__).resolve().parents[1] / "skills"
-CONFIG = f"""\
-[skills]
-project = ["{EXAMPLES}"]
-user = []
-safe_mode = false
-
-[agents.tester]
-workspace = "{{ws}}"
-ask = []
-
-[agents.careful]
-workspace = "{{ws}}"
-ask = ["writes"]
-
-[agents.echoer]
-workspace = "{{ws}}"
-programs = ["echo"]
-"""
-
-Elicit = Callable[[Any, types.ElicitRequestParams], Any]
 
 
 @pytest.fixture
 def setup(tmp_path: Path) -> dict[str, Path]:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    config = tmp_path / "stockade.toml"
-    config.write_text(CONFIG.format(ws=ws), encoding="utf-8")
-    return {"ws": ws, "config": config, "tmp": tmp_path}
-
-
-def server_params(setup: dict[str, Path], agent: str) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=CLI[0],
-        args=[*CLI[1:], "--config", str(setup["config"]), "mcp", "--agent", agent],
-        # The system's python3 for skill scripts: a venv under /tmp is not in the sandbox.
-        env={"XDG_STATE_HOME": os.environ["XDG_STATE_HOME"], "PATH": "/usr/bin:/bin"},
-        cwd=str(setup["tmp"]),
-    )
-
-
-@contextlib.asynccontextmanager
-async def connect(
-    setup: dict[str, Path], agent: str = "tester", *, elicit: Elicit | None = None
-) -> AsyncIterator[ClientSession]:
-    """A handshake-era session with ``stockade mcp --agent AGENT``."""
-    with (setup["tmp"] / "server.err").open("a") as errlog:
-        async with (
-            stdio_client(server_params(setup, agent), errlog=errlog) as (read, write),
-            ClientSession(
-                read,
-                write,
-                elicitation_callback=elicit,
-                client_info=types.Implementation(name="pytest", version="1"),
-            ) as session,
-        ):
-            await session.initialize()
-            yield session
-
-
-def script(setup: dict[str, Path], code: str) -> list[str]:
-    """argv running ``code`` from a file in the workspace (inline code always asks).
-
-    The interpreter is named by its real path: a virtual environment under /tmp is not
-    there inside a sandbox, which has a /tmp of its own.
-    """
-    path = setup["ws"] / f"script-{random.randrange(1 << 32):08x}.py"
-    path.write_text(code, encoding="utf-8")
-    return [os.path.realpath(sys.executable), path.name]
-
-
-def text_of(result: types.CallToolResult) -> str:
-    return "\n".join(block.text for block in result.content if isinstance(block, types.TextContent))
-
-
-def unique_sleep() -> str:
-    """A sleep duration no other process has on its command line."""
-    return f"{40 + random.random():.9f}"
-
-
-def processes_with(arg: str) -> list[int]:
-    """The pids whose argv is ``sleep ARG``."""
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            argv = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[:2] == [b"sleep", arg.encode()]:
-            found.append(int(name))
-    return found
-
-
-async def until(check: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "timed out waiting"
-        await anyio.sleep(0.05)
+    return make_setup(tmp_path)
 
 
 # --- tools ----------------------------------------------------------------------------------
@@ -199,15 +113,6 @@ async def test_a_denial_is_a_tool_error_that_says_why(setup):
 # --- approval ---------------------------------------------------------------------------------
 
 
-def answering(action: str, asked: list[str]) -> Elicit:
-    async def elicit(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        asked.append(params.message)
-        content = {"approve": True} if action == "accept" else None
-        return types.ElicitResult(action=action, content=content)
-
-    return elicit
-
-
 @pytest.mark.asyncio
 async def test_an_ask_accepted_through_elicitation_runs(setup):
     asked: list[str] = []
@@ -229,7 +134,9 @@ async def test_an_ask_declined_through_elicitation_does_not_run(setup, action):
         result = await session.call_tool("run_command", {"argv": ["touch", "made"]})
     assert result.is_error
     assert result.structured_content["code"] == "policy_denied"
-    assert "declined by mcp-elicitation:pytest" in text_of(result)
+    said = {"decline": "declined by", "cancel": "cancelled by"}[action]
+    assert f"{said} mcp-elicitation:pytest" in text_of(result)
+    assert "(accept)" not in text_of(result) and "did not run" in text_of(result)
     assert len(asked) == 1
     assert not (setup["ws"] / "made").exists()
 
@@ -238,17 +145,23 @@ async def test_an_ask_declined_through_elicitation_does_not_run(setup, action):
 async def test_an_ask_without_elicitation_is_held_for_stockade_approve(setup):
     async with connect(setup, "careful") as session:
         result = await session.call_tool("run_command", {"argv": ["touch", "made"]})
-    assert result.is_error
-    data = result.structured_content
-    assert data["code"] == "policy_held"
-    run, step = data["details"]["run_id"], data["details"]["step"]
-    assert f"stockade approve {run} {step}" in text_of(result)
-    assert not (setup["ws"] / "made").exists()
-    # A person approves it later, from the CLI, and it runs then.
-    env = {**os.environ, "STOCKADE_CONFIG": str(setup["config"])}
-    approved = subprocess.run(
-        [*CLI, "approve", run, str(step)], env=env, capture_output=True, text=True, check=False
-    )
+        assert result.is_error
+        data = result.structured_content
+        assert data["code"] == "policy_held"
+        run, step = data["details"]["run_id"], data["details"]["step"]
+        assert f"stockade approve {run} {step}" in text_of(result)
+        assert not (setup["ws"] / "made").exists()
+        # A person approves it later, from the CLI, while the session lasts: it runs then.
+        env = {**os.environ, "STOCKADE_CONFIG": str(setup["config"])}
+        approved = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [*CLI, "approve", run, str(step)],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        )
     assert approved.returncode == 0, approved.stderr
     assert (setup["ws"] / "made").exists()
 

@@ -478,10 +478,18 @@ class Host:
         """Record a person's answer to a held step (it runs on :meth:`resume`)."""
         return self.store.answer(run_id, step, approve=approve, by=by)
 
-    def resume(self, run_id: str, step: int, *, abort: AbortToken | None = None) -> RunResult:
+    def resume(
+        self,
+        run_id: str,
+        step: int,
+        *,
+        abort: AbortToken | None = None,
+        on_output: Callable[[str, bytes], None] | None = None,
+    ) -> RunResult:
         """Run a held step a person approved, exactly as it was shown; once.
 
-        A step that already ran gives back the result it had.
+        A step that already ran gives back the result it had. ``on_output`` sees its output
+        as it comes (a background task's reads).
 
         Raises:
             PolicyHeld: nobody has answered yet.
@@ -524,7 +532,7 @@ class Host:
                         self._record(self._grant(spec, decision))
                 admitted = self._prepare(spec, classification, decision)
                 try:
-                    outcome, changes = self._execute(admitted, abort)
+                    outcome, changes = self._execute(admitted, abort, on_output)
                 finally:
                     admitted.release()
                 result = self._finish(admitted, outcome, changes)

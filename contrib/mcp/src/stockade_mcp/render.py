@@ -52,25 +52,30 @@ def status(result: RunResult) -> str:
     return f"{how}; {result.duration_ms:.0f} ms, sandbox {result.sandbox.provider}"
 
 
-def _stream(name: str, output: CollectedOutput) -> list[str]:
+def reader(name: str, **which: str) -> str:
+    """The ``read_output`` call that reads stream ``name`` whole (by task or action id)."""
+    return "read_output " + json.dumps({**which, "stream": name, "offset": 0})
+
+
+def _stream(name: str, output: CollectedOutput, action_id: str) -> list[str]:
     if not output.text and not output.truncated:
         return []
     text, cut = bounded(visible(output.text, keep=OUTPUT_KEEP))
     lines = [f"--- {name} ({output.total_bytes} bytes) ---", text.rstrip("\n")]
     if output.truncated or cut:
-        where = f" at {quote(output.spill_path)}" if output.spill_path else ""
-        lines.append(
-            f"[{name} was truncated; the whole stream is kept{where}]"
-            if output.truncated
-            else f"[{name} is shortened here; the structured result holds all of it]"
-        )
+        how = "was truncated" if output.truncated else "is shortened here"
+        lines.append(f"[{name} {how}; read all of it with {reader(name, action_id=action_id)}]")
     return lines
 
 
 def result_text(result: RunResult) -> str:
     """The status, then the head and tail of stdout and stderr."""
     return "\n".join(
-        [status(result), *_stream("stdout", result.stdout), *_stream("stderr", result.stderr)]
+        [
+            status(result),
+            *_stream("stdout", result.stdout, result.action_id),
+            *_stream("stderr", result.stderr, result.action_id),
+        ]
     )
 
 
@@ -115,10 +120,14 @@ def output_text(output: TaskOutput) -> str:
             shown, cut = bounded(visible(text, keep=OUTPUT_KEEP))
             lines += [f"--- {name} since the previous read ---", shown.rstrip("\n")]
             if cut:
-                lines.append(f"[{name} is shortened here; the structured result holds all of it]")
+                lines.append(
+                    f"[{name} is shortened here; once the task ended, read all of it with "
+                    f"{reader(name, task_id=output.task_id)}]"
+                )
     for name, path in output.spill.items():
         if path:
-            lines.append(f"[the whole {name} is kept at {quote(path)}]")
+            whole = reader(name, task_id=output.task_id)
+            lines.append(f"[{name} was truncated; read all of it with {whole}]")
     if output.status == "running" and len(lines) == 1:
         lines.append("(nothing new yet)")
     return "\n".join(lines)

@@ -1,12 +1,28 @@
-"""The tools the server offers: names, descriptions, input schemas and annotations."""
+"""The tools the server offers: names, descriptions, input and output schemas, annotations.
+
+The descriptions carry the numbers a model needs (the default timeout and its cap) from the
+configuration the server runs with. Schemas use ``anyOf`` rather than lists of types, which
+some clients cannot read.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcp import types
 
 from stockade.files import READ_LIMIT
+
+if TYPE_CHECKING:
+    from stockade.config import Config
+
+OUTPUT_LIMIT = 256 * 1024
+"""The most bytes of a whole stream one ``read_output`` window returns."""
+
+
+def _nullable(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}], "description": description}
+
 
 _ARGV: dict[str, Any] = {
     "type": "array",
@@ -14,15 +30,11 @@ _ARGV: dict[str, Any] = {
     "minItems": 1,
     "description": "the program and its arguments, one string each; no shell parses them",
 }
-_CWD: dict[str, Any] = {
-    "type": ["string", "null"],
-    "description": "working directory inside the workspace (default: the workspace)",
-}
-_TIMEOUT: dict[str, Any] = {
-    "type": ["number", "null"],
-    "exclusiveMinimum": 0,
-    "description": "seconds before the command is killed (capped by the configuration)",
-}
+_CWD = _nullable(
+    {"type": "string"},
+    "working directory inside the workspace, relative to it (default: the workspace); "
+    "a folder outside it, by `..`, an absolute path or a symlink, is refused",
+)
 _TASK_ID: dict[str, Any] = {
     "type": "string",
     "description": "the id start_command returned, like task-1",
@@ -32,24 +44,45 @@ _PATH: dict[str, Any] = {
     "description": "a path relative to the workspace; nothing outside it is reachable",
 }
 
-# A result is an object; its keys are those of stockade.types.RunResult (see docs/mcp.md).
-_RUN_RESULT: dict[str, Any] = {
+_STREAM: dict[str, Any] = {
     "type": "object",
+    "properties": {
+        "text": {"type": "string"},
+        "truncated": {"type": "boolean"},
+        "total_bytes": {"type": "integer"},
+    },
+}
+_ERROR_PROPERTIES: dict[str, Any] = {
+    "code": {"type": "string"},
+    "message": {"type": "string"},
+    "hint": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    "details": {"type": "object"},
+}
+_RESULT_REQUIRED = ["action_id", "argv", "exit_code", "signal", "timed_out", "stdout", "stderr"]
+
+RUN_OUTPUT: dict[str, Any] = {
+    "type": "object",
+    "description": (
+        "the command's result (stockade.types.RunResult, each stream's text cut to its head "
+        "and tail), or, with isError, the error that refused it: code, message, hint, details"
+    ),
     "properties": {
         "action_id": {"type": "string"},
         "argv": {"type": "array", "items": {"type": "string"}},
-        "exit_code": {"type": ["integer", "null"]},
-        "signal": {"type": ["string", "null"]},
+        "exit_code": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+        "signal": {"anyOf": [{"type": "string"}, {"type": "null"}]},
         "timed_out": {"type": "boolean"},
         "aborted": {"type": "boolean"},
         "duration_ms": {"type": "number"},
-        "stdout": {"type": "object"},
-        "stderr": {"type": "object"},
+        "stdout": _STREAM,
+        "stderr": _STREAM,
         "sandbox": {"type": "object"},
-        "limit_hit": {"type": ["string", "null"]},
+        "limit_hit": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+        **_ERROR_PROPERTIES,
     },
-    "required": ["action_id", "argv", "exit_code", "signal", "timed_out", "stdout", "stderr"],
+    "anyOf": [{"required": _RESULT_REQUIRED}, {"required": ["code", "message"]}],
 }
+"""``run_command``'s output schema: a result, or an error; every result it gives matches."""
 
 
 def _object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
@@ -75,60 +108,94 @@ def _annotations(
 
 RUNS = {"read_only": False, "destructive": True, "idempotent": False, "open_world": True}
 READS = {"read_only": True, "destructive": False, "idempotent": True, "open_world": False}
+ASKS = (
+    "A shell or an interpreter given code inline (`sh -c`, `bash -c`, `python -c`, "
+    "`node -e`) always waits for a person: put code in a file and run the file. "
+)
 
-COMMAND_TOOLS = [
-    types.Tool(
-        name="run_command",
-        description=(
-            "Run one command by argv (no shell) in the agent's workspace and wait for it. "
-            "It is classified, approved, confined by a sandbox, bounded in time and output, "
-            "and recorded. A command that needs a person is asked about (elicitation) or "
-            "held for `stockade approve`. Returns the exit status and the output."
+
+def command_tools(config: Config) -> list[types.Tool]:
+    """The command tools, their descriptions naming ``config``'s time bounds."""
+    default, cap = f"{config.timeout.default:g}", f"{config.timeout.max:g}"
+    timeout = _nullable(
+        {"type": "number", "exclusiveMinimum": 0},
+        f"seconds before the command is killed (default {default}, at most {cap})",
+    )
+    command = _object({"argv": _ARGV, "cwd": _CWD, "timeout": timeout}, "argv")
+    return [
+        types.Tool(
+            name="run_command",
+            description=(
+                "Run one command by argv (no shell) in the agent's workspace and wait for it. "
+                "It is classified, approved, confined by a sandbox, bounded in output and "
+                f"time (killed after {default} s unless `timeout` says otherwise, at most "
+                f"{cap} s), and recorded. {ASKS}A command that may run longer (a build, a "
+                "server, a watcher) belongs in start_command. A command that needs a person "
+                "is asked about (elicitation) or held for `stockade approve`. Returns the "
+                "exit status and the head and tail of the output; read_output gives all of it."
+            ),
+            input_schema=command,
+            output_schema=RUN_OUTPUT,
+            annotations=_annotations("Run a command", **RUNS),
         ),
-        input_schema=_object({"argv": _ARGV, "cwd": _CWD, "timeout": _TIMEOUT}, "argv"),
-        output_schema=_RUN_RESULT,
-        annotations=_annotations("Run a command", **RUNS),
-    ),
-    types.Tool(
-        name="start_command",
-        description=(
-            "Start one command by argv in the background, with the same checks as "
-            "run_command; returns a task id at once. Read its output with read_output, "
-            "stop it with kill_command."
+        types.Tool(
+            name="start_command",
+            description=(
+                "Start one command by argv in the background, with the same checks as "
+                "run_command; returns a task id at once (after a person's approval, when it "
+                f"needs one). Its timeout is {default} s unless `timeout` says otherwise, at "
+                f"most {cap} s. {ASKS}Read its output with read_output, stop it with "
+                "kill_command."
+            ),
+            input_schema=command,
+            annotations=_annotations("Start a background command", **RUNS),
         ),
-        input_schema=_object({"argv": _ARGV, "cwd": _CWD, "timeout": _TIMEOUT}, "argv"),
-        annotations=_annotations("Start a background command", **RUNS),
-    ),
-    types.Tool(
-        name="read_output",
-        description=(
-            "What a background task printed since the previous read_output, and its status; "
-            "once it has ended, its exit status and result."
+        types.Tool(
+            name="read_output",
+            description=(
+                "With task_id alone: what a background task printed since the previous "
+                "read_output, and its status; once it has ended, its exit status and result. "
+                "With `stream`, `offset` or `limit`, or with the action_id of a command's "
+                f"result: a window of that command's whole stream (up to {OUTPUT_LIMIT} "
+                "bytes from `offset`), even the part a result left out; `next_offset` is "
+                "where the next window starts."
+            ),
+            input_schema=_object(
+                {
+                    "task_id": _TASK_ID,
+                    "action_id": {
+                        "type": "string",
+                        "description": "the action_id of a run_command result",
+                    },
+                    "stream": {"type": "string", "enum": ["stdout", "stderr"], "default": "stdout"},
+                    "offset": {"type": "integer", "minimum": 0, "default": 0},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": OUTPUT_LIMIT},
+                }
+            ),
+            annotations=_annotations(
+                "Read a command's output",
+                read_only=True,
+                destructive=False,
+                idempotent=False,
+                open_world=False,
+            ),
         ),
-        input_schema=_object({"task_id": _TASK_ID}, "task_id"),
-        annotations=_annotations(
-            "Read a task's output",
-            read_only=True,
-            destructive=False,
-            idempotent=False,
-            open_world=False,
+        types.Tool(
+            name="kill_command",
+            description="Kill a background task and everything it started; returns once it ended.",
+            input_schema=_object({"task_id": _TASK_ID}, "task_id"),
+            annotations=_annotations(
+                "Kill a task", read_only=False, destructive=True, idempotent=True, open_world=False
+            ),
         ),
-    ),
-    types.Tool(
-        name="kill_command",
-        description="Kill a background task and everything it started; returns once it ended.",
-        input_schema=_object({"task_id": _TASK_ID}, "task_id"),
-        annotations=_annotations(
-            "Kill a task", read_only=False, destructive=True, idempotent=True, open_world=False
+        types.Tool(
+            name="list_commands",
+            description="The background tasks of this session, oldest first, with their status.",
+            input_schema=_object({}),
+            annotations=_annotations("List tasks", **READS),
         ),
-    ),
-    types.Tool(
-        name="list_commands",
-        description="The background tasks of this session, oldest first, with their status.",
-        input_schema=_object({}),
-        annotations=_annotations("List tasks", **READS),
-    ),
-]
+    ]
+
 
 FILE_TOOLS = [
     types.Tool(
@@ -167,4 +234,7 @@ FILE_TOOLS = [
     ),
 ]
 
-TOOLS = [*COMMAND_TOOLS, *FILE_TOOLS]
+
+def tools(config: Config) -> list[types.Tool]:
+    """Every tool but ``skill``, for a server running with ``config``."""
+    return [*command_tools(config), *FILE_TOOLS]

@@ -173,9 +173,7 @@ def _entry(row: Row, start: float, *, redact: bool, shown: bool = False) -> dict
         text = f"{prose(body['code'])}: {REDACTED if redact else prose(body['message'])}"
     elif row.kind == "connection":
         verdict = "allowed" if body["allowed"] else "refused"
-        text = prose(
-            f"{body['method']} {body['host']}:{body['port']} {verdict}: {body['reason']}"
-        )
+        text = prose(f"{body['method']} {body['host']}:{body['port']} {verdict}: {body['reason']}")
         if body["allowed"]:
             text += f", {body['bytes_up']} B up, {body['bytes_down']} B down"
     entry: dict[str, Any] = {"seq": row.seq, "step": row.step, "kind": row.kind, "text": text}

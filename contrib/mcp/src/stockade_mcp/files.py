@@ -1,0 +1,60 @@
+"""The file tools: ``file_list``, ``file_read`` and ``file_write``, on the workspace the
+server was started for (:class:`stockade.files.Workspace` keeps every path inside it)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from stockade.errors import UsageError
+
+from . import render
+from .results import ok, string
+
+if TYPE_CHECKING:
+    from mcp import types
+
+    from .running import Context
+    from .server import Service
+
+
+async def file_list(
+    service: Service, _ctx: Context, arguments: Mapping[str, Any]
+) -> types.CallToolResult:
+    """A folder's entries."""
+    path = string(arguments, "path", default=".")
+    listing = await asyncio.to_thread(lambda: service.workspace().file_list(path))
+    lines = [render.entry_line(entry) for entry in listing.entries]
+    if listing.truncated:
+        lines.append("[more entries than the limit; not all are listed]")
+    return ok("\n".join(lines) or f"{listing.path} is empty", listing)
+
+
+async def file_read(
+    service: Service, _ctx: Context, arguments: Mapping[str, Any]
+) -> types.CallToolResult:
+    """Part of a text file, or a binary file described."""
+    from stockade.files import READ_LIMIT
+
+    path = string(arguments, "path")
+    offset, limit = arguments.get("offset", 0), arguments.get("limit", READ_LIMIT)
+    if not isinstance(offset, int) or not isinstance(limit, int):
+        raise UsageError("offset and limit must be integers (bytes)")
+    read = await asyncio.to_thread(
+        lambda: service.workspace().file_read(path, offset=offset, limit=limit)
+    )
+    shown = read.text if read.text is not None else (read.description or "")
+    if read.truncated:
+        shown += f"\n[more follows: read on with offset {read.offset + read.returned}]"
+    return ok(shown, read)
+
+
+async def file_write(
+    service: Service, _ctx: Context, arguments: Mapping[str, Any]
+) -> types.CallToolResult:
+    """Replace a whole file, atomically."""
+    path, content = string(arguments, "path"), string(arguments, "content")
+    written = await asyncio.to_thread(lambda: service.workspace().file_write(path, content))
+    what = "created" if written.created else ("changed" if written.changed else "unchanged")
+    return ok(f"{what}: {written.path} ({written.new_size} bytes)", written)

@@ -1,0 +1,140 @@
+"""``stockade mcp`` driven by a third-party client: the OpenAI Agents SDK's ``MCPServerStdio``.
+
+No model is called: the SDK's own MCP connection object starts the server over stdio, lists
+its tools, converts them to the function tools a model would be given, and calls them, as
+an agent run would. What it gets back is what a model reads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from agents import Agent
+from agents.mcp import MCPServerStdio, MCPUtil
+from agents.run_context import RunContextWrapper
+from mcp import types
+
+from helpers.mcp_session import CLI, make_setup, script, text_of
+
+SANDBOXES = ("bubblewrap", "landlock")
+
+
+@contextlib.asynccontextmanager
+async def agents_sdk(
+    setup: dict[str, Path], agent: str = "tester", *, cwd: Path | None = None
+) -> AsyncIterator[MCPServerStdio]:
+    """``stockade mcp --agent AGENT`` as an Agents SDK MCP server, connected."""
+    server = MCPServerStdio(
+        params={
+            "command": CLI[0],
+            "args": [*CLI[1:], "--config", str(setup["config"]), "mcp", "--agent", agent],
+            "env": {"XDG_STATE_HOME": os.environ["XDG_STATE_HOME"], "PATH": "/usr/bin:/bin"},
+            "cwd": str(cwd or setup["tmp"]),
+        },
+        name="stockade",
+        client_session_timeout_seconds=120,
+    )
+    async with server:
+        yield server
+
+
+@pytest.fixture
+def home_tmp() -> Iterator[Path]:
+    """A private folder under the home (the sandbox's /tmp is its own)."""
+    base = Path.home() / ".stockade-tests"
+    base.mkdir(mode=0o700, exist_ok=True)
+    root = Path(tempfile.mkdtemp(dir=base))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.asyncio
+async def test_the_agents_sdk_lists_converts_and_runs(tmp_path):
+    setup = make_setup(tmp_path)
+    async with agents_sdk(setup) as server:
+        tools = await server.list_tools()
+        names = {tool.name for tool in tools}
+        function_tools = await MCPUtil.get_function_tools(
+            server, True, RunContextWrapper(context=None), Agent(name="probe")
+        )
+        result = await server.call_tool("run_command", {"argv": ["echo", "from", "agents"]})
+    assert {"run_command", "start_command", "read_output", "file_read"} <= names
+    assert {tool.name for tool in function_tools} == names
+    assert not result.is_error
+    assert result.structured_content["stdout"]["text"] == "from agents\n"
+    assert "exit status 0" in text_of(result)
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.asyncio
+async def test_the_agents_sdk_cannot_move_the_cwd_out(home_tmp, sandbox):
+    setup = make_setup(home_tmp, f'sandbox = "{sandbox}"\n')
+    ws, outside = setup["ws"], home_tmp / "outside"
+    outside.mkdir()
+    (ws / "out").symlink_to(outside)
+    name = f"canary-{secrets.token_hex(6)}"
+    async with agents_sdk(setup, "default", cwd=ws) as server:
+        attacks = [
+            await server.call_tool("run_command", {"argv": ["touch", name], "cwd": cwd})
+            for cwd in ("..", str(outside), "out", "/etc")
+        ]
+        control = await server.call_tool("run_command", {"argv": ["touch", name]})
+    try:
+        for result in attacks:
+            assert result.is_error and result.structured_content["code"] == "bad_cwd"
+            assert str(ws) in text_of(result)
+        assert not (home_tmp / name).exists() and not (outside / name).exists()
+        assert not Path("/etc", name).exists()
+        assert control.structured_content["exit_code"] == 0 and (ws / name).exists()
+    finally:
+        Path("/etc", name).unlink(missing_ok=True)
+
+
+@pytest.mark.asyncio
+async def test_the_agents_sdk_sees_errors_with_their_hints(tmp_path):
+    setup = make_setup(tmp_path)
+    async with agents_sdk(setup, "careful") as server:
+        held = await server.call_tool("run_command", {"argv": ["touch", "made"]})
+        shell = await server.call_tool("run_command", {"argv": ["ls"], "shell": True})
+    assert held.is_error and held.structured_content["code"] == "policy_held"
+    details = held.structured_content["details"]
+    assert f"stockade approve {details['run_id']} {details['step']}" in text_of(held)
+    assert shell.is_error and "'shell'" in text_of(shell)
+    assert not (setup["ws"] / "made").exists()
+
+
+@pytest.mark.asyncio
+async def test_the_agents_sdk_runs_a_task_and_reads_whole_output(tmp_path):
+    setup = make_setup(tmp_path)
+    loud = "import sys\nfor i in range(200_000):\n    sys.stdout.write(f'{i:07d}\\n')\n"
+    whole = "".join(f"{i:07d}\n" for i in range(200_000))
+    async with agents_sdk(setup) as server:
+        started = await server.call_tool("start_command", {"argv": script(setup, loud)})
+        task = started.structured_content["task_id"]
+        reads: list[types.CallToolResult] = []
+        with anyio.fail_after(60):
+            while not reads or reads[-1].structured_content["status"] == "running":
+                reads.append(await server.call_tool("read_output", {"task_id": task}))
+                await anyio.sleep(0.2)
+        # A strict-schema client sends every key, the unused ones as null.
+        window = await server.call_tool(
+            "read_output",
+            {"task_id": task, "action_id": None, "stream": None, "offset": 800_000, "limit": 80},
+        )
+        ran = await server.call_tool("run_command", {"argv": script(setup, loud)})
+        action = ran.structured_content["action_id"]
+        tail = await server.call_tool("read_output", {"action_id": action, "offset": 1_399_920})
+    assert reads[-1].structured_content["status"] == "completed"
+    assert window.structured_content["text"] == whole[800_000:800_080]
+    assert f'"action_id": "{action}"' in text_of(ran) and "/tmp/" not in text_of(ran)
+    assert tail.structured_content["text"] == whole[1_399_920:]
