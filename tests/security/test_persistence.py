@@ -139,7 +139,8 @@ def test_links_symlinks_and_renames_into_protected_names(host, box):
     body = """
 attempt("hardlink", lambda: os.link("evil", ".envrc"))
 attempt("symlink_dir", lambda: os.symlink(sys.argv[1], ".vscode"))
-attempt("symlink_file", lambda: os.symlink("evil", "sub/.bashrc") if os.makedirs("sub") is None else 0)
+os.makedirs("sub")
+attempt("symlink_file", lambda: os.symlink("evil", "sub/.bashrc"))
 attempt("rename_dir", lambda: os.rename("evildir", ".idea"))
 attempt("rename_deep", lambda: os.renames("evilclaude", "a/b/.claude"))
 attempt("rename_file", lambda: os.rename("evil", ".zshrc"))
@@ -243,7 +244,8 @@ def test_credential_stores_in_a_writable_root_are_masked(host, box):
     (box.ws / "aws").mkdir()
     (box.ws / "aws" / "config").write_text("CONTROL-visible")
     body = """
-for rel in (".aws/config", "deploy/.ssh/id_rsa", ".netrc", "cfg/.config/gh/hosts.yml", "aws/config"):
+for rel in (".aws/config", "deploy/.ssh/id_rsa", ".netrc", "cfg/.config/gh/hosts.yml",
+            "aws/config"):
     try:
         out["read " + rel] = open(rel).read()
     except OSError as e:

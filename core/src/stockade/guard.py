@@ -160,9 +160,14 @@ def _appeared(survey: Survey) -> Iterator[str]:
         ):
             stack += [os.path.join(directory, name) for name in old.children]
             continue
-        _openable(directory)
         try:
             entries = list(os.scandir(directory))
+        except PermissionError:
+            _openable(directory)  # a command may have hidden what it planted
+            try:
+                entries = list(os.scandir(directory))
+            except OSError:
+                continue
         except OSError:
             continue
         for entry in entries:

@@ -12,7 +12,8 @@ seccomp). The thread ends right after the spawn; the host's other threads are un
 What it enforces, in both modes: read and execute everywhere except the credential stores,
 the host's ``/tmp``, ``/run`` and ``~/.cache`` (names there stay listable, contents do not),
 writes only to a private scratch directory (``TMPDIR``) and, in ``workspace-write``, to the
-writable roots minus their protected paths; no TCP (ABI 4) and the shared seccomp policy
+writable roots (their protected paths are snapshotted by the host and put back after the
+run; the credential stores in them are masked); no TCP (ABI 4) and the shared seccomp policy
 (no sockets but netlink, and Unix ones only when allowed); abstract Unix sockets and signals
 scoped to the sandbox (ABI 6); device ioctls refused (ABI 5). On an older ABI the missing
 parts are listed, and the run happens only when ``accept_partial`` is set.
