@@ -318,3 +318,56 @@ def test_a_snapshot_too_large_is_refused(make_host, box):
     assert not (box.ws / "ran").exists()
     ok = make_host(allow_all=True, config=attrs.evolve(config, plugins=PluginsConfig()))
     assert ok.run(box.py("open('ran', 'w')")).exit_code == 0  # the control: the default
+
+
+WAIT_THEN = """
+import os, sys, time
+if sys.argv[1] != "-":
+    os.makedirs(os.path.dirname(sys.argv[1]), exist_ok=True)
+    try:
+        with open(sys.argv[1], "w") as f:
+            f.write("#!/bin/sh\\necho PWNED\\n")
+        state = "done"
+    except OSError as e:
+        state = e.strerror
+    with open(sys.argv[2], "w") as f:
+        f.write(state)
+for _ in range(600):
+    if os.path.exists(sys.argv[3]):
+        break
+    time.sleep(0.1)
+"""
+
+
+def _wait_for(condition, what):
+    import time
+
+    for _ in range(600):  # a generous cap, not a timing assertion
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def test_a_command_started_after_a_planted_hook_does_not_put_it_back(host, box):
+    """A background task writes a hook and waits; a second command starts (the hook is
+    there), the task ends (its check removes the hook), then the second one ends: its
+    check must restore what was there before the *first* started, not the hook."""
+    before = _repo(box)
+    hook, flag = box.ws / ".git" / "hooks" / "pre-commit", box.ws / "a-wrote"
+    first = host.start(box.py(WAIT_THEN, str(hook), str(flag), str(box.ws / "go-a")), owner="t")
+    _wait_for(flag.exists, "the first command's write")
+    second = host.start(box.py(WAIT_THEN, "-", "-", str(box.ws / "go-b")), owner="t")
+    (box.ws / "go-a").write_text("")
+
+    def ended(task):
+        return lambda: host.tasks.list("t")[int(task.task_id.split("-")[1]) - 1].status != "running"
+
+    _wait_for(ended(first), "the first command to end")
+    assert not hook.exists()
+    (box.ws / "go-b").write_text("")
+    _wait_for(ended(second), "the second command to end")
+    # The control: under Landlock the hook did land while the first command ran.
+    assert flag.read_text() == ("done" if box.sandbox == "landlock" else "Read-only file system")
+    assert not hook.exists()
+    assert {p: (p.read_bytes(), p.stat().st_mode) for p in before} == before

@@ -19,7 +19,7 @@ import attrs
 from .executor import AbortToken
 
 if TYPE_CHECKING:
-    from . import changes, guard, quota
+    from . import changes, guard, quota, snapshot
     from .config import Config
     from .protected import Survey
     from .types import Changes, ExecSpec, LaunchPlan, ProcessOutcome
@@ -46,12 +46,20 @@ class Observation:
         self._quota: quota.Watch | None = None
         self._changes: changes.Watch | None = None
         self._survey: Survey | None = None
-        self._snapshot: guard.Snapshot | None = None
+        self._snapshot: snapshot.Snapshot | None = None
         self._folder = ""
         if spec.mode == "read-only":
             return
         if spec.mode != "danger-full-access":
             self._guard(spec, config, plan)
+        try:
+            self._start(spec, config, abort)
+        except BaseException:
+            self.close()  # the changes watch holds an inotify instance and a thread
+            raise
+
+    def _start(self, spec: ExecSpec, config: Config, abort: AbortToken | None) -> None:
+        """The changes watch, and the quota's with a token of its own."""
         self._changes = self._track(spec, config)
         limit = config.profile(spec.profile).quota_mb
         if limit is None:
@@ -59,11 +67,7 @@ class Observation:
         from . import quota
 
         self._own = self.token = AbortToken()
-        try:
-            self._quota = quota.Watch(spec.workspace, limit * quota.MIB, self._own, forward=abort)
-        except BaseException:
-            self.close()  # the changes watch holds an inotify instance and a thread
-            raise
+        self._quota = quota.Watch(spec.workspace, limit * quota.MIB, self._own, forward=abort)
 
     def _guard(self, spec: ExecSpec, config: Config, plan: LaunchPlan | None) -> None:
         """The survey of protected paths (the provider's, else the host's own) and, when
@@ -87,9 +91,7 @@ class Observation:
                 setting="the provider's scan_limit",
                 writable_dotfiles=protected.opened(spec.writable_dotfiles),
             )
-        self._survey = survey
-        if not survey.held:
-            self._snapshot = guard.take(survey)
+        self._survey, self._snapshot = guard.begin(survey)
         self._folder = os.path.join(store_folder(config), "quarantine", spec.action_id)
 
     def _check(self) -> guard.Guarded | None:
@@ -99,7 +101,10 @@ class Observation:
             return None
         from . import guard
 
-        return guard.check(survey, self._snapshot, self._folder)
+        try:
+            return guard.check(survey, self._snapshot, self._folder)
+        finally:
+            guard.end(survey)
 
     @staticmethod
     def _track(spec: ExecSpec, config: Config) -> changes.Watch | None:
