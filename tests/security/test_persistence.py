@@ -371,3 +371,25 @@ def test_a_command_started_after_a_planted_hook_does_not_put_it_back(host, box):
     assert flag.read_text() == ("done" if box.sandbox == "landlock" else "Read-only file system")
     assert not hook.exists()
     assert {p: (p.read_bytes(), p.stat().st_mode) for p in before} == before
+
+
+def test_the_file_tools_keep_the_same_names(tmp_path):
+    """The file tools (MCP ``file_write``/``file_read``) run in the host, unconfined: they
+    refuse the dotfiles, run-later folders and credential stores themselves."""
+    from stockade.errors import UsageError
+    from stockade.files import Workspace
+
+    root = tmp_path / "ws"
+    (root / ".aws").mkdir(parents=True)
+    (root / ".aws" / "config").write_text("CANARY")
+    (root / "link").symlink_to(".aws/config")  # a relative link stays inside
+    with Workspace(str(root)) as ws:
+        for path in (".bashrc", "sub/.gitconfig", ".config/autostart/x.desktop", ".ssh/x"):
+            with pytest.raises(UsageError, match="protected"):
+                ws.file_write(path, "evil", make_parents=True)
+            assert not (root / path).exists()
+        for path in (".aws/config", "link"):
+            with pytest.raises(UsageError, match="credential store"):
+                ws.file_read(path)
+        ws.file_write("bashrc", "ok")  # the controls: neighbours stay open
+        assert ws.file_read("bashrc").text == "ok"
