@@ -393,3 +393,40 @@ def test_the_file_tools_keep_the_same_names(tmp_path):
                 ws.file_read(path)
         ws.file_write("bashrc", "ok")  # the controls: neighbours stay open
         assert ws.file_read("bashrc").text == "ok"
+
+
+def test_a_bare_repository_keeps_its_hooks_and_takes_pushes(host, box):
+    """git finds a bare repository from inside it (HEAD, objects, refs): one planted under
+    another name is quarantined whole; an existing one keeps hooks and config while a
+    push to it still lands (the control)."""
+    remote, repo = box.ws / "remote.git", box.ws / "repo"
+    _git("init", "-q", "--bare", "-b", "main", str(remote), cwd=box.ws)
+    _git("init", "-q", "-b", "main", str(repo), cwd=box.ws)
+    (repo / "f").write_text("hello\n")
+    _git("add", "f", cwd=repo)
+    _git("-c", "user.name=A", "-c", "user.email=a@example.com", "commit", "-qm", "x", cwd=repo)
+    config = (remote / "config").read_bytes()
+    script = (
+        "git -C repo push -q ../remote.git main; "
+        "printf '#!/bin/sh\\necho PWNED\\n' > remote.git/hooks/post-receive; "
+        "echo '[core] fsmonitor = evil' >> remote.git/config; "
+        "git init -q --bare planted.git && echo evil > planted.git/hooks/post-update; "
+        "mkdir -p looks/objects looks/refs && echo 'ref: refs/heads/main' > looks/HEAD; "
+        "true"
+    )
+    env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_NOSYSTEM": "1"}
+    result = host.run(box.request(["sh", "-c", script], env=env))
+    assert result.exit_code == 0, result.stderr.text
+    pushed = subprocess.run(
+        ["git", "rev-parse", "main"], cwd=remote, capture_output=True, text=True, check=True
+    )
+    assert pushed.stdout.strip() == _head(repo)  # the control: the push landed
+    assert not (remote / "hooks" / "post-receive").exists()
+    assert (remote / "config").read_bytes() == config
+    assert not (box.ws / "planted.git").exists() and not (box.ws / "looks").exists()
+    assert {str(box.ws / "planted.git"), str(box.ws / "looks")} <= set(result.quarantined)
+
+
+def _head(repo) -> str:
+    argv = ["git", "rev-parse", "HEAD"]
+    return subprocess.run(argv, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()

@@ -140,6 +140,7 @@ def _appeared(survey: Survey) -> Iterator[str]:
     """Every protected path under the roots now, relisting only changed folders."""
     dotfiles = survey.writable_dotfiles
     before = {f.path: f for f in survey.folders}
+    bare = set(survey.bare)
     stack = [r for r in survey.roots if protected.enclosing(r, dotfiles) is None]
     while stack:
         directory = stack.pop()
@@ -157,18 +158,30 @@ def _appeared(survey: Survey) -> Iterator[str]:
         ):
             stack += [os.path.join(directory, name) for name in old.children]
             continue
-        try:
-            entries = list(os.scandir(directory))
-        except PermissionError:
-            openable(directory)  # a command may have hidden what it planted
-            try:
-                entries = list(os.scandir(directory))
-            except OSError:
-                continue
-        except OSError:
+        entries = _list(directory)
+        if protected.git_dir(e.name for e in entries):
+            if directory not in bare:  # a repository git would find here: new, so all of it
+                yield directory
+            else:  # a known one: its hooks, config and info are known, or new
+                yield from (e.path for e in entries if e.name in protected.BARE_KEPT)
             continue
         for entry in entries:
             if protected.kind_of(entry.path, dotfiles) is not None:
                 yield entry.path
             elif entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)
+
+
+def _list(directory: str) -> list[os.DirEntry[str]]:
+    """The entries of ``directory``; its owner's rights are given back first if a
+    command took them away to hide what it planted. Nothing when it is gone."""
+    try:
+        return list(os.scandir(directory))
+    except PermissionError:
+        openable(directory)
+    except OSError:
+        return []
+    try:
+        return list(os.scandir(directory))
+    except OSError:
+        return []

@@ -121,6 +121,10 @@ RUN_LATER = (
     ".ssh/authorized_keys",
 )
 GIT = ".git"
+# A bare repository's own files that run later: kept like a .git (its objects and refs
+# stay writable, so a push to it works); one that appears during a run goes whole.
+GIT_DIR_MARKS = frozenset({"HEAD", "objects", "refs"})
+BARE_KEPT = ("hooks", "config", "info")
 DEFAULT_SNAPSHOT_LIMIT_MB = 64
 Kind = Literal["read-only", "masked"]
 # Per last component: (the whole relative path, its kind); single names need no slash.
@@ -210,15 +214,21 @@ def kind_of(path: str, writable_dotfiles: frozenset[str] = frozenset()) -> Kind 
     ``read-only``: ``.git``, agent config, dotfiles (less ``writable_dotfiles``) and the
     folders of :data:`RUN_LATER`; ``masked``: the credential stores.
     """
-    name = path.rsplit("/", 1)[-1]
+    name = path.rsplit("/", 1)[-1].lower()  # a case-folding filesystem reads .VSCode too
     if name == GIT or name in AGENT_CONFIG:
         return "read-only"
     if name in DOTFILES and name not in writable_dotfiles:
         return "read-only"
     for suffix, kind in _SUFFIXES.get(name, ()):
-        if "/" not in suffix or path.endswith("/" + suffix):
+        if "/" not in suffix or path.lower().endswith("/" + suffix):
             return kind
     return None
+
+
+def git_dir(names: Iterable[str]) -> bool:
+    """Whether a folder with these entries is a git directory by git's own test (``HEAD``,
+    ``objects``, ``refs``): a bare repository, which git finds from inside it."""
+    return set(names) >= GIT_DIR_MARKS
 
 
 def enclosing(path: str, writable_dotfiles: frozenset[str] = frozenset()) -> Kind | None:
@@ -257,6 +267,8 @@ class Survey:
         masked: credential stores inside the roots: unreadable and unwritable.
         folders: every folder listed, with its stamp (the check after the run relists only
             the folders whose stamp changed).
+        bare: bare repositories (folders git takes for a git directory, not named ``.git``):
+            their ``hooks``, ``config`` and ``info`` are among ``read_only``.
         started: ``time.time_ns()`` when the survey began.
         writable_dotfiles: the dotfiles the profile opened.
         held: the provider keeps ``read_only`` read-only while the command runs; when
@@ -269,6 +281,7 @@ class Survey:
     read_only: tuple[str, ...] = field(kw_only=True, default=())
     masked: tuple[str, ...] = field(kw_only=True, default=())
     folders: tuple[Folder, ...] = field(kw_only=True, default=())
+    bare: tuple[str, ...] = field(kw_only=True, default=())
     started: int = field(kw_only=True, default=0)
     writable_dotfiles: frozenset[str] = field(kw_only=True, default=frozenset())
     held: bool = field(kw_only=True, default=False)
@@ -293,8 +306,9 @@ def survey(
     setting: str,
     writable_dotfiles: frozenset[str] = frozenset(),
 ) -> Survey:
-    """The protected paths under ``roots``: every ``.git``, ``gitdir:`` targets, agent
-    config, dotfiles, run-later folders and credential stores, at any depth.
+    """The protected paths under ``roots``: every ``.git``, ``gitdir:`` targets, a bare
+    repository's hooks and config, agent config, dotfiles, run-later folders and
+    credential stores, at any depth.
 
     Symlinked directories are not followed; a protected name that is itself a symlink is
     refused, since what it points at cannot be told apart from a planted redirection. A
@@ -313,6 +327,7 @@ def survey(
     started = time.time_ns()
     found: dict[str, Kind] = {}
     folders: list[Folder] = []
+    bare: list[str] = []
     stack = []
     for root in roots:
         kind = enclosing(root, writable_dotfiles)
@@ -335,6 +350,13 @@ def survey(
         except OSError as error:
             _unlisted(directory, error)
             continue
+        if git_dir(e.name for e in entries):
+            bare.append(directory)
+            for entry in entries:
+                if entry.name in BARE_KEPT:
+                    _check(entry, "read-only", roots, found)
+            folders.append(Folder(directory, stamp(info), ()))
+            continue
         children = []
         for entry in entries:
             kind = kind_of(entry.path, writable_dotfiles)
@@ -350,6 +372,7 @@ def survey(
         read_only=tuple(p for p, k in found.items() if k == "read-only"),
         masked=tuple(p for p, k in found.items() if k == "masked"),
         folders=tuple(folders),
+        bare=tuple(bare),
         started=started,
         writable_dotfiles=writable_dotfiles,
     )
