@@ -301,8 +301,16 @@ def test_a_profile_may_open_named_dotfiles(make_host, box):
 
 
 def test_a_profile_naming_an_unknown_dotfile_is_refused():
+    from stockade.errors import ConfigError
+    from stockade.wire import structure_config
+
     with pytest.raises(ValueError, match="writable_dotfiles"):
         Profile(writable_dotfiles=(".git",))
+    table = {"agents": {"default": {"writable_dotfiles": [".bashrc", ".git"]}}}
+    with pytest.raises(ConfigError, match=r"got '\.git' @ \$\.agents\['default'\]"):
+        structure_config(table, source="test.toml")
+    opened = structure_config({"agents": {"default": {"writable_dotfiles": ["*"]}}}, source="t")
+    assert opened.profile("default").writable_dotfiles == ("*",)  # the control
 
 
 @pytest.mark.sandboxes("landlock")
