@@ -438,3 +438,14 @@ def test_a_bare_repository_keeps_its_hooks_and_takes_pushes(host, box):
 def _head(repo) -> str:
     argv = ["git", "rev-parse", "HEAD"]
     return subprocess.run(argv, cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_a_workspace_made_a_bare_repository_keeps_its_root(host, box):
+    (box.ws / "keep.txt").write_text("mine")
+    script = "git init -q --bare . && echo evil > hooks/post-update && echo ok > other"
+    result = host.run(box.request(["sh", "-c", script]))
+    assert result.exit_code == 0, result.stderr.text
+    assert box.ws.is_dir() and (box.ws / "keep.txt").read_text() == "mine"  # the control
+    assert (box.ws / "other").exists()
+    for name in ("HEAD", "objects", "refs", "hooks", "config"):
+        assert not (box.ws / name).exists(), name

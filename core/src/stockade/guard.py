@@ -160,16 +160,28 @@ def _appeared(survey: Survey) -> Iterator[str]:
             continue
         entries = _list(directory)
         if protected.git_dir(e.name for e in entries):
-            if directory not in bare:  # a repository git would find here: new, so all of it
-                yield directory
-            else:  # a known one: its hooks, config and info are known, or new
-                yield from (e.path for e in entries if e.name in protected.BARE_KEPT)
+            root = directory in survey.roots
+            yield from _bare(directory, entries, known=directory in bare, root=root)
             continue
         for entry in entries:
             if protected.kind_of(entry.path, dotfiles) is not None:
                 yield entry.path
             elif entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)
+
+
+def _bare(
+    directory: str, entries: list[os.DirEntry[str]], *, known: bool, root: bool
+) -> Iterator[str]:
+    """What to quarantine of a folder git takes for a repository: a new one whole (a new
+    one at a root, its git entries: the root stays); of a known one, new hooks or config."""
+    if known:
+        yield from (e.path for e in entries if e.name in protected.BARE_KEPT)
+    elif root:
+        marks = protected.GIT_DIR_MARKS | set(protected.BARE_KEPT)
+        yield from (e.path for e in entries if e.name in marks)
+    else:
+        yield directory
 
 
 def _list(directory: str) -> list[os.DirEntry[str]]:
