@@ -449,3 +449,20 @@ def test_a_workspace_made_a_bare_repository_keeps_its_root(host, box):
     assert (box.ws / "other").exists()
     for name in ("HEAD", "objects", "refs", "hooks", "config"):
         assert not (box.ws / name).exists(), name
+
+
+def test_a_protected_file_linked_out_is_not_writable_through_the_link_later(host, box):
+    """Run 1 hard-links a hook out to an ordinary name; run 2 writes that name. The hook
+    must not change: a protected file with another name is replaced by a copy of its own."""
+    before = _repo(box)
+    first, out = _run(
+        host, box, "attempt('link', lambda: os.link('.git/hooks/post-checkout', 'x'))"
+    )
+    if box.sandbox == "bubblewrap":
+        assert out["link"] != "done", out  # across the read-only mount: refused
+    else:
+        assert out["link"] == "done" and str(box.ws / ".git") in first.restored
+    _second, out = _run(host, box, "attempt('write', write('x'))")
+    assert out["write"] == "done"  # the control: the ordinary name is writable
+    assert (box.ws / "x").read_text().endswith("PWNED\n")
+    assert {p: (p.read_bytes(), p.stat().st_mode) for p in before} == before

@@ -170,6 +170,8 @@ def _same(path: str, old: Entry, taken: int) -> tuple[bool, bool]:
     now = _kind(info.st_mode)
     if now != old.kind:
         return False, False
+    if now == "file" and info.st_nlink > 1:
+        return False, False  # also named outside: writable there, even under bubblewrap
     stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     mode_only = stat.S_IMODE(info.st_mode) != old.mode
     if stamp == old.stamp and info.st_ctime_ns < taken - RACY_NS:
