@@ -466,3 +466,24 @@ def test_a_protected_file_linked_out_is_not_writable_through_the_link_later(host
     assert out["write"] == "done"  # the control: the ordinary name is writable
     assert (box.ws / "x").read_text().endswith("PWNED\n")
     assert {p: (p.read_bytes(), p.stat().st_mode) for p in before} == before
+
+
+def test_a_repositorys_hooks_path_is_kept_like_its_hooks(host, box):
+    """``core.hooksPath = .githooks`` makes an ordinary folder the repository's hooks."""
+    _repo(box)
+    _git("config", "core.hooksPath", ".githooks", cwd=box.ws)
+    (box.ws / ".githooks").mkdir()
+    (box.ws / ".githooks" / "pre-commit").write_text("#!/bin/sh\necho mine\n")
+    body = """
+attempt("edit", write(".githooks/pre-commit"))
+attempt("add", write(".githooks/post-checkout"))
+attempt("control", write("githooks/pre-commit"))
+"""
+    result, out = _run(host, box, body)
+    assert out["control"] == "done"
+    if box.sandbox == "bubblewrap":
+        assert out["edit"] != "done" and out["add"] != "done", out
+    else:
+        assert str(box.ws / ".githooks") in result.restored
+    assert (box.ws / ".githooks" / "pre-commit").read_text() == "#!/bin/sh\necho mine\n"
+    assert os.listdir(box.ws / ".githooks") == ["pre-commit"]

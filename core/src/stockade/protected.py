@@ -387,10 +387,38 @@ def _check(entry: os.DirEntry[str], kind: Kind, roots: list[str], found: dict[st
             details={"path": entry.path},
         )
     found[entry.path] = kind
-    if entry.name == GIT and entry.is_file(follow_symlinks=False):
-        target = _gitdir(entry.path)
-        if target is not None and inside(target, roots):
-            found.setdefault(target, "read-only")
+    if entry.name != GIT:
+        return
+    gitdir: str | None = entry.path
+    if entry.is_file(follow_symlinks=False):
+        gitdir = _gitdir(entry.path)
+        if gitdir is not None and inside(gitdir, roots):
+            found.setdefault(gitdir, "read-only")
+    hooks = _hooks_path(gitdir, os.path.dirname(entry.path)) if gitdir else None
+    if hooks is not None and inside(hooks, roots) and hooks not in roots and os.path.isdir(hooks):
+        found.setdefault(hooks, "read-only")  # core.hooksPath: hooks outside the .git
+
+
+def _hooks_path(gitdir: str, worktree: str) -> str | None:
+    """The folder a repository's ``core.hooksPath`` names (relative to its worktree),
+    resolved; ``None`` when its config sets none or cannot be read."""
+    section, found = "", None
+    try:
+        with open(os.path.join(gitdir, "config"), encoding="utf-8", errors="replace") as f:
+            for raw in f:
+                line = raw.strip()
+                if line.startswith("["):
+                    section = line[1:].split("]", 1)[0].strip().lower()
+                    line = line.split("]", 1)[1].strip() if "]" in line else ""
+                key, eq, value = line.partition("=")
+                if eq and section == "core" and key.strip().lower() == "hookspath":
+                    found = value.split("#", 1)[0].split(";", 1)[0].strip().strip('"')
+    except OSError:
+        return None
+    if not found:
+        return None
+    path = os.path.join(worktree, os.path.expanduser(found))
+    return os.path.realpath(path)
 
 
 def scan(roots: list[str], limit: int, *, setting: str) -> tuple[list[str], int]:
