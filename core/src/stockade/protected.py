@@ -1,14 +1,19 @@
 """What every confining backend protects, found the same way: the shared protected paths.
 
-Inside a writable root, some paths must stay read-only whatever the mode grants: every
-``.git`` (so a command cannot plant a hook that runs later, outside any sandbox), the
-directory a ``.git`` file's ``gitdir:`` names, and agent or editor configuration that a
-person's tools run or trust. Under every home, credential stores must be unreadable. Host
-sockets the environment names must be unreachable.
+Inside a writable root, at any depth, some paths must not keep what a command writes:
+every ``.git`` (so a command cannot plant a hook that runs later, outside any sandbox),
+the directory a ``.git`` file's ``gitdir:`` names, a ``core.hooksPath`` folder, a bare
+repository's hooks and config, agent or editor configuration that a person's tools run
+or trust (:data:`AGENT_CONFIG`), dotfiles that shells and tools run (:data:`DOTFILES`)
+and folders whose entries run later (:data:`RUN_LATER`). Credential stores
+(:data:`CREDENTIAL_STORES`) must be unreadable, under every home and inside every
+writable root. Host sockets the environment names must be unreachable.
 
-This module finds them; each sandbox provider enforces them its own way (bubblewrap with
-read-only binds and masks, Landlock with rules that leave them out). It is in the core so
-that both read one list and one walk, and a fix reaches both.
+This module finds them (:func:`survey`); each sandbox provider enforces the existing ones
+its own way (bubblewrap with read-only binds and masks; Landlock masks the credential
+stores, and the host puts the rest back after the run), and the host quarantines the
+ones that appear during a run (:mod:`stockade.guard`). It is in the core so that all read
+one list and one walk, and a fix reaches all.
 """
 
 from __future__ import annotations
