@@ -603,6 +603,8 @@ def test_cli_json_result_keys(cli):
             "changes",
             "refused",
             "cwd",
+            "quarantined",
+            "restored",
         ]
     )
     assert sorted(result["limits"]) == ["cpu_seconds", "file_size_mb", "memory_mb", "processes"]
@@ -731,6 +733,8 @@ def test_every_bubblewrap_setting_has_a_row(page, heading):
     [
         *protected.CREDENTIAL_STORES,
         *sorted(protected.AGENT_CONFIG),
+        *sorted(protected.DOTFILES),
+        *protected.RUN_LATER,
         *layout.PRIVATE_DIRS,
         *DENIAL_SIGNATURES,
         "SSH_AUTH_SOCK",
@@ -863,6 +867,7 @@ seccomp_cache = ""                  # no disk cache: compile once per process
 unix_sockets = false                # socket(AF_UNIX) stays refused (the default)
 accept_partial = false              # refuse an ABI that cannot enforce everything (the default)
 max_abi = 6                         # behave as on a kernel with ABI 6, the first that has it all
+snapshot_limit_mb = 256             # a .git (less its objects) of up to 256 MiB is kept
 # --8<-- [end:landlock-toml]
 """
 

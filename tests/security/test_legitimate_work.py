@@ -30,11 +30,11 @@ def test_git_init_add_commit_in_a_fresh_workspace(host, box):
     result = host.run(_sh(box, script))
     assert result.exit_code == 0, result.stderr.text
     assert result.stdout.text == "first\n"
-    # The next run finds .git and protects it: committing needs a person outside the sandbox.
-    again = host.run(_sh(box, "echo more >> README && git add README"))
-    assert again.exit_code != 0
-    assert box.write_refused in again.stderr.text
-    assert again.sandbox.denied
+    # A .git the command made is quarantined after it: a person takes it back on purpose.
+    assert result.quarantined == (str(box.ws / ".git"),)
+    assert not (box.ws / ".git").exists() and (box.ws / "README").exists()
+    again = host.run(_sh(box, "git status"))
+    assert again.exit_code != 0 and "not a git repository" in again.stderr.text
 
 
 def _wheel(directory):

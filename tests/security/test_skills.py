@@ -73,7 +73,8 @@ def test_a_skill_script_is_contained_by_the_sandbox_not_the_gate(box, make_host,
     assert lines["outside"] == f"refused {box.write_refused}"
     assert lines["source"].startswith("refused")
     assert lines["ssh"].startswith("refused") and box.canary not in out.text
-    assert lines["hook"].startswith("refused")
+    # bubblewrap refuses the hook; Landlock lets it land and the host puts .git back
+    assert lines["hook"].startswith("refused") or str(box.ws / ".git") in out.result.restored
     assert not (box.outside / "planted.txt").exists()
     assert "tampered" not in (source / "SKILL.md").read_text()
     assert not (box.ws / ".git" / "hooks" / "pre-commit").exists()

@@ -12,6 +12,7 @@ from typing import Literal
 
 from attrs import field, frozen
 
+from .guard import Guarded
 from .types import Classification, Decision, ExecSpec, Mode, Origin, RunResult
 
 
@@ -206,6 +207,41 @@ class WorkspaceEvent:
     kind: Literal["workspace"] = field(kw_only=True, default="workspace")
 
 
+@frozen
+class QuarantineEvent:
+    """Protected paths a command made or changed, dealt with after it exited.
+
+    Attributes:
+        action_id: the command that made or changed them.
+        quarantined: the paths moved out of the workspace, as they were named there.
+        restored: the protected paths put back as they were before the command ran.
+        folder: where the quarantined paths went: this folder plus each original path.
+        failed: paths that could be neither moved nor put back, with why.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    quarantined: tuple[str, ...] = field(kw_only=True, default=())
+    restored: tuple[str, ...] = field(kw_only=True, default=())
+    folder: str | None = field(kw_only=True, default=None)
+    failed: tuple[str, ...] = field(kw_only=True, default=())
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["quarantine"] = field(kw_only=True, default="quarantine")
+
+    @classmethod
+    def of(cls, action_id: str, guarded: Guarded) -> QuarantineEvent:
+        """The event for what the check after a command did."""
+        return cls(
+            action_id,
+            quarantined=guarded.quarantined,
+            restored=guarded.restored,
+            folder=guarded.folder,
+            failed=guarded.failed,
+        )
+
+
 Event = (
     ActionEvent
     | PermissionEvent
@@ -214,5 +250,6 @@ Event = (
     | ResultEvent
     | ErrorEvent
     | WorkspaceEvent
+    | QuarantineEvent
 )
 """Everything a recorder sees, tagged by its ``kind`` field."""

@@ -60,6 +60,7 @@ from typing import Literal
 
 from attrs import frozen
 
+from . import protected
 from .errors import BadCwd, StockadeError, Unsupported, UsageError
 from .protected import AGENT_CONFIG
 
@@ -94,6 +95,18 @@ _SYS_OPENAT2 = {
     "loongarch64": 437,
 }
 _PROTECTED = frozenset({".git"} | {name.lower() for name in AGENT_CONFIG})
+
+
+def _refuse_masked(fd: int, shown: str) -> None:
+    """Refuse a file that really lies in a credential store (found through symlinks too)."""
+    real = os.readlink(f"/proc/self/fd/{fd}")
+    if protected.enclosing(real) == "masked":
+        raise UsageError(
+            f"path {shown!r} is in a credential store: file_read never reads it",
+            details={"path": shown, "rule": "masked"},
+        )
+
+
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _PATH_DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
@@ -553,6 +566,7 @@ class Workspace:
         except OSError as error:
             raise _refusal(shown, error) from None
         try:
+            _refuse_masked(fd, shown)
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):
                 raise UsageError(f"path {shown!r} is a directory", hint="list it with file_list")
@@ -619,6 +633,14 @@ class Workspace:
                     hint="these stay read-only so that nothing planted there runs later",
                     details={"path": shown, "rule": "protected", "component": part},
                 )
+        # Dotfiles, run-later folders, credential stores: as in a sandbox (stockade.protected).
+        if protected.enclosing(os.path.join(self.root, *parts)) is not None:
+            raise UsageError(
+                f"path {shown!r} is a protected name (a dotfile, a folder whose entries run "
+                "later, or a credential store): file_write never writes it",
+                hint="a person edits these files themselves",
+                details={"path": shown, "rule": "protected"},
+            )
         if isinstance(content, str):
             try:
                 data = content.encode("utf-8")

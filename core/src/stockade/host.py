@@ -249,7 +249,7 @@ class Host:
         admitted = await asyncio.to_thread(self.admit, request)
         try:
             with self.hold(admitted.spec):
-                watch = self._observe(admitted.spec, abort)
+                watch = self._observe(admitted, abort)
                 try:
                     outcome = await self.executor.run_async(admitted.plan, abort=watch.token)
                 except BaseException:
@@ -550,7 +550,7 @@ class Host:
     ) -> tuple[ProcessOutcome, Changes | None]:
         """The executor runs the plan while the workspace is watched: what it did, and
         what changed there."""
-        watch = self._observe(admitted.spec, abort)
+        watch = self._observe(admitted, abort)
         # (The provider releases the plan it made, by identity: the executor gets a copy.)
         plan = admitted.plan
         if on_output is not None:
@@ -562,10 +562,10 @@ class Host:
             raise
         return watch.finish(outcome)
 
-    def _observe(self, spec: ExecSpec, abort: AbortToken | None) -> Observation:
+    def _observe(self, admitted: Admitted, abort: AbortToken | None) -> Observation:
         from .observe import Observation
 
-        return Observation(spec, self.config, abort)
+        return Observation(admitted.spec, self.config, abort, admitted.plan)
 
     @staticmethod
     def _grant(spec: ExecSpec, decision: Decision) -> events.GrantEvent:
@@ -751,12 +751,16 @@ class Host:
             changes=changes,
             refused=tuple(admitted.refused),
             cwd=spec.cwd,
+            quarantined=outcome.guarded.quarantined if outcome.guarded else (),
+            restored=outcome.guarded.restored if outcome.guarded else (),
         )
         if not self._recording:
             return result
         from . import events
 
         try:
+            if outcome.guarded is not None:
+                self.hooks.record(events.QuarantineEvent.of(spec.action_id, outcome.guarded))
             self.hooks.record(events.ResultEvent(spec.action_id, result))
         except Exception as error:
             raise RecorderFailed(

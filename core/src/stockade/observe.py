@@ -1,8 +1,12 @@
 """What the host watches while a command runs in its workspace: its quota, what changed
-(:mod:`stockade.quota`, :mod:`stockade.changes`).
+(:mod:`stockade.quota`, :mod:`stockade.changes`), and the protected paths
+(:mod:`stockade.guard`).
 
-Both begin just before the command starts and end when it has exited. A ``read-only``
-command cannot write its workspace (its sandbox refuses), so nothing is watched for it.
+All begin just before the command starts and end when it has exited. A ``read-only``
+command cannot write its workspace (its sandbox refuses), so nothing is watched for it; a
+``danger-full-access`` one runs unconfined on purpose, so its protected paths are not.
+Every path that executes a command (a run, an async run, a held step, a background task)
+goes through an :class:`Observation`, so none skips the check after the run.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ import attrs
 from .executor import AbortToken
 
 if TYPE_CHECKING:
-    from . import changes, quota
+    from . import changes, guard, quota, snapshot
     from .config import Config
-    from .types import Changes, ExecSpec, ProcessOutcome
+    from .protected import Survey
+    from .types import Changes, ExecSpec, LaunchPlan, ProcessOutcome
 
 
 class Observation:
@@ -28,13 +33,33 @@ class Observation:
             quota can fire as well (the caller's still stops the command).
     """
 
-    def __init__(self, spec: ExecSpec, config: Config, abort: AbortToken | None) -> None:
+    def __init__(
+        self,
+        spec: ExecSpec,
+        config: Config,
+        abort: AbortToken | None,
+        plan: LaunchPlan | None = None,
+    ) -> None:
         self.token = abort
+        self.guarded: guard.Guarded | None = None
         self._own: AbortToken | None = None
         self._quota: quota.Watch | None = None
         self._changes: changes.Watch | None = None
+        self._survey: Survey | None = None
+        self._snapshot: snapshot.Snapshot | None = None
+        self._folder = ""
         if spec.mode == "read-only":
             return
+        if spec.mode != "danger-full-access":
+            self._guard(spec, config, plan)
+        try:
+            self._start(spec, config, abort)
+        except BaseException:
+            self.close()  # the changes watch holds an inotify instance and a thread
+            raise
+
+    def _start(self, spec: ExecSpec, config: Config, abort: AbortToken | None) -> None:
+        """The changes watch, and the quota's with a token of its own."""
         self._changes = self._track(spec, config)
         limit = config.profile(spec.profile).quota_mb
         if limit is None:
@@ -42,11 +67,44 @@ class Observation:
         from . import quota
 
         self._own = self.token = AbortToken()
+        self._quota = quota.Watch(spec.workspace, limit * quota.MIB, self._own, forward=abort)
+
+    def _guard(self, spec: ExecSpec, config: Config, plan: LaunchPlan | None) -> None:
+        """The survey of protected paths (the provider's, else the host's own) and, when
+        the provider does not keep them read-only itself, their snapshot.
+
+        Raises:
+            SandboxUnavailable: the survey or the snapshot cannot be made (too large, a
+                symlinked protected path, an unreadable one): the command does not run.
+        """
+        import os
+
+        from . import guard, protected
+        from .config import store_folder
+
+        survey = plan.protection if plan is not None else None
+        if survey is None:
+            roots = protected.writable_roots((spec.workspace, *spec.grant_writable))
+            survey = protected.survey(
+                roots,
+                protected.DEFAULT_SCAN_LIMIT,
+                setting="the provider's scan_limit",
+                writable_dotfiles=protected.opened(spec.writable_dotfiles),
+            )
+        self._survey, self._snapshot = guard.begin(survey)
+        self._folder = os.path.join(store_folder(config), "quarantine", spec.action_id)
+
+    def _check(self) -> guard.Guarded | None:
+        """The look after the run: quarantine what appeared, put back what changed."""
+        survey, self._survey = self._survey, None
+        if survey is None:
+            return None
+        from . import guard
+
         try:
-            self._quota = quota.Watch(spec.workspace, limit * quota.MIB, self._own, forward=abort)
-        except BaseException:
-            self.close()  # the changes watch holds an inotify instance and a thread
-            raise
+            return guard.check(survey, self._snapshot, self._folder)
+        finally:
+            guard.end(survey)
 
     @staticmethod
     def _track(spec: ExecSpec, config: Config) -> changes.Watch | None:
@@ -65,11 +123,22 @@ class Observation:
 
     def finish(self, outcome: ProcessOutcome) -> tuple[ProcessOutcome, Changes | None]:
         """``outcome`` with what the watches saw (``limit_hit = "quota"`` when the quota
-        stopped the command, or when it left the workspace over its quota), and what
-        changed in the workspace."""
+        stopped the command, or when it left the workspace over its quota; ``guarded``:
+        what the check after the run quarantined and restored), and what changed in the
+        workspace (as the command left it, before the check)."""
         tracker, self._changes = self._changes, None
         changed = tracker.finish() if tracker is not None else None
         watch, self._quota = self._quota, None
+        try:
+            guarded = self.guarded = self._check()
+        except BaseException:
+            if watch is not None:
+                with contextlib.suppress(OSError):
+                    watch.finish()
+            self._close_token()
+            raise
+        if guarded is not None and (guarded.quarantined or guarded.restored or guarded.failed):
+            outcome = attrs.evolve(outcome, guarded=guarded)
         if watch is None:
             return outcome, changed
         try:
@@ -81,7 +150,12 @@ class Observation:
         return attrs.evolve(outcome, limit_hit="quota", aborted=False), changed
 
     def close(self) -> None:
-        """Stop watching without a result (the command did not finish)."""
+        """Stop watching without a result (the command did not finish, or never started);
+        the protected paths are still checked: it may have run part of the way."""
+        try:
+            self.guarded = self._check()
+        except OSError:
+            self.guarded = None  # the error that stopped the run is what the caller sees
         tracker, self._changes = self._changes, None
         if tracker is not None:
             tracker.close()

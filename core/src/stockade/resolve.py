@@ -159,6 +159,7 @@ def resolve(
         hidden=_hidden(config),
         home=home,
         caches=caches,
+        writable_dotfiles=profile.writable_dotfiles,
     )
 
 

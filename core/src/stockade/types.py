@@ -9,10 +9,14 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import attrs
 from attrs import field, frozen
+
+if TYPE_CHECKING:
+    from .guard import Guarded
+    from .protected import Survey
 
 Mode = Literal["read-only", "workspace-write", "danger-full-access"]
 Kind = Literal["reads", "writes", "network", "destroys"]
@@ -220,6 +224,7 @@ class ExecSpec:
             removed when the run ends; ``None`` for a person's own profile.
         caches: an agent's package caches, kept between runs: writable in
             ``workspace-write``, read-only otherwise.
+        writable_dotfiles: protected dotfiles its profile lets it write (``*``: all).
     """
 
     action_id: str
@@ -247,6 +252,7 @@ class ExecSpec:
     egress: Egress | None = field(kw_only=True, default=None)
     home: str | None = field(kw_only=True, default=None)
     caches: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    writable_dotfiles: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
 
 @frozen
@@ -277,6 +283,17 @@ def _kinds(_inst: object, attr: attrs.Attribute[Any], value: tuple[str, ...]) ->
     for kind in value:
         if kind not in KINDS:
             raise ValueError(f"{attr.name} takes classes from {', '.join(KINDS)}; got {kind!r}")
+
+
+def _dotfiles(_inst: object, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    from .protected import DOTFILES
+
+    for name in value:
+        if name != "*" and name not in DOTFILES:
+            raise ValueError(
+                f"{attr.name} takes protected dotfiles ({', '.join(sorted(DOTFILES))}) or "
+                f"'*'; got {name!r}"
+            )
 
 
 def _positive_number(
@@ -315,6 +332,9 @@ class Profile:
         quota_mb: the size its workspace may reach.
         autonomy: ``read-only`` agents (and evaluation runs) get only ``reads`` commands.
         budget: steps and duration per run.
+        writable_dotfiles: protected dotfiles (``.bashrc``, ``.gitconfig``, ...; see
+            :data:`stockade.protected.DOTFILES`) its commands may write in a writable root,
+            ``["*"]`` for all of them (a dotfiles checkout).
     """
 
     name: str = field(default="default", kw_only=True)
@@ -327,6 +347,9 @@ class Profile:
     quota_mb: int | None = field(kw_only=True, default=None, validator=_positive)
     autonomy: Autonomy = field(kw_only=True, default="standard", validator=_one_of(AUTONOMIES))
     budget: Budget = field(kw_only=True, factory=Budget)
+    writable_dotfiles: tuple[str, ...] = field(
+        kw_only=True, default=(), converter=_strings, validator=_dotfiles
+    )
 
 
 @frozen
@@ -422,6 +445,9 @@ class LaunchPlan:
         on_output: called by the executor with each chunk it reads, as
             ``on_output("stdout" | "stderr", chunk)``, from the thread that runs the plan,
             while the command runs (a background task's live output). It must not block.
+        protection: the protected paths the provider found in the writable roots before
+            the run, and whether it keeps them read-only itself; the host looks again after
+            the run (:mod:`stockade.guard`). ``None``: the host surveys them itself.
     """
 
     executable: str
@@ -439,6 +465,7 @@ class LaunchPlan:
     new_session: bool = field(kw_only=True, default=False)
     restrict: Callable[[], None] | None = field(kw_only=True, default=None, eq=False)
     on_output: Callable[[str, bytes], None] | None = field(kw_only=True, default=None, eq=False)
+    protection: Survey | None = field(kw_only=True, default=None, eq=False)
 
     @classmethod
     def from_spec(cls, spec: ExecSpec, facts: SandboxFacts, **changes: Any) -> LaunchPlan:  # noqa: ANN401 - any field
@@ -491,6 +518,8 @@ class ProcessOutcome:
         stdout: the captured standard output.
         stderr: the captured standard error.
         limit_hit: the resource limit that most likely ended the run, if one did.
+        guarded: what the host's check after the run quarantined and restored, when it
+            did anything (:mod:`stockade.guard`).
     """
 
     exit_code: int | None
@@ -501,6 +530,7 @@ class ProcessOutcome:
     stdout: CollectedOutput = field(kw_only=True)
     stderr: CollectedOutput = field(kw_only=True)
     limit_hit: LimitName | None = field(kw_only=True, default=None)
+    guarded: Guarded | None = field(kw_only=True, default=None)
 
 
 @frozen
@@ -577,6 +607,11 @@ class RunResult:
         refused: the connections the egress proxy refused it (each is also a
             ``connection`` event in the record), so a person sees why a network step failed.
         cwd: the directory it ran in (an agent's own workspace, when the caller named none).
+        quarantined: protected names (``.git``, agent config, dotfiles, credential stores,
+            ...) the command made, or changed inside a protected path, moved out of the
+            workspace into the store's quarantine after it exited.
+        restored: protected paths it changed, put back as they were before it ran (under a
+            sandbox that cannot keep them read-only while it runs: Landlock).
     """
 
     action_id: str
@@ -597,6 +632,8 @@ class RunResult:
     changes: Changes | None = field(kw_only=True, default=None)
     refused: tuple[Refusal, ...] = field(kw_only=True, default=())
     cwd: str = field(kw_only=True, default="")
+    quarantined: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    restored: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
     @property
     def ok(self) -> bool:

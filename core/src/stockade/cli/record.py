@@ -176,6 +176,11 @@ def _entry(row: Row, start: float, *, redact: bool, shown: bool = False) -> dict
         text = prose(f"{body['method']} {body['host']}:{body['port']} {verdict}: {body['reason']}")
         if body["allowed"]:
             text += f", {body['bytes_up']} B up, {body['bytes_down']} B down"
+    elif row.kind == "quarantine":
+        moved, back = len(body["quarantined"]), len(body["restored"])
+        text = f"after the command: {moved} quarantined, {back} restored"
+        if moved and not redact:
+            text += f", into {prose(body['folder'])}"
     entry: dict[str, Any] = {"seq": row.seq, "step": row.step, "kind": row.kind, "text": text}
     entry["at"] = round(row.time - start, 6)
     entry["event"] = _redacted(body) if redact else body
@@ -186,7 +191,18 @@ def _redacted(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` without what redaction covers: argv (and the reasons that quote it), cwd,
     env names, stdin and output."""
     hidden = dict(body)
-    for key in ("argv", "cwd", "env_names", "stdin_sha256", "message", "writable"):
+    for key in (
+        "argv",
+        "cwd",
+        "env_names",
+        "stdin_sha256",
+        "message",
+        "writable",
+        "quarantined",
+        "restored",
+        "folder",
+        "failed",
+    ):
         if key in hidden:
             hidden[key] = REDACTED
     if "classification" in hidden:

@@ -127,3 +127,11 @@ def print_result(result: RunResult, *, as_json: bool) -> None:
         )
     if result.timed_out:
         print(f"stockade: timed out after {result.timeout_s:g}s", file=sys.stderr)
+    for path in result.quarantined:  # what the host did after the command, said plainly
+        print(
+            f"stockade: quarantined {path}: a protected name the command made or changed "
+            "(`stockade replay` says where it went)",
+            file=sys.stderr,
+        )
+    for path in result.restored:
+        print(f"stockade: restored {path} as it was before the command", file=sys.stderr)

@@ -2,8 +2,12 @@
 
 Order matters to bubblewrap (a later mount covers an earlier one), so the layout is built
 in layers: the read-only root, fresh ``/dev`` and ``/proc``, private scratch over every
-directory where host sockets live, the writable roots, the protected paths inside them,
-and last the masks over credential stores, which therefore win even inside a workspace.
+directory where host sockets live, the writable roots, the protected paths inside them
+(read-only; the credential stores among them masked), and last the masks over credential
+stores under homes, which therefore win even inside a workspace.
+
+Only what exists can be mounted over: a protected name that appears during the run is the
+host's to quarantine afterwards (:mod:`stockade.guard`), from the survey kept here.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class Layout:
         protected: paths inside writable roots kept read-only.
         masked: paths made unreadable.
         scanned: directories visited looking for protected paths.
+        survey: the protected paths found in the writable roots (``None`` when none is
+            writable), for the host's check after the run.
     """
 
     args: tuple[str, ...]
@@ -36,6 +42,7 @@ class Layout:
     protected: tuple[str, ...]
     masked: tuple[str, ...]
     scanned: int
+    survey: paths.Survey | None = None
 
 
 def build(
@@ -51,6 +58,7 @@ def build(
     scratch: Iterable[str] = (),
     shared: Iterable[str] = (),
     scan_limit: int = paths.DEFAULT_SCAN_LIMIT,
+    writable_dotfiles: frozenset[str] = frozenset(),
 ) -> Layout:
     """The layout for one run.
 
@@ -67,6 +75,7 @@ def build(
         scratch: folders writable in every mode (the run's home).
         shared: folders writable in ``workspace-write`` and read-only otherwise (caches).
         scan_limit: directories to visit at most looking for protected paths.
+        writable_dotfiles: protected dotfiles left writable (the profile's opt-out).
 
     A bound folder may lie inside a masked one (an agent's workspace, home and caches
     live in Stockade's hidden store): that mask is laid first and made read-only last, so
@@ -96,16 +105,17 @@ def build(
     mounts += [(r, ("--bind", r, r)) for r in writable]
     for _, mount in sorted(mounts, key=lambda item: item[0].rstrip("/").count("/")):
         args += mount
-    protected, scanned = (
-        paths.scan(writable, scan_limit, setting="plugins.settings.bubblewrap.scan_limit")
-        if writable
-        else ([], 0)
-    )
+    # The run's home and the caches are the agent's own scratch, outside the person's reach.
+    own = {os.path.realpath(p) for p in (*scratch, *shared)}
+    survey = _survey([r for r in writable if r not in own], scan_limit, writable_dotfiles)
+    protected = list(survey.read_only) if survey is not None else []
     for real in keep_read_only:  # resolved by the caller
         if paths.inside(real, writable) and os.path.exists(real):
             protected.append(real)
     for path in protected:
         args += ["--ro-bind", path, path]
+    stores = survey.masked if survey is not None else ()
+    args += _mask_stores(stores)
     for mask in masks:
         if mask in first:
             args += ["--remount-ro", mask.path]
@@ -116,8 +126,31 @@ def build(
         else:
             args += ["--ro-bind", "/dev/null", mask.path]
     args += ["--chdir", os.path.realpath(cwd)]
-    masked = tuple(m.path for m in masks if not m.scratch)
-    return Layout(tuple(args), tuple(writable), tuple(protected), masked, scanned)
+    masked = (*stores, *(m.path for m in masks if not m.scratch))
+    scanned = survey.scanned if survey is not None else 0
+    return Layout(tuple(args), tuple(writable), tuple(protected), masked, scanned, survey)
+
+
+def _survey(
+    roots: list[str], scan_limit: int, writable_dotfiles: frozenset[str]
+) -> paths.Survey | None:
+    """The protected paths in ``roots`` (none to look for when no root is writable)."""
+    if not roots:
+        return None
+    setting = "plugins.settings.bubblewrap.scan_limit"
+    return paths.survey(roots, scan_limit, setting=setting, writable_dotfiles=writable_dotfiles)
+
+
+def _mask_stores(stores: Iterable[str]) -> list[str]:
+    """Credential stores inside a writable root, masked as under a home: an empty
+    read-only folder, or ``/dev/null`` over a file."""
+    args: list[str] = []
+    for path in stores:
+        if os.path.isdir(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            args += ["--ro-bind", "/dev/null", path]
+    return args
 
 
 @frozen

@@ -118,6 +118,7 @@ class BubblewrapSandbox(SandboxProvider):
                 scratch=(spec.home,) if spec.home else (),
                 shared=spec.caches,
                 scan_limit=settings.scan_limit,
+                writable_dotfiles=paths.opened(spec.writable_dotfiles),
             )
             env = dict(spec.env)
             command: tuple[str, ...] = (spec.program, *spec.argv[1:])
@@ -165,6 +166,8 @@ class BubblewrapSandbox(SandboxProvider):
             env={},
             pass_fds=fds,
             runner=True,
+            # Existing protected paths are read-only mounts: the host checks only for new ones.
+            protection=attrs.evolve(plan_layout.survey, held=True) if plan_layout.survey else None,
         )
         if bridge is not None:
             self._bridges[id(plan)] = bridge

@@ -12,7 +12,8 @@ seccomp). The thread ends right after the spawn; the host's other threads are un
 What it enforces, in both modes: read and execute everywhere except the credential stores,
 the host's ``/tmp``, ``/run`` and ``~/.cache`` (names there stay listable, contents do not),
 writes only to a private scratch directory (``TMPDIR``) and, in ``workspace-write``, to the
-writable roots minus their protected paths; no TCP (ABI 4) and the shared seccomp policy
+writable roots (their protected paths are snapshotted by the host and put back after the
+run; the credential stores in them are masked); no TCP (ABI 4) and the shared seccomp policy
 (no sockets but netlink, and Unix ones only when allowed); abstract Unix sockets and signals
 scoped to the sandbox (ABI 6); device ioctls refused (ABI 5). On an older ABI the missing
 parts are listed, and the run happens only when ``accept_partial`` is set.
@@ -201,7 +202,8 @@ class Engine:
             cache_dir=self.settings.seccomp_cache,
         )
         writable = self._writable(spec)
-        base = self._base(level, spec, writable, port)
+        survey = self._survey(spec, writable)
+        base = self._base(level, spec, writable, port, survey)
         scratch = self._take_scratch()
         fds: list[int] = []
         try:
@@ -224,7 +226,7 @@ class Engine:
             missing=missing,
         )
         return LaunchPlan.from_spec(
-            spec, facts, env=env, restrict=prepared.restrict, new_session=True
+            spec, facts, env=env, restrict=prepared.restrict, new_session=True, protection=survey
         )
 
     def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
@@ -258,24 +260,47 @@ class Engine:
             )
         )
 
+    def _survey(self, spec: ExecSpec, writable: list[str]) -> protected.Survey | None:
+        """The protected paths in the writable roots but the run's home and caches (the
+        agent's own scratch), looked for on every run. Landlock cannot keep them read-only
+        without closing the folders above them to new entries, so it does not: the host
+        snapshots them and puts them back after the run (``held`` false)."""
+        own = {os.path.realpath(p) for p in (*spec.caches, *((spec.home,) if spec.home else ()))}
+        roots = [r for r in writable if r not in own]
+        if spec.mode != "workspace-write" or not roots:
+            return None
+        settings = self.settings
+        found = protected.survey(
+            roots,
+            settings.scan_limit,
+            setting="plugins.settings.landlock.scan_limit",
+            writable_dotfiles=protected.opened(spec.writable_dotfiles),
+        )
+        return attrs.evolve(
+            found,
+            held=False,
+            snapshot_limit=settings.snapshot_limit_mb << 20,
+            snapshot_setting="plugins.settings.landlock.snapshot_limit_mb",
+        )
+
     def _base(
-        self, level: int, spec: ExecSpec, writable: list[str], port: int | None = None
+        self,
+        level: int,
+        spec: ExecSpec,
+        writable: list[str],
+        port: int | None = None,
+        survey: protected.Survey | None = None,
     ) -> _Base:
         """The shared ruleset for these grants and carve-outs, built once while it holds.
 
-        The protected paths are looked for on every run; the expansion into rules (and
-        the ruleset) is reused for as long as the same carve-outs exist and no directory
-        it listed has changed.
+        The expansion into rules (and the ruleset) is reused for as long as the same
+        carve-outs exist and no directory it listed has changed. The protected paths of
+        ``survey`` are not carved out (the host puts them back after the run), but its
+        credential stores are: masked, as under a home.
         """
         settings = self.settings
         every = abi.FS_ALL
-        keep, _ = (
-            protected.scan(
-                writable, settings.scan_limit, setting="plugins.settings.landlock.scan_limit"
-            )
-            if writable
-            else ([], 0)
-        )
+        keep: list[str] = []
         cache = seccomp.cache_path(
             network=port is not None, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
         )
@@ -291,6 +316,7 @@ class Engine:
         for home in protected.homes(spec.env, os.environ):
             masked.append(os.path.join(home, ".cache"))
             masked += [os.path.join(home, name) for name in protected.CREDENTIAL_STORES]
+        masked += survey.masked if survey is not None else ()
         grants = [("/", abi.FS_READ), (self._scratch_parent(), every)]
         grants += [(root, every) for root in writable]
         # Caches (inside the hidden store) are read in every mode, written in one that writes.

@@ -9,9 +9,10 @@ the carve-out, which gets what is left for it. Entries are listed once, when the
 made; an entry that appears later at such a split level gets nothing.
 
 The price: a directory that holds a carve-out somewhere beneath it cannot grant the rights
-the carve-out removes to its own new entries. In a repository, the workspace's top level
-keeps its existing files writable, but nothing new can be made there, since making an entry
-in a directory is a right on that directory and so would reach into ``.git`` as well.
+the carve-out removes to its own new entries, since making an entry in a directory is a
+right on that directory and so would reach into the carve-out as well. That is why a
+``.git`` is not a carve-out (the host puts it back after the run instead, see
+:mod:`stockade.guard`): only masked credential stores and the host's own files are.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from typing import Any
 from attrs import frozen
 
 from stockade import settings as check
-from stockade.protected import DEFAULT_SCAN_LIMIT
+from stockade.protected import DEFAULT_SCAN_LIMIT, DEFAULT_SNAPSHOT_LIMIT_MB
 
 CHECKS: dict[str, check.Check] = {
     "writable_roots": check.real_dirs,
@@ -18,6 +18,7 @@ CHECKS: dict[str, check.Check] = {
     "unix_sockets": check.flag,
     "accept_partial": check.flag,
     "max_abi": check.whole,
+    "snapshot_limit_mb": check.whole,
 }
 
 
@@ -37,6 +38,9 @@ class Settings:
         accept_partial: run even when the kernel's ABI cannot enforce everything (the
             result then says ``enforcement: partial`` and what is missing).
         max_abi: use at most this Landlock ABI (to try an older kernel's behaviour).
+        snapshot_limit_mb: MiB the protected paths of the writable roots (``.git`` less
+            its objects, agent config, dotfiles) may hold: they are read before each run
+            and put back after it; past this the run is refused.
     """
 
     writable_roots: tuple[str, ...] = ()
@@ -46,6 +50,7 @@ class Settings:
     unix_sockets: bool = False
     accept_partial: bool = False
     max_abi: int | None = None
+    snapshot_limit_mb: int = DEFAULT_SNAPSHOT_LIMIT_MB
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Settings:
