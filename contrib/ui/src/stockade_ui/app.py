@@ -34,8 +34,8 @@ from starlette.responses import (
 from starlette.routing import Route
 
 from stockade.config import Config
-from stockade.record import Verdict, verify
 from stockade.store import Store
+from stockade.verify import Verdict, verify
 
 from . import reading
 from .answers import Answers, Notice

@@ -50,6 +50,8 @@ def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
             step["timed_out"] = result["timed_out"]
         elif row.kind == "error":
             step.update(state="error", error=body["code"])
+        elif row.kind == "decline":
+            step.update(state="declined", declined_by=body["by"])
     return list(found.values())
 
 
@@ -82,8 +84,12 @@ def log_command(args: argparse.Namespace, _parser: object = None) -> int:
 
 
 def show_command(args: argparse.Namespace, _parser: object = None) -> int:
-    """The whole output of one recorded step: stdout to stdout, stderr to stderr."""
-    from ..record import get_blob, rows
+    """The whole output of one recorded step: stdout to stdout, stderr to stderr; a stream
+    whose blob is missing or no longer matches its digest is refused, nothing of it shown."""
+    import shutil
+
+    from ..blobs import open_blob
+    from ..record import rows
 
     try:
         store = _open(args)
@@ -94,16 +100,22 @@ def show_command(args: argparse.Namespace, _parser: object = None) -> int:
                 hint="`stockade log --run RUN` lists its steps and what became of them",
             )
         result = results[-1].body["result"]
+        # Both streams are checked before either is written: nothing forged is half-shown.
         streams = {
-            name: get_blob(store, result[name]["blob"]) if result[name]["blob"] else b""
+            name: open_blob(store, result[name]["blob"], f"{name} of step {args.step} of run "
+                            f"{args.run}")
             for name in ("stdout", "stderr")
-        }
+            if result[name]["blob"]
+        }  # fmt: skip
         store.close()
     except StockadeError as error:
         return report_error(error, as_json=False)
-    sys.stdout.buffer.write(streams["stdout"])
-    sys.stdout.flush()
-    sys.stderr.buffer.write(streams["stderr"])
+    for name, target in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        if name in streams:
+            with streams[name] as handle:
+                target.flush()
+                shutil.copyfileobj(handle, target.buffer)
+                target.buffer.flush()
     return 0
 
 
@@ -113,21 +125,52 @@ def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
 
     try:
         store = _open(args)
-        found = list(rows(store, args.run))
-        store.close()
-        if not found:
-            raise UsageError(f"no events recorded for run {args.run}", hint="`stockade log`")
+        try:
+            found = list(rows(store, args.run))
+            if not found:
+                raise UsageError(f"no events recorded for run {args.run}", hint="`stockade log`")
+            timeline = [_entry(row, found[0].time, redact=args.redact) for row in found]
+            refused = _check_outputs(store, timeline)
+        finally:
+            store.close()
     except StockadeError as error:
         return report_error(error, as_json=args.json)
-    timeline = [_entry(row, found[0].time, redact=args.redact) for row in found]
     if args.json:
         import json
 
         print(json.dumps(timeline, indent=2))
-        return 0
-    for entry in timeline:
-        print(f"+{entry['at']:8.3f}s  step {entry['step']:>3}  {entry['kind']:<10} {entry['text']}")
+    else:
+        for entry in timeline:
+            at, step, kind = entry["at"], entry["step"], entry["kind"]
+            print(f"+{at:8.3f}s  step {step:>3}  {kind:<10} {entry['text']}")
+    if refused is not None:
+        return report_error(refused, as_json=False)
     return 0
+
+
+def _check_outputs(store: Store, timeline: list[dict[str, Any]]) -> StockadeError | None:
+    """Re-hash the blobs of the run's results: a stream whose blob is missing or changed is
+    marked refused in its entry (its text never read); the first such error, if any."""
+    from ..blobs import BlobError, check_blob
+
+    first: StockadeError | None = None
+    for entry in timeline:
+        if entry["kind"] != "result":
+            continue
+        result = entry["row_result"]
+        for name in ("stdout", "stderr"):
+            digest = result[name].get("blob") if isinstance(result[name], dict) else None
+            if not digest:
+                continue
+            try:
+                check_blob(store, digest, f"{name} of step {entry['step']} (event {entry['seq']})")
+            except BlobError as error:
+                entry.setdefault("refused", []).append(error.to_dict())
+                entry["text"] += f"; {name} REFUSED: {error.message}"
+                first = first or error
+    for entry in timeline:
+        entry.pop("row_result", None)
+    return first
 
 
 def _entry(row: Row, start: float, *, redact: bool) -> dict[str, Any]:
@@ -156,7 +199,11 @@ def _entry(row: Row, start: float, *, redact: bool) -> dict[str, Any]:
             text += ", stdout {} B, stderr {} B".format(*sizes)
     elif row.kind == "error":
         text = f"{body['code']}: {REDACTED if redact else body['message']}"
+    elif row.kind == "decline":
+        text = f"{body['reason']} by {body['by']}: it never runs"
     entry: dict[str, Any] = {"seq": row.seq, "step": row.step, "kind": row.kind, "text": text}
+    if row.kind == "result":
+        entry["row_result"] = body["result"]  # its blobs are checked, then this is dropped
     entry["at"] = round(row.time - start, 6)
     entry["event"] = _redacted(body) if redact else body
     return entry
@@ -188,31 +235,30 @@ def _redacted(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def verify_command(args: argparse.Namespace, _parser: object = None) -> int:
-    """Check the record's chain; exit 0 when it holds, 1 naming the first bad event."""
+    """Check every link, every signature, the head and every output blob; exit 0 when all
+    hold, 1 naming each thing that does not; either way, say exactly what was checked."""
     from ..record import verify
 
     try:
         store = _open(args)
-        verdict = verify(store)
-        store.close()
+        try:
+            verdict = verify(store)
+        finally:
+            store.close()
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     if args.json:
         import json
 
-        print(
-            json.dumps(
-                {
-                    "ok": verdict.ok,
-                    "events": verdict.events,
-                    "bad_seq": verdict.bad_seq,
-                    "problem": verdict.problem,
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(verdict.to_dict(), indent=2))
     elif verdict.ok:
-        print(f"ok: {verdict.events} events, every link and signature holds")
+        print(f"ok: {verdict.checked()}")
     else:
-        print(f"stockade: the record does not verify: {verdict.problem}", file=sys.stderr)
+        problems = len(verdict.problems) + verdict.more
+        print(f"stockade: the record does not verify: {problems} problems", file=sys.stderr)
+        for problem in verdict.problems:
+            print(f"  - {problem.text}", file=sys.stderr)
+        if verdict.more:
+            print(f"  - ... and {verdict.more} more of the same kind", file=sys.stderr)
+        print(f"  checked: {verdict.checked()}", file=sys.stderr)
     return 0 if verdict.ok else 1
