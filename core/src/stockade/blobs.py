@@ -107,18 +107,23 @@ class CheckedBlobs:
         Raises:
             BlobError: its content does not match.
         """
-        info = os.fstat(handle.fileno())
-        identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        identity = file_identity(handle)
         with self._lock:
             if self._seen.get(digest) == identity:
-                return info.st_size
+                return identity[2]
         actual = hash_file(handle)
         handle.seek(0)
         if actual != digest:
             raise blob_changed(digest, actual, where)
         with self._lock:
             self._seen[digest] = identity
-        return info.st_size
+        return identity[2]
+
+
+def file_identity(handle: BinaryIO) -> tuple[int, int, int, int, int]:
+    """Device, inode, size, mtime and ctime of an open file: any write to it changes one."""
+    info = os.fstat(handle.fileno())
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def hash_file(handle: BinaryIO) -> str:
