@@ -252,6 +252,30 @@ def test_a_blob_too_big_for_memory_is_checked_whole_then_read_from_a_private_cop
     store.close()
 
 
+def test_what_a_long_lived_reader_remembers_cannot_hide_a_later_change(recorded):
+    """The run page keeps what it checked (:class:`Checked`); attack that memory."""
+    from stockade.verify import Checked
+
+    store_path, run = recorded
+    memo = Checked()
+    store = Store(str(store_path))
+    try:
+        assert verify(store, checked=memo).ok  # control, and the memory is filled
+        assert verify(store, checked=memo).signatures == 9
+        blob = blob_of(store_path, run, 1)
+        before = blob.stat()
+        forge(blob, TRUTH.upper())  # same size, in place...
+        os.utime(blob, ns=(before.st_atime_ns, before.st_mtime_ns))  # ...its mtime put back
+        assert [p.blob for p in verify(store, checked=memo).problems] == [blob.name]
+        blob.write_text(TRUTH)
+        assert verify(store, checked=memo).ok
+        sql(store_path, "UPDATE events SET sig=? WHERE seq=4", b"\1" * 64)
+        verdict = verify(store, checked=memo)
+        assert [p.seq for p in verdict.problems] == [4] and verdict.signatures == 8
+    finally:
+        store.close()
+
+
 # --- the chain ----------------------------------------------------------------------------
 
 

@@ -39,7 +39,6 @@ from attrs import frozen
 
 # Re-exported: callers read blobs from the record, as before blobs had a module.
 from .blobs import BlobError as BlobError  # noqa: PLC0414
-from .blobs import CheckedBlobs as CheckedBlobs  # noqa: PLC0414
 from .blobs import blob_dir as blob_dir  # noqa: PLC0414
 from .blobs import get_blob as get_blob  # noqa: PLC0414
 from .blobs import open_blob as open_blob  # noqa: PLC0414
@@ -53,7 +52,7 @@ if TYPE_CHECKING:
     )
 
     from .events import Event
-    from .verify import Verdict
+    from .verify import Checked, Verdict
 
 GENESIS = "0" * 64
 CHAIN_FORMAT = "1"
@@ -326,7 +325,7 @@ def rows(store: Store, run_id: str | None = None) -> Iterator[Row]:
         yield Row(seq, run, step, action, kind, time, json.loads(body))
 
 
-def verify(store: Store, *, run: str | None = None, checked: CheckedBlobs | None = None) -> Verdict:
+def verify(store: Store, *, run: str | None = None, checked: Checked | None = None) -> Verdict:
     """Check the whole record: :func:`stockade.verify.verify` (kept here for its callers)."""
     from .verify import verify as check
 

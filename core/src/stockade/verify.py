@@ -153,6 +153,37 @@ class Verdict:
         }
 
 
+class Checked:
+    """What a long-lived reader (the run page) checked before, so that checking again costs
+    only what is new: blob files by their identity (:class:`~stockade.blobs.CheckedBlobs`),
+    and the signatures of the record's first events, by a digest of exactly their ``seq``,
+    ``hash`` and ``sig`` columns (a signature is a pure function of those and the key: the
+    same bytes verify the same way again)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.blobs = CheckedBlobs()
+        self._signed: tuple[str, int, bytes] = ("", 0, b"")
+        self._lock = threading.Lock()
+
+    def signed(self, pinned: str) -> tuple[int, bytes]:
+        """How many leading events were found signed under ``pinned``, and their digest."""
+        with self._lock:
+            key, count, digest = self._signed
+        return (count, digest) if key == pinned else (0, b"")
+
+    def remember(self, pinned: str, count: int, digest: bytes) -> None:
+        """The first ``count`` events, whose columns digest to ``digest``, are signed."""
+        with self._lock:
+            self._signed = (pinned, count, digest)
+
+
+def _columns(row: tuple[Any, ...]) -> bytes:
+    """The columns a signature check depends on, for :class:`Checked`'s digest."""
+    return f"{row[0]}\n{row[3]}\n".encode() + bytes(row[4])
+
+
 class _Found:
     """Problems as they are found, listed up to a cap and counted past it."""
 
@@ -167,10 +198,10 @@ class _Found:
             self.more += 1
 
 
-def verify(store: Store, *, run: str | None = None, checked: CheckedBlobs | None = None) -> Verdict:
+def verify(store: Store, *, run: str | None = None, checked: Checked | None = None) -> Verdict:
     """Check the whole chain (links, every signature, the pinned key, the head) and re-hash
-    every output blob (or only ``run``'s; ``checked`` skips blob files re-hashed before and
-    unchanged since).
+    every output blob (or only ``run``'s; ``checked`` skips what it saw checked before and
+    unchanged since: blob files, leading signatures).
 
     Raises:
         StoreError: the store cannot be read at all (not a SQLite file, cut short).
@@ -217,9 +248,10 @@ def verify(store: Store, *, run: str | None = None, checked: CheckedBlobs | None
     if public is None:
         problems.add(f"the pinned key {pinned_row[0][:80]!r} is not an Ed25519 public key")
         return _verdict(count, problems, **base)
-    links, signatures = _chain(found, public, problems)
+    links, signatures = _chain(found, public, problems, checked, pinned_row[0])
     head_seq, head_hash = _head(found, head, public, problems)
-    blobs, held, size = _blobs(store, found, run, checked, problems)
+    memo = checked.blobs if checked is not None else CheckedBlobs()
+    blobs, held, size = _blobs(store, found, run, memo, problems)
     return _verdict(
         count,
         problems,
@@ -250,14 +282,22 @@ def _public_key(text: str) -> Ed25519PublicKey | None:
 
 
 def _chain(
-    found: list[tuple[Any, ...]], public: Ed25519PublicKey, problems: _Found
+    found: list[tuple[Any, ...]],
+    public: Ed25519PublicKey,
+    problems: _Found,
+    checked: Checked | None,
+    pinned: str,
 ) -> tuple[int, int]:
     """Every link and every signature; how many of each hold."""
+    import hashlib
+
     from cryptography.exceptions import InvalidSignature
 
+    trusted = _trusted(found, checked, pinned)
+    signed, leading = hashlib.sha256(), 0
     links = signatures = 0
     expected, prev = 1, GENESIS
-    for row in found:
+    for index, row in enumerate(found):
         seq, body, stored_prev, digest, signature, run_id, step, *copies = row
         if seq != expected:
             gone = f"event {expected}" if seq == expected + 1 else f"events {expected}..{seq - 1}"
@@ -289,8 +329,12 @@ def _chain(
                 problems.add(f"event {seq} was changed after it was recorded: {differs}", seq=seq)
         links += holds
         try:
-            public.verify(bytes(signature), bytes.fromhex(digest))
+            if index >= trusted:
+                public.verify(bytes(signature), bytes.fromhex(digest))
             signatures += 1
+            if leading == index:
+                signed.update(_columns(row))
+                leading += 1
         except (InvalidSignature, ValueError, TypeError):
             problems.add(
                 f"event {seq} is not signed with the store's key (its signature does not match"
@@ -298,7 +342,23 @@ def _chain(
                 seq=seq,
             )
         expected, prev = seq + 1, digest
+    if checked is not None:
+        checked.remember(pinned, leading, signed.digest())
     return links, signatures
+
+
+def _trusted(found: list[tuple[Any, ...]], checked: Checked | None, pinned: str) -> int:
+    """How many leading events ``checked`` saw signed, if they are still byte for byte the
+    same (else 0: check them all)."""
+    import hashlib
+
+    trusted, before = checked.signed(pinned) if checked is not None else (0, b"")
+    if not trusted or len(found) < trusted:
+        return 0
+    summed = hashlib.sha256()
+    for row in found[:trusted]:
+        summed.update(_columns(row))
+    return trusted if summed.digest() == before else 0
 
 
 def _columns_differ(body: str, copies: list[Any]) -> str:
@@ -349,7 +409,7 @@ def _blobs(
     store: Store,
     found: list[tuple[Any, ...]],
     run: str | None,
-    checked: CheckedBlobs | None,
+    memo: CheckedBlobs,
     problems: _Found,
 ) -> tuple[int, int, int]:
     """Re-hash each blob the result events name (once each): how many, how many hold, and
@@ -367,7 +427,6 @@ def _blobs(
         for name, digest in streams:
             if digest and isinstance(digest, str):
                 named.setdefault(digest, f"{name} of step {step} of run {run_id} (event {seq})")
-    memo = checked if checked is not None else CheckedBlobs()
     held = size = 0
     for digest, where in named.items():
         try:

@@ -33,10 +33,10 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from stockade.blobs import BlobError, CheckedBlobs, open_blob
+from stockade.blobs import BlobError, open_blob
 from stockade.config import Config
 from stockade.store import Store
-from stockade.verify import Verdict, verify
+from stockade.verify import Checked, Verdict, verify
 
 from . import reading
 from .answers import Answers, Notice
@@ -66,8 +66,9 @@ class Page:
         self.pages = Pages({"csrf": secrets.csrf, "digest": shown_digest})
         self.notices: dict[str, Notice] = {}
         self._verdicts: dict[str, tuple[float, int, Verdict]] = {}
-        self.checked = CheckedBlobs()
-        """Blob files this page re-hashed, and unchanged since: drawn again, not hashed again."""
+        self.checked = Checked()
+        """What this page checked (blob files, leading signatures): drawn again, checked again
+        only where something changed or was added."""
         self._lock = threading.Lock()
         self.static = {}
         for name in STATIC:
@@ -170,7 +171,7 @@ class Page:
         return {
             "run_id": run_id,
             "summary": summary[0] if summary else None,
-            "steps": build(self.store, rows, held, self.checked),
+            "steps": build(self.store, rows, held, self.checked.blobs),
             "problems": self.answers.problems_of(run_id),
             "verdict": self.verdict(run_id, fresh=fresh),
         }
