@@ -228,8 +228,9 @@ def test_replay_marks_the_changed_output_refused_and_fails(recorded, env):
     replayed = cli("replay", run, env=env)
     assert replayed.returncode != 0
     assert FORGED.strip() not in replayed.stdout + replayed.stderr
-    assert "stdout REFUSED: the recorded stdout of step 1 (event 3) was changed" in replayed.stdout
-    assert "error[blob]" in replayed.stderr and "stockade verify" in replayed.stderr
+    assert "stdout REFUSED: its blob was changed (`stockade verify`)" in replayed.stdout
+    assert "error[blob]: the recorded stdout of step 1 (event 3) was changed" in replayed.stderr
+    assert "hint: run `stockade verify`" in replayed.stderr
     entries = json.loads(cli("replay", run, "--json", env=env).stdout)
     [refused] = [e for e in entries if e.get("refused")]
     assert refused["seq"] == 3 and refused["refused"][0]["code"] == "blob"
@@ -381,6 +382,14 @@ def test_a_dropped_event_is_named_and_so_is_a_dropped_run_of_them(recorded):
     assert (
         check(store).problem == "events 5..7 are missing: the record goes from event 4 to event 8"
     )
+
+
+def test_an_event_renumbered_before_the_first_is_named(recorded):
+    store, _run = recorded
+    sql(store, "UPDATE events SET seq=0 WHERE seq=1")
+    texts = [p.text for p in check(store).problems]
+    assert texts[0] == "event 0 is out of place: the record's events start at 1"
+    assert not check(store).ok
 
 
 def test_two_swapped_events_are_both_named(recorded):

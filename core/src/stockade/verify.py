@@ -299,12 +299,16 @@ def _chain(
     expected, prev = 1, GENESIS
     for index, row in enumerate(found):
         seq, body, stored_prev, digest, signature, run_id, step, *copies = row
-        if seq != expected:
-            gone = f"event {expected}" if seq == expected + 1 else f"events {expected}..{seq - 1}"
+        if seq < expected:  # only before the first: numbers are unique and sorted
+            problems.add(f"event {seq} is out of place: the record's events start at 1", seq=seq)
+        elif seq != expected:
+            gone = (
+                f"event {expected} is missing"
+                if seq == expected + 1
+                else f"events {expected}..{seq - 1} are missing"
+            )
             problems.add(
-                f"{gone} {'is' if seq == expected + 1 else 'are'} missing: the record goes from"
-                f" event {expected - 1} to event {seq}",
-                seq=expected,
+                f"{gone}: the record goes from event {expected - 1} to event {seq}", seq=expected
             )
         holds = True
         if seq == expected and stored_prev != prev:

@@ -166,7 +166,8 @@ def _check_outputs(store: Store, timeline: list[dict[str, Any]]) -> StockadeErro
                 check_blob(store, digest, f"{name} of step {entry['step']} (event {entry['seq']})")
             except BlobError as error:
                 entry.setdefault("refused", []).append(error.to_dict())
-                entry["text"] += f"; {name} REFUSED: {error.message}"
+                how = "was changed" if error.details.get("actual") else "is missing"
+                entry["text"] += f"; {name} REFUSED: its blob {how} (`stockade verify`)"
                 first = first or error
     for entry in timeline:
         entry.pop("row_result", None)
@@ -255,7 +256,8 @@ def verify_command(args: argparse.Namespace, _parser: object = None) -> int:
         print(f"ok: {verdict.checked()}")
     else:
         problems = len(verdict.problems) + verdict.more
-        print(f"stockade: the record does not verify: {problems} problems", file=sys.stderr)
+        counted = f"{problems} problem{'s' if problems != 1 else ''}"
+        print(f"stockade: the record does not verify: {counted}", file=sys.stderr)
         for problem in verdict.problems:
             print(f"  - {problem.text}", file=sys.stderr)
         if verdict.more:
