@@ -418,7 +418,7 @@ def _blobs(
 ) -> tuple[int, int, int]:
     """Re-hash each blob the result events name (once each): how many, how many hold, and
     the bytes read."""
-    named: dict[str, str] = {}
+    named: dict[str, tuple[str, int, str, int]] = {}
     for seq, body, *_rest in found:
         run_id, step, kind = _rest[3], _rest[4], _rest[6]
         if kind != "result" or (run is not None and run_id != run):
@@ -430,23 +430,31 @@ def _blobs(
             continue  # a body that is not a result's: its link already failed
         for name, digest in streams:
             if digest and isinstance(digest, str):
-                named.setdefault(digest, f"{name} of step {step} of run {run_id} (event {seq})")
+                named.setdefault(digest, (name, step, run_id, seq))
     held = size = 0
-    for digest, where in named.items():
+    for digest, (name, step, run_id, seq) in named.items():
         try:
             with open(blob_path(store, digest), "rb") as handle:
                 size += os.fstat(handle.fileno()).st_size
-                memo.check(handle, digest, where)
+                memo.check(handle, digest)
             held += 1
         except BlobError as error:
             actual = error.details.get("actual")
-            text = f"the blob of the {where} was changed: it now hashes to {actual}"
+            text = (
+                f"the blob of the {name} of step {step} of run {run_id} (event {seq}) was"
+                f" changed: it now hashes to {actual}"
+            )
             if actual is None:
-                text = f"the {where} names {digest[:80]!r}, which is not a blob name"
+                text = (
+                    f"the {name} of step {step} of run {run_id} (event {seq}) names"
+                    f" {digest[:80]!r}, which is not a blob name"
+                )
             problems.add(text, blob=digest)
         except OSError as error:
             problems.add(
-                f"the blob of the {where} is missing ({error.strerror}): {digest}", blob=digest
+                f"the blob of the {name} of step {step} of run {run_id} (event {seq}) is missing"
+                f" ({error.strerror}): {digest}",
+                blob=digest,
             )
     return len(named), held, size
 
