@@ -4,7 +4,7 @@ Each test records real commands into a store of its own, checks that the untouch
 verifies (the control: the attack, not the setup, is what fails), then changes the store as
 someone with write access to the state folder but without the key could, and checks that
 ``verify`` names exactly what changed, and that ``show``, ``replay`` and the run page refuse
-to show a forged output. Declines, from every path, are signed events that verify.
+to show a forged output. (Declines: ``test_declines.py``.)
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import pytest
 
 from stockade.blobs import BlobError, blob_path, open_blob
 from stockade.config import Config, StoreConfig
-from stockade.errors import PolicyHeld, StockadeError
+from stockade.errors import StockadeError
 from stockade.host import Host
 from stockade.record import GENESIS, head_path, key_path, link, rows
-from stockade.store import Store
+from stockade.store import Store, store_path
 from stockade.types import ExecRequest
 from stockade.verify import PROBLEMS_LISTED, Verdict, verify
 
@@ -463,75 +463,6 @@ def test_problems_past_the_cap_are_counted(make_host, tmp_path):
     assert verdict.to_dict()["more_problems"] == verdict.more
 
 
-# --- declines are signed events -----------------------------------------------------------
-
-
-def _held(env: dict[str, str]) -> tuple[str, int]:
-    held = cli("run", "--mode", FULL, "--", "sh", "-c", "echo never", env=env)
-    assert held.returncode == 126, held.stderr
-    [step] = json.loads(cli("pending", "--json", env=env).stdout)
-    return step["run_id"], step["step"]
-
-
-def _decline_event(state: Path, run: str) -> dict[str, Any]:
-    found = [r for r in _rows(state / "stockade" / "store.db") if r["kind"] == "decline"]
-    [event] = [r for r in found if r["run_id"] == run]
-    return json.loads(event["body"])
-
-
-def test_stockade_decline_leaves_a_signed_decline_event(env, state):
-    run, step = _held(env)
-    assert cli("verify", env=env).returncode == 0
-    declined = cli("decline", run, str(step), env=env)
-    assert declined.returncode == 0, declined.stderr
-    body = _decline_event(state, run)
-    assert body["reason"] == "declined" and body["by"].endswith("(stockade decline)")
-    said = cli("verify", env=env)
-    assert said.returncode == 0 and "3 of 3 event signatures hold" in said.stdout
-    [logged] = json.loads(cli("log", "--json", env=env).stdout)
-    assert logged["state"] == "declined"
-    replayed = cli("replay", run, env=env).stdout.splitlines()
-    assert "decline" in replayed[-1] and "declined by " in replayed[-1]
-    assert "(stockade decline): it never runs" in replayed[-1]
-    # Declined once: a second answer is refused, and records nothing more.
-    assert cli("approve", run, str(step), env=env).returncode != 0
-    assert [r["kind"] for r in _rows(state / "stockade" / "store.db")][-1] == "decline"
-
-
-@pytest.mark.parametrize(
-    ("by", "reason"),
-    [
-        ("mcp-elicitation:inspector", "decline"),  # what stockade-mcp passes, answered no
-        ("mcp-elicitation:inspector", "cancel"),  # ...or dismissed
-        ("stockade (held too long)", "expired"),  # a step nobody answered in time
-    ],
-)
-def test_host_answer_records_every_kind_of_decline(
-    make_host: Callable[..., Host], tmp_path: Path, by: str, reason: str
-):
-    path = tmp_path / "s" / "store.db"
-    host = make_host(config=Config(store=StoreConfig(str(path))))
-    with pytest.raises(PolicyHeld) as held:
-        host.run(ExecRequest(["sh", "-c", "true"], str(tmp_path), mode=FULL))
-    run, step = held.value.details["run_id"], held.value.details["step"]
-    host.answer(run, step, approve=False, by=by, reason=reason)
-    [event] = [r for r in _rows(path) if r["kind"] == "decline"]
-    assert (event["run_id"], event["step"]) == (run, step)
-    assert json.loads(event["body"])["by"] == by
-    assert json.loads(event["body"])["reason"] == reason
-    assert check(path).ok
-
-
-def test_an_approval_records_no_decline(make_host, tmp_path):
-    path = tmp_path / "s" / "store.db"
-    host = make_host(config=Config(store=StoreConfig(str(path))))
-    with pytest.raises(PolicyHeld) as held:
-        host.run(ExecRequest(["sh", "-c", "true"], str(tmp_path), mode=FULL))
-    run, step = held.value.details["run_id"], held.value.details["step"]
-    host.answer(run, step, approve=True, by="alice")
-    assert "decline" not in [r["kind"] for r in _rows(path)]  # control for the test above
-
-
 # --- the run page ---------------------------------------------------------------------------
 
 
@@ -546,39 +477,11 @@ def ui(tmp_path: Path):
         server.stop()
 
 
-def test_the_run_page_declines_into_the_record_and_counts_only_its_run(ui):
-    ui.run(["echo", "another run's step"])
-    ui.agent.close()
-    ui._agent = None  # a new host: a new run
-    run, step = ui.hold(["sh", "-c", "echo never"])
-    status, _, _ = ui.answer(run, step, "decline")
-    assert status == 303
-    page = ui.page(f"/runs/{run}")
-    assert "(stockade ui)" in page and "declined: it never runs" in page
-    store = Store(open_store_path(ui))
-    try:
-        kinds = [r.kind for r in rows(store, run)]
-        verdict = verify(store)
-    finally:
-        store.close()
-    assert kinds == ["action", "permission", "decline"]
-    assert verdict.ok and verdict.events == 6
-    # The box counts this run's events within the whole record, not the record as the run.
-    assert "This run: 3 events, and its 0 output blobs" in page
-    assert "The whole record they are part of: 6 events" in page
-
-
-def open_store_path(ui: Any) -> str:
-    from stockade.store import store_path
-
-    return store_path(ui.agent.config)
-
-
 def test_the_run_page_refuses_a_large_changed_output_in_its_preview(ui):
     ui.run(["seq", "1", "300000"])  # about 2 MB: past the preview's read-whole size
     run = ui.agent.run_id
     [result] = ui.results(run, 1)
-    store = Store(open_store_path(ui))
+    store = Store(store_path(ui.agent.config))
     blob = Path(blob_path(store, result["stdout"]["blob"]))  # type: ignore[index]
     store.close()
     assert blob.stat().st_size > (1 << 20)
