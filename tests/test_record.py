@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from stockade.blobs import BlobError, blob_path
 from stockade.config import Config, StoreConfig
 from stockade.errors import RecorderFailed
 from stockade.record import get_blob, head_path, key_path, rows, verify
@@ -332,3 +333,30 @@ def test_a_chain_of_another_format_is_reported_as_such(recorded):
     verdict = check(recorded)
     assert not verdict.ok
     assert verdict.problem == "the record's chain format is 0, and this Stockade checks format 1"
+
+
+def test_a_fifo_or_a_link_in_a_blobs_place_is_refused_without_reading_it(recorded):
+    """A FIFO would hang a reader, a device never end; a link may point anywhere."""
+    store = Store(str(recorded))
+    try:
+        [result] = [r for r in rows(store) if r.kind == "result" and r.step == 1]
+        digest = result.body["result"]["stdout"]["blob"]
+        blob = Path(blob_path(store, digest))
+        truth = blob.read_bytes()
+        assert check(recorded).ok  # control
+        twin = blob.parent / "twin"
+        twin.write_bytes(truth)  # the same content, even: a link is still refused
+        blob.unlink()
+        blob.symlink_to(twin)
+        [problem] = check(recorded).problems
+        assert "is missing (Too many levels of symbolic links)" in problem.text
+        with pytest.raises(BlobError, match="symbolic links"):
+            get_blob(store, digest)
+        blob.unlink()
+        os.mkfifo(blob)
+        [problem] = check(recorded).problems
+        assert "is missing (not a regular file)" in problem.text
+        with pytest.raises(BlobError, match="not a regular file"):
+            get_blob(store, digest)
+    finally:
+        store.close()

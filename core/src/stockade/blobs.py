@@ -155,17 +155,34 @@ def blob_missing(digest: str, error: OSError, where: str = "") -> BlobError:
     )
 
 
+def open_blob_file(store: Store, digest: str, where: str = "") -> BinaryIO:
+    """Blob ``digest``'s own file, open for reading, unchecked: a regular file, not through
+    a symbolic link (a FIFO or a device put in its place would hang or never end a read).
+
+    Raises:
+        BlobError: it is missing, or is not a regular file.
+    """
+    import stat
+
+    path = blob_path(store, digest)
+    flags = os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        raise blob_missing(digest, error, where) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise blob_missing(digest, OSError(0, "not a regular file"), where)
+    return os.fdopen(fd, "rb")
+
+
 def check_blob(store: Store, digest: str, where: str = "") -> int:
     """Re-hash blob ``digest`` whole against its name; its size.
 
     Raises:
         BlobError: it is missing or its content does not match.
     """
-    try:
-        handle = open(blob_path(store, digest), "rb")  # noqa: SIM115 - closed just below
-    except OSError as error:
-        raise blob_missing(digest, error, where) from None
-    with handle:
+    with open_blob_file(store, digest, where) as handle:
         return CheckedBlobs().check(handle, digest, where)
 
 
@@ -183,12 +200,7 @@ def open_blob(store: Store, digest: str, where: str = "") -> BinaryIO:
     import io
     import tempfile
 
-    path = blob_path(store, digest)
-    try:
-        handle = open(path, "rb")  # noqa: SIM115 - closed below, or handed over
-    except OSError as error:
-        raise blob_missing(digest, error, where) from None
-    with handle:
+    with open_blob_file(store, digest, where) as handle:
         size = os.fstat(handle.fileno()).st_size
         if size <= SPOOL_BYTES:
             data = handle.read()

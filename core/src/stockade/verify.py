@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
-from .blobs import BlobError, CheckedBlobs, blob_path
+from .blobs import BlobError, CheckedBlobs, open_blob_file
 from .record import (
     CHAIN_FORMAT,
     GENESIS,
@@ -434,12 +434,19 @@ def _blobs(
     held = size = 0
     for digest, (name, step, run_id, seq) in named.items():
         try:
-            with open(blob_path(store, digest), "rb") as handle:
+            with open_blob_file(store, digest) as handle:
                 size += os.fstat(handle.fileno()).st_size
                 memo.check(handle, digest)
             held += 1
         except BlobError as error:
             actual = error.details.get("actual")
+            if "error" in error.details:  # missing, or not a regular file
+                problems.add(
+                    f"the blob of the {name} of step {step} of run {run_id} (event {seq}) is"
+                    f" missing ({error.details['error']}): {digest}",
+                    blob=digest,
+                )
+                continue
             text = (
                 f"the blob of the {name} of step {step} of run {run_id} (event {seq}) was"
                 f" changed: it now hashes to {actual}"
@@ -450,7 +457,7 @@ def _blobs(
                     f" {digest[:80]!r}, which is not a blob name"
                 )
             problems.add(text, blob=digest)
-        except OSError as error:
+        except OSError as error:  # it went while it was read
             problems.add(
                 f"the blob of the {name} of step {step} of run {run_id} (event {seq}) is missing"
                 f" ({error.strerror}): {digest}",

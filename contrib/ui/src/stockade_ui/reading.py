@@ -16,7 +16,7 @@ from typing import Any
 
 from attrs import field, frozen
 
-from stockade.blobs import BlobError, CheckedBlobs, blob_changed, blob_path, file_identity
+from stockade.blobs import BlobError, CheckedBlobs, blob_changed, file_identity, open_blob_file
 from stockade.config import Config
 from stockade.errors import StockadeError
 from stockade.record import Row
@@ -246,8 +246,7 @@ def preview(
     if not digest:
         return None
     try:
-        path = blob_path(store, digest)
-        with open(path, "rb") as handle:
+        with open_blob_file(store, digest) as handle:
             before = file_identity(handle)
             size = before[2]
             if size <= CHECKED_BYTES:  # the very bytes hashed are the ones shown
