@@ -101,12 +101,12 @@ def show_command(args: argparse.Namespace, _parser: object = None) -> int:
             )
         result = results[-1].body["result"]
         # Both streams are checked before either is written: nothing forged is half-shown.
+        where = f"of step {args.step} of run {args.run}"
         streams = {
-            name: open_blob(store, result[name]["blob"], f"{name} of step {args.step} of run "
-                            f"{args.run}")
+            name: open_blob(store, result[name]["blob"], f"{name} {where}")
             for name in ("stdout", "stderr")
             if result[name]["blob"]
-        }  # fmt: skip
+        }
         store.close()
     except StockadeError as error:
         return report_error(error, as_json=False)
