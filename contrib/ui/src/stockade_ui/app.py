@@ -47,6 +47,7 @@ from .timeline import build, shown_digest
 FORM_LIMIT = 4096
 NOTICES_KEPT = 64
 VERDICT_FRESH_S = 5.0  # a live update reuses a verdict this recent
+VERDICTS_KEPT = 64  # runs whose verdicts are kept for live updates
 STATIC = {
     "style.css": "text/css; charset=utf-8",
     "live.js": "text/javascript; charset=utf-8",
@@ -91,7 +92,7 @@ class Page:
         found = verify(self.store, run=run_id, checked=self.checked)
         with self._lock:
             self._verdicts[run_id] = (time.monotonic(), seq, found)
-            while len(self._verdicts) > NOTICES_KEPT:
+            while len(self._verdicts) > VERDICTS_KEPT:
                 del self._verdicts[next(iter(self._verdicts))]
         return found
 
