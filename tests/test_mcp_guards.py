@@ -322,9 +322,9 @@ async def test_held_steps_expire_recorded_when_the_session_ends(setup):
     assert late.returncode != 0 and "declined" in late.stderr
     assert run not in pending.stdout
     assert not (setup["ws"] / "made").exists() and (setup["ws"] / "other").exists()
-    errors = [e for e in events_of(setup, run) if e["kind"] == "error"]
-    assert [e["code"] for e in errors] == ["expired"]
-    assert "session" in errors[0]["message"]
+    declines = [e for e in events_of(setup, run) if e["kind"] == "decline"]
+    assert [e["reason"] for e in declines] == ["expired"]
+    assert "session" in declines[0]["by"]
     verified = subprocess.run(
         [*CLI, "verify"], env=env, capture_output=True, text=True, check=False
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from stockade.blobs import BlobError, blob_path
 from stockade.config import Config, StoreConfig
 from stockade.errors import RecorderFailed
 from stockade.record import get_blob, head_path, key_path, rows, verify
@@ -69,13 +70,14 @@ def test_an_edited_event_is_named(recorded):
     edit(recorded, "UPDATE events SET body=? WHERE seq=4", body.replace("ls", "rm"))
     verdict = check(recorded)
     assert (verdict.ok, verdict.bad_seq) == (False, 4)
-    assert verdict.problem == "event 4 was changed after it was recorded"
+    assert verdict.problem.startswith("event 4 was changed after it was recorded: its content")
 
 
 def test_a_deleted_event_is_named(recorded):
     edit(recorded, "DELETE FROM events WHERE seq=5")
     verdict = check(recorded)
-    assert (verdict.ok, verdict.bad_seq, verdict.problem) == (False, 5, "event 5 is missing")
+    assert (verdict.ok, verdict.bad_seq) == (False, 5)
+    assert verdict.problem == "event 5 is missing: the record goes from event 4 to event 6"
 
 
 def test_reordered_events_are_named(recorded):
@@ -111,7 +113,10 @@ def test_a_chain_rebuilt_and_re_signed_with_another_key_is_caught(recorded):
     db.close()
     verdict = check(recorded)
     assert (verdict.ok, verdict.bad_seq) == (False, 1)
-    assert verdict.problem == "event 1 is not signed with the store's key"
+    assert verdict.problem.startswith("event 1 is not signed with the store's key")
+    assert (verdict.links, verdict.signatures, verdict.more) == (9, 0, 0)  # every one named
+    assert [p.seq for p in verdict.problems] == [*range(1, 10), 9]  # and the head's event
+    assert verdict.problems[-1].text == "event 9 is not the one the head names"
     # Pinning the forger's key too is caught against the owner's key file.
     public = forger.public_key().public_bytes_raw().hex()
     edit(recorded, "UPDATE meta SET value=? WHERE key='pubkey'", public)
@@ -124,7 +129,7 @@ def test_a_truncated_tail_is_caught(recorded):
     assert (verdict.ok, verdict.bad_seq) == (False, 8)
     assert verdict.problem == "the tail was cut: events 8..9 are gone"
     os.unlink(head_path(Store(str(recorded))))
-    assert check(recorded).problem == "the head file is missing"
+    assert check(recorded).problem == "the head file is missing or unreadable"
 
 
 def test_the_key_and_the_store_are_owner_only(recorded):
@@ -190,12 +195,13 @@ def test_the_commands_read_the_record(tmp_path):
     db.close()
     broken = cli("verify", "--json", env=env)
     assert broken.returncode == 1
-    assert json.loads(broken.stdout) == {
-        "ok": False,
-        "events": 3,
-        "bad_seq": 2,
-        "problem": "event 2 was changed after it was recorded",
-    }
+    found = json.loads(broken.stdout)
+    assert (found["ok"], found["events"], found["bad_seq"]) == (False, 3, 2)
+    assert (found["links"], found["signatures"], found["blobs"]) == (2, 3, 1)
+    assert found["problem"].startswith(
+        "event 2 was changed after it was recorded: its time column says"
+    )
+    assert [p["seq"] for p in found["problems"]] == [2]
 
 
 def test_a_host_killed_mid_run_leaves_a_store_that_verifies(tmp_path):
@@ -327,3 +333,30 @@ def test_a_chain_of_another_format_is_reported_as_such(recorded):
     verdict = check(recorded)
     assert not verdict.ok
     assert verdict.problem == "the record's chain format is 0, and this Stockade checks format 1"
+
+
+def test_a_fifo_or_a_link_in_a_blobs_place_is_refused_without_reading_it(recorded):
+    """A FIFO would hang a reader, a device never end; a link may point anywhere."""
+    store = Store(str(recorded))
+    try:
+        [result] = [r for r in rows(store) if r.kind == "result" and r.step == 1]
+        digest = result.body["result"]["stdout"]["blob"]
+        blob = Path(blob_path(store, digest))
+        truth = blob.read_bytes()
+        assert check(recorded).ok  # control
+        twin = blob.parent / "twin"
+        twin.write_bytes(truth)  # the same content, even: a link is still refused
+        blob.unlink()
+        blob.symlink_to(twin)
+        [problem] = check(recorded).problems
+        assert "is missing (Too many levels of symbolic links)" in problem.text
+        with pytest.raises(BlobError, match="symbolic links"):
+            get_blob(store, digest)
+        blob.unlink()
+        os.mkfifo(blob)
+        [problem] = check(recorded).problems
+        assert "is missing (not a regular file)" in problem.text
+        with pytest.raises(BlobError, match="not a regular file"):
+            get_blob(store, digest)
+    finally:
+        store.close()

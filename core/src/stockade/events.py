@@ -242,6 +242,26 @@ class QuarantineEvent:
         )
 
 
+@frozen
+class DeclineEvent:
+    """A person (or a rule acting for none) declined a held step: it never runs.
+
+    Attributes:
+        action_id: the held command.
+        by: who declined it (``alice (stockade decline)``, ``mcp-elicitation:...``).
+        reason: how it was declined, in words (``declined``, ``cancelled``, ``expired``...).
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    by: str = field(kw_only=True)
+    reason: str = field(kw_only=True, default="declined")
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["decline"] = field(kw_only=True, default="decline")
+
+
 Event = (
     ActionEvent
     | PermissionEvent
@@ -251,5 +271,6 @@ Event = (
     | ErrorEvent
     | WorkspaceEvent
     | QuarantineEvent
+    | DeclineEvent
 )
 """Everything a recorder sees, tagged by its ``kind`` field."""

@@ -474,9 +474,25 @@ class Host:
                     self._store = open_store(self.config)
         return self._store
 
-    def answer(self, run_id: str, step: int, *, approve: bool, by: str) -> HeldStep:
-        """Record a person's answer to a held step (it runs on :meth:`resume`)."""
-        return self.store.answer(run_id, step, approve=approve, by=by)
+    def answer(
+        self, run_id: str, step: int, *, approve: bool, by: str, reason: str = "declined"
+    ) -> HeldStep:
+        """Record a person's answer to a held step (it runs on :meth:`resume`).
+
+        A decline is final at once and is a ``decline`` event in the record (``reason``
+        says how: ``declined``, ``cancelled``, ``expired``...); an approval is recorded as
+        the ``permission`` event of :meth:`resume`.
+
+        Raises:
+            UsageError: no such step, or it was already answered.
+            RecorderFailed: declined, but a recorder could not record it (it still never runs).
+        """
+        held = self.store.answer(run_id, step, approve=approve, by=by)
+        if not approve and self._recording:
+            from . import events
+
+            self._record(events.DeclineEvent(held.spec.action_id, by=by, reason=reason))
+        return held
 
     def resume(
         self,

@@ -16,10 +16,11 @@ Each event becomes a row of the store's ``events`` table:
 - after each append, the head (the last ``seq``, ``hash`` and ``sig``) is written to
   ``store.db.head``: a tail cut from the table no longer reaches it.
 
-Checking is linear in the events but signs-off once: every link is recomputed, and the
-last event's signature (which covers its hash, which covers every event before it) is
-checked against the pinned key. Only when that fails are the signatures checked one by
-one, to name the first event that is not the store's.
+Checking (:mod:`stockade.verify`) recomputes every link, checks every event's own
+signature against the pinned key and the head against the chain, and re-hashes every output
+blob the result events name; it names each failure. ``show``, ``replay`` and the run page
+read a blob only through :func:`open_blob`, which refuses one whose content does not match
+its name.
 
 What this cannot catch: someone who holds the signing key can write a new, consistent
 history. The key is the owner's; sandboxed commands never see the state directory.
@@ -27,16 +28,21 @@ history. The key is the owner's; sandboxed commands never see the state director
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from attrs import frozen
 
+# Re-exported: callers read blobs from the record, as before blobs had a module.
+from .blobs import BlobError as BlobError  # noqa: PLC0414
+from .blobs import blob_dir as blob_dir  # noqa: PLC0414
+from .blobs import get_blob as get_blob  # noqa: PLC0414
+from .blobs import open_blob as open_blob  # noqa: PLC0414
+from .blobs import put_blob, put_blob_file
 from .store import Store, StoreError
 
 if TYPE_CHECKING:
@@ -46,6 +52,7 @@ if TYPE_CHECKING:
     )
 
     from .events import Event
+    from .verify import Checked, Verdict
 
 GENESIS = "0" * 64
 CHAIN_FORMAT = "1"
@@ -115,79 +122,10 @@ def load_key(path: str, *, create: bool) -> Ed25519PrivateKey | None:
     return Ed25519PrivateKey.from_private_bytes(raw)
 
 
-def _public_hex(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+def public_hex(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+    """The raw public key of ``key``, in hex (what the store pins)."""
     public = key.public_key() if hasattr(key, "public_key") else key
     return public.public_bytes_raw().hex()
-
-
-# --- blobs -----------------------------------------------------------------------------------
-
-
-def blob_dir(store: Store) -> str:
-    """Where output blobs live: ``blobs/`` beside the store."""
-    return os.path.join(os.path.dirname(store.path) or ".", "blobs")
-
-
-def put_blob(store: Store, data: bytes) -> str:
-    """Keep ``data`` under its sha256 (once); its name."""
-    digest = hashlib.sha256(data).hexdigest()
-    folder = os.path.join(blob_dir(store), digest[:2])
-    path = os.path.join(folder, digest)
-    if os.path.exists(path):
-        return digest
-    os.makedirs(blob_dir(store), mode=0o700, exist_ok=True)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    temp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.replace(temp, path)
-    return digest
-
-
-def put_blob_file(store: Store, source: str, redact: Callable[[bytes], bytes] | None = None) -> str:
-    """Keep the content of the file ``source`` as a blob, streamed (it may be gigabytes);
-    with ``redact``, each line passes through it first."""
-    os.makedirs(blob_dir(store), mode=0o700, exist_ok=True)
-    temp = os.path.join(blob_dir(store), f"incoming.{os.getpid()}.{os.urandom(4).hex()}")
-    digest = hashlib.sha256()
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        with open(source, "rb") as reader, os.fdopen(fd, "wb") as writer:
-            chunks: Iterator[bytes] = (
-                iter(lambda: reader.read(1 << 20), b"")
-                if redact is None
-                else (redact(line) for line in reader)
-            )
-            for chunk in chunks:
-                digest.update(chunk)
-                writer.write(chunk)
-        name = digest.hexdigest()
-        folder = os.path.join(blob_dir(store), name[:2])
-        os.makedirs(folder, mode=0o700, exist_ok=True)
-        os.replace(temp, os.path.join(folder, name))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    return name
-
-
-def get_blob(store: Store, digest: str) -> bytes:
-    """The content of blob ``digest``, checked against its name.
-
-    Raises:
-        StoreError: it is missing or its content does not match.
-    """
-    path = os.path.join(blob_dir(store), digest[:2], digest)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as error:
-        raise StoreError(f"blob {digest} is missing: {error.strerror}") from None
-    if hashlib.sha256(data).hexdigest() != digest:
-        raise StoreError(f"blob {digest} was changed: its content no longer matches its name")
-    return data
 
 
 # --- appending ------------------------------------------------------------------------------
@@ -224,7 +162,7 @@ class Chain:
         key = load_key(key_path(store), create=True)
         assert key is not None  # noqa: S101 - create=True always gives one
         self.key = key
-        self.public = _public_hex(key)
+        self.public = public_hex(key)
         self._steps: dict[str, tuple[str, int]] = {}
         self._head_fd: int | None = None
         self._pinned = False
@@ -236,7 +174,7 @@ class Chain:
             StoreError: it could not be written (nothing is half-written).
         """
         run_id, step = self._step_of(event)
-        if event.kind in ("result", "error"):
+        if event.kind in ("result", "error", "decline"):
             self._steps.pop(event.action_id, None)  # its last event: the cache stays small
         body = canonical(self._body(event))
         db = self.store.connection
@@ -387,122 +325,8 @@ def rows(store: Store, run_id: str | None = None) -> Iterator[Row]:
         yield Row(seq, run, step, action, kind, time, json.loads(body))
 
 
-@frozen
-class Verdict:
-    """What ``stockade verify`` found.
+def verify(store: Store, *, run: str | None = None, checked: Checked | None = None) -> Verdict:
+    """Check the whole record: :func:`stockade.verify.verify` (kept here for its callers)."""
+    from .verify import verify as check
 
-    Attributes:
-        ok: every check passed.
-        events: how many events were checked.
-        bad_seq: the first event that failed (``None`` when ok, or when the whole failed).
-        problem: what failed, in words.
-    """
-
-    ok: bool
-    events: int
-    bad_seq: int | None = None
-    problem: str = ""
-
-
-def verify(store: Store) -> Verdict:
-    """Check the whole chain: links, signatures, the pinned key and the head."""
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
-    with store.locked():
-        db = store.connection
-        pinned_row = db.execute("SELECT value FROM meta WHERE key='pubkey'").fetchone()
-        chain_row = db.execute("SELECT value FROM meta WHERE key='chain'").fetchone()
-        found = db.execute(
-            "SELECT seq, body, prev, hash, sig, run_id, step, action_id, kind, time FROM events"
-            " ORDER BY seq"
-        ).fetchall()
-    head = _read_head(store)
-    count = len(found)
-    if not found:
-        if head is not None:
-            return Verdict(False, 0, head[0], "the record is empty, but its head names an event")
-        return Verdict(True, 0)
-    if pinned_row is None:
-        return Verdict(False, count, None, "the store has events but no pinned key")
-    if chain_row is None or chain_row[0] != CHAIN_FORMAT:
-        found_format = "none" if chain_row is None else chain_row[0]
-        return Verdict(
-            False,
-            count,
-            None,
-            f"the record's chain format is {found_format}, and this Stockade checks format "
-            f"{CHAIN_FORMAT}",
-        )
-    key = load_key(key_path(store), create=False)
-    if key is not None and _public_hex(key) != pinned_row[0]:
-        return Verdict(False, count, None, "the pinned key is not the store's signing key")
-    public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(pinned_row[0]))
-    return _links(found, public) or _head(found, head, public) or Verdict(True, count)
-
-
-def _links(found: list[tuple[Any, ...]], public: Ed25519PublicKey) -> Verdict | None:
-    from cryptography.exceptions import InvalidSignature
-
-    count, prev = len(found), GENESIS
-    for expected, row in enumerate(found, start=1):
-        seq, body, stored_prev, digest, _signature, run_id, step, *copies = row
-        problem = None
-        if seq != expected:
-            return Verdict(False, count, expected, f"event {expected} is missing")
-        if stored_prev != prev:
-            problem = f"event {seq} does not follow event {seq - 1}"
-        elif link(prev, seq, body, run_id, step) != digest or not _copies_match(body, copies):
-            problem = f"event {seq} was changed after it was recorded"
-        if problem is not None:
-            return Verdict(False, count, seq, problem)
-        prev = digest
-    last_seq, last_digest, last_signature = found[-1][0], found[-1][3], found[-1][4]
-    try:
-        public.verify(bytes(last_signature), bytes.fromhex(last_digest))
-    except InvalidSignature:
-        for seq, _body, _prev, digest, signature, *_rest in found:  # name the first one
-            try:
-                public.verify(bytes(signature), bytes.fromhex(digest))
-            except InvalidSignature:
-                return Verdict(False, count, seq, f"event {seq} is not signed with the store's key")
-        return Verdict(
-            False, count, last_seq, f"event {last_seq} is not signed with the store's key"
-        )
-    return None
-
-
-def _copies_match(body: str, copies: list[Any]) -> bool:
-    """Whether the ``action_id``, ``kind`` and ``time`` columns say what the body says."""
-    data = json.loads(body)
-    return [data.get("action_id"), data.get("kind"), data.get("time")] == copies
-
-
-def _head(
-    found: list[tuple[Any, ...]], head: tuple[int, str, str] | None, public: Ed25519PublicKey
-) -> Verdict | None:
-    from cryptography.exceptions import InvalidSignature
-
-    count, last = len(found), found[-1][0]
-    if head is None:
-        return Verdict(False, count, None, "the head file is missing")
-    head_seq, head_hash, head_sig = head
-    try:
-        public.verify(bytes.fromhex(head_sig), bytes.fromhex(head_hash))
-    except (InvalidSignature, ValueError):
-        return Verdict(False, count, None, "the head is not signed with the store's key")
-    if head_seq > last:
-        return Verdict(
-            False, count, last + 1, f"the tail was cut: events {last + 1}..{head_seq} are gone"
-        )
-    if found[head_seq - 1][3] != head_hash:
-        return Verdict(False, count, head_seq, f"event {head_seq} is not the one the head names")
-    return None
-
-
-def _read_head(store: Store) -> tuple[int, str, str] | None:
-    try:
-        with open(head_path(store)) as handle:
-            seq, digest, signature = handle.read().split()
-        return int(seq), digest, signature
-    except (OSError, ValueError):
-        return None
+    return check(store, run=run, checked=checked)

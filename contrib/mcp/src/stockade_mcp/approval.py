@@ -14,7 +14,7 @@ import attrs
 from mcp import types
 from mcp.shared.exceptions import MCPError
 
-from stockade.errors import PolicyDenied, PolicyHeld, StockadeError, UsageError
+from stockade.errors import PolicyDenied, PolicyHeld, RecorderFailed, StockadeError, UsageError
 from stockade.executor import AbortToken
 
 from . import render
@@ -34,7 +34,7 @@ APPROVAL = "approval"
 """The key of the approval question in an ``InputRequiredResult``."""
 MAX_ASKED = 64
 """Approvals asked in-band and not answered yet that a connection keeps."""
-EXPIRED = "expired: the MCP session that asked for it ended"
+EXPIRED = "stockade-mcp (the MCP session that asked for it ended)"
 """Who answered a held step its session left unanswered (the store's ``answered_by``)."""
 
 APPROVAL_SCHEMA: dict[str, Any] = {
@@ -160,7 +160,12 @@ class Approvals:
         by = f"mcp-elicitation:{client_name(ctx)}"
         content = answer.content or {}
         if answer.action != "accept" or content.get("approve", True) is False:
-            await asyncio.to_thread(self.host.answer, run_id, step, approve=False, by=by)
+            reason = {"accept": "declined", "decline": "declined", "cancel": "cancelled"}
+            await asyncio.to_thread(
+                lambda: self.host.answer(
+                    run_id, step, approve=False, by=by, reason=reason[answer.action]
+                )
+            )
             how = {
                 "accept": f"declined by {by} (the form's approve box was unchecked)",
                 "decline": f"declined by {by}",
@@ -205,30 +210,17 @@ class Approvals:
     def expire_held(self) -> list[tuple[str, int]]:
         """Decline, recorded as expired, every step this session held that nobody answered
         (the session ends; no one is left to read its result). Returns those expired."""
-        from stockade import events
-
         expired = []
         for run_id, step in list(self._held):
             try:
-                waiting = self.host.store.get(run_id, step)
-                if waiting.state != "held":
+                if self.host.store.get(run_id, step).state != "held":
                     continue
-                self.host.answer(run_id, step, approve=False, by=EXPIRED)
+                self.host.answer(run_id, step, approve=False, by=EXPIRED, reason="expired")
+            except RecorderFailed:
+                logger.exception("step %s of run %s expired, unrecorded", step, run_id)
             except StockadeError:
                 continue  # answered by a person meanwhile: theirs stands
             expired.append((run_id, step))
-            if self.host.hooks.has_recorder():
-                try:
-                    self.host.hooks.record(
-                        events.ErrorEvent(
-                            waiting.spec.action_id,
-                            "expired",
-                            message=f"held step {step} of run {run_id} expired unanswered: "
-                            "the MCP session that asked for it ended",
-                        )
-                    )
-                except Exception:
-                    logger.exception("step %s of run %s expired, unrecorded", step, run_id)
         self._held.clear()
         return expired
 

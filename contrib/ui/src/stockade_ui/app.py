@@ -17,25 +17,26 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import (
-    FileResponse,
     HTMLResponse,
     PlainTextResponse,
     RedirectResponse,
     Response,
+    StreamingResponse,
 )
 from starlette.routing import Route
 
+from stockade.blobs import BlobError, open_blob
 from stockade.config import Config
-from stockade.record import Verdict, verify
 from stockade.store import Store
+from stockade.verify import Checked, Verdict, verify
 
 from . import reading
 from .answers import Answers, Notice
@@ -46,6 +47,7 @@ from .timeline import build, shown_digest
 FORM_LIMIT = 4096
 NOTICES_KEPT = 64
 VERDICT_FRESH_S = 5.0  # a live update reuses a verdict this recent
+VERDICTS_KEPT = 64  # runs whose verdicts are kept for live updates
 STATIC = {
     "style.css": "text/css; charset=utf-8",
     "live.js": "text/javascript; charset=utf-8",
@@ -64,7 +66,10 @@ class Page:
         self.secrets = secrets
         self.pages = Pages({"csrf": secrets.csrf, "digest": shown_digest})
         self.notices: dict[str, Notice] = {}
-        self._verdict: tuple[float, int, Verdict] | None = None
+        self._verdicts: dict[str, tuple[float, int, Verdict]] = {}
+        self.checked = Checked()
+        """What this page checked (blob files, leading signatures): drawn again, checked again
+        only where something changed or was added."""
         self._lock = threading.Lock()
         self.static = {}
         for name in STATIC:
@@ -73,19 +78,22 @@ class Page:
 
     # --- shared pieces ---------------------------------------------------------------------
 
-    def verdict(self, *, fresh: bool) -> Verdict:
-        """``stockade verify``'s verdict on the whole record (reused by live updates for a
-        few seconds while no event is added)."""
+    def verdict(self, run_id: str, *, fresh: bool) -> Verdict:
+        """``stockade verify``'s verdict for a run's page: the whole chain (every event
+        vouches for the ones before it) and the run's own output blobs, re-hashed (reused by
+        live updates for a few seconds while no event is added)."""
         seq = reading.seq_of(reading.version(self.store))
         with self._lock:
-            cached = self._verdict
+            cached = self._verdicts.get(run_id)
         if cached is not None and not fresh:
             at, cached_seq, found = cached
             if cached_seq == seq and time.monotonic() - at < VERDICT_FRESH_S:
                 return found
-        found = verify(self.store)
+        found = verify(self.store, run=run_id, checked=self.checked)
         with self._lock:
-            self._verdict = (time.monotonic(), seq, found)
+            self._verdicts[run_id] = (time.monotonic(), seq, found)
+            while len(self._verdicts) > VERDICTS_KEPT:
+                del self._verdicts[next(iter(self._verdicts))]
         return found
 
     def waiting(self) -> int:
@@ -164,9 +172,9 @@ class Page:
         return {
             "run_id": run_id,
             "summary": summary[0] if summary else None,
-            "steps": build(self.store, rows, held),
+            "steps": build(self.store, rows, held, self.checked.blobs),
             "problems": self.answers.problems_of(run_id),
-            "verdict": self.verdict(fresh=fresh),
+            "verdict": self.verdict(run_id, fresh=fresh),
         }
 
     def run_page(self, request: Request) -> Response:
@@ -203,10 +211,13 @@ class Page:
         if not digest:
             return PlainTextResponse("")
         try:
-            path = reading.checked_blob(self.store, digest)
-        except (OSError, ValueError) as error:
-            return PlainTextResponse(f"the output cannot be shown: {error}", status_code=500)
-        return FileResponse(path, media_type="text/plain; charset=utf-8")
+            # A checked private copy: what is sent is exactly what was hashed.
+            handle = open_blob(self.store, digest, f"{stream} of step {step} of run {run_id}")
+        except BlobError as error:
+            return refused(error)
+        return StreamingResponse(
+            _chunks(handle), media_type="text/plain; charset=utf-8", headers=_length(handle)
+        )
 
     # --- answers -----------------------------------------------------------------------------
 
@@ -254,6 +265,27 @@ class Page:
         if name not in self.static:
             return PlainTextResponse("not found", status_code=404)
         return Response(self.static[name], media_type=STATIC[name])
+
+
+def refused(error: BlobError) -> Response:
+    """A blob that is missing or was changed: what, where, and what to do; never its text."""
+    return PlainTextResponse(
+        f"the output cannot be shown: {error.message}\nhint: {error.hint}",
+        status_code=500,
+    )
+
+
+def _chunks(handle: BinaryIO) -> Iterator[bytes]:
+    """A checked copy in pieces, closed at the end."""
+    with handle:
+        yield from iter(lambda: handle.read(1 << 16), b"")
+
+
+def _length(handle: BinaryIO) -> dict[str, str]:
+    """The length of a checked copy, as a header."""
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(0)
+    return {"content-length": str(size)}
 
 
 async def checked_form(request: Request, secrets: Secrets) -> dict[str, str] | None:

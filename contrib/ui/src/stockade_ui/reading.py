@@ -11,21 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Iterable
 from typing import Any
 
 from attrs import field, frozen
 
+from stockade.blobs import BlobError, CheckedBlobs, blob_changed, file_identity, open_blob_file
 from stockade.config import Config
 from stockade.errors import StockadeError
-from stockade.record import Row, blob_dir
+from stockade.record import Row
 from stockade.store import HeldStep, Store
 
 RUNS_SHOWN = 200
 PREVIEW_LINES = 12
 PREVIEW_BYTES = 2048
-CHECKED_BYTES = 1 << 20  # a blob this small is read whole and checked against its name
+CHECKED_BYTES = 1 << 20  # a blob this small is previewed from the bytes that were hashed
 
 # Only constants and a fixed clause are formatted in, never input.
 _RUNS = f"""
@@ -222,8 +222,8 @@ class Preview:
         head: its first lines (the whole stream when it is short).
         tail: its last lines; empty when :attr:`head` holds it all.
         left_out: bytes between head and tail.
-        checked: the content was read whole and matches its digest (a larger stream is
-            checked when it is opened whole).
+        checked: the whole content was re-hashed and matches its digest (always, when
+            anything of it is shown).
         problem: why the content cannot be read (missing, changed), or empty.
     """
 
@@ -236,29 +236,52 @@ class Preview:
     problem: str = field(kw_only=True, default="")
 
 
-def preview(store: Store, stream: str, recorded: dict[str, Any]) -> Preview | None:
-    """The preview of a result's ``stdout`` or ``stderr``; ``None`` when it was empty."""
+def preview(
+    store: Store, stream: str, recorded: dict[str, Any], checked: CheckedBlobs | None = None
+) -> Preview | None:
+    """The preview of a result's ``stdout`` or ``stderr``; ``None`` when it was empty. The
+    whole blob is re-hashed before any of it is shown (``checked`` remembers blob files
+    hashed before and unchanged since); a changed or missing one shows only its problem."""
     digest, total = recorded.get("blob"), int(recorded.get("total_bytes", 0))
     if not digest:
         return None
-    path = blob_path(store, digest)
     try:
-        with open(path, "rb") as handle:
-            size = os.fstat(handle.fileno()).st_size
-            if size <= CHECKED_BYTES:
+        with open_blob_file(store, digest) as handle:
+            before = file_identity(handle)
+            size = before[2]
+            if size <= CHECKED_BYTES:  # the very bytes hashed are the ones shown
                 data = handle.read()
-                if hashlib.sha256(data).hexdigest() != digest:
-                    return Preview(stream, total_bytes=total, problem="its content was changed")
+                actual = hashlib.sha256(data).hexdigest()
+                if actual != digest:
+                    raise blob_changed(digest, actual)
                 head, tail = data[:PREVIEW_BYTES], data[-PREVIEW_BYTES:]
-                checked = True
             else:
+                (checked or CheckedBlobs()).check(handle, digest)
                 head = handle.read(PREVIEW_BYTES)
                 handle.seek(size - PREVIEW_BYTES)
                 tail = handle.read(PREVIEW_BYTES)
-                checked = False
+                if file_identity(handle) != before:  # written to while it was hashed or read
+                    raise blob_changed(digest, "something else (it changed while it was read)")
+    except BlobError as error:
+        return Preview(stream, total_bytes=total, problem=_refusal(error))
     except OSError as error:
-        return Preview(stream, total_bytes=total, problem=f"it is missing ({error.strerror})")
-    return _cut(stream, size, head, tail, checked=checked)
+        return Preview(
+            stream,
+            total_bytes=total,
+            problem=f"it is missing ({error.strerror}): run `stockade verify`",
+        )
+    return _cut(stream, size, head, tail, checked=True)
+
+
+def _refusal(error: BlobError) -> str:
+    """Why a blob is not shown, for the page."""
+    actual = error.details.get("actual")
+    if actual:
+        return (
+            f"its content was changed after it was recorded (blob {error.details['blob']}"
+            f" now hashes to {actual}): run `stockade verify`"
+        )
+    return f"{error.message}: run `stockade verify`"
 
 
 def _cut(stream: str, size: int, head: bytes, tail: bytes, *, checked: bool) -> Preview:
@@ -285,28 +308,3 @@ def _cut(stream: str, size: int, head: bytes, tail: bytes, *, checked: bool) -> 
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", "replace")
-
-
-def blob_path(store: Store, digest: str) -> str:
-    """Where blob ``digest`` lives (the name is checked to be a digest first)."""
-    if len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest):
-        raise ValueError(f"not a blob name: {digest!r}")
-    return os.path.join(blob_dir(store), digest[:2], digest)
-
-
-def checked_blob(store: Store, digest: str) -> str:
-    """The path of blob ``digest`` once its whole content has been checked against its
-    name (streamed: it may be gigabytes).
-
-    Raises:
-        OSError: it is missing.
-        ValueError: its content does not match its name.
-    """
-    path = blob_path(store, digest)
-    summed = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            summed.update(chunk)
-    if summed.hexdigest() != digest:
-        raise ValueError(f"blob {digest} was changed: its content no longer matches its name")
-    return path

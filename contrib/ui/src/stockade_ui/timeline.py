@@ -2,10 +2,10 @@
 
 A step is one command: its ``action`` event (what was asked), the ``permission`` events
 (the policy's decision, then a person's answer when it was held), a ``grant``, the
-``connection`` events of its egress proxy, and how it ended (a ``result``, or an ``error``
-when it could not run). A held step's state comes from the store's held steps: it may be
-waiting, let go ahead but not run yet, running in another process, or declined, none of
-which is an event.
+``connection`` events of its egress proxy, a ``decline`` when a person declined it, and how
+it ended (a ``result``, or an ``error`` when it could not run). A held step's state comes
+from the store's held steps: it may be waiting, let go ahead but not run yet, or running in
+another process, which are not events.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from attrs import field, frozen
 
+from stockade.blobs import CheckedBlobs
 from stockade.record import Row
 from stockade.store import HeldStep, Store
 
@@ -28,7 +29,7 @@ class Line:
 
     Attributes:
         seq: its place in the record.
-        kind: its kind (``permission``, ``grant``, ``connection``, ``error``).
+        kind: its kind (``permission``, ``grant``, ``connection``, ``decline``, ``error``).
         text: what it says.
         by: who decided, for a permission or a grant.
         tone: ``ok``, ``ask``, ``bad`` or empty: how the page colours it.
@@ -83,17 +84,30 @@ class Step:
     last_seq: int = field(kw_only=True)
 
 
-def build(store: Store, rows: Iterable[Row], held: dict[int, HeldStep]) -> list[Step]:
-    """The steps of these events (and of the held steps among ``held``), in step order."""
+def build(
+    store: Store,
+    rows: Iterable[Row],
+    held: dict[int, HeldStep],
+    checked: CheckedBlobs | None = None,
+) -> list[Step]:
+    """The steps of these events (and of the held steps among ``held``), in step order;
+    ``checked`` remembers the blobs whose previews were re-hashed."""
     grouped: dict[int, list[Row]] = {}
     for row in rows:
         grouped.setdefault(row.step, []).append(row)
     return [
-        _step(store, number, events, held.get(number)) for number, events in sorted(grouped.items())
+        _step(store, number, events, held.get(number), checked)
+        for number, events in sorted(grouped.items())
     ]
 
 
-def _step(store: Store, number: int, events: list[Row], held: HeldStep | None) -> Step:
+def _step(
+    store: Store,
+    number: int,
+    events: list[Row],
+    held: HeldStep | None,
+    checked: CheckedBlobs | None,
+) -> Step:
     action: dict[str, Any] = {}
     kind, verdict = "", ""
     lines: list[Line] = []
@@ -135,11 +149,14 @@ def _step(store: Store, number: int, events: list[Row], held: HeldStep | None) -
         elif row.kind == "error":
             error = f"{body['code']}: {body['message']}"
             lines.append(Line(row.seq, "error", error, tone="bad"))
+        elif row.kind == "decline":
+            text = f"{body['reason']}: it never runs"
+            lines.append(Line(row.seq, "decline", text, body["by"], "bad"))
     state, outcome = _state(result, error, verdict, held)
     outputs: list[Preview] = []
     if result is not None:
         for stream in ("stdout", "stderr"):
-            shown = preview(store, stream, result[stream])
+            shown = preview(store, stream, result[stream], checked)
             if shown is not None:
                 outputs.append(shown)
     first = events[0]

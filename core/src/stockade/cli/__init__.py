@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("run", metavar="RUN")
     replay.add_argument("--redact", action="store_true", help="without argv, cwd and output")
     replay.add_argument("--json", action="store_true")
-    verify = commands.add_parser("verify", help="check the record's chain and signatures")
+    verify = commands.add_parser("verify", help="check every link, signature and output blob")
     verify.add_argument("--json", action="store_true")
 
     _add_skill_commands(commands)

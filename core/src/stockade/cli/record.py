@@ -6,7 +6,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..display import command, quote, visible
 from ..errors import StockadeError, UsageError
@@ -51,6 +51,8 @@ def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
             step["timed_out"] = result["timed_out"]
         elif row.kind == "error":
             step.update(state="error", error=body["code"])
+        elif row.kind == "decline":
+            step.update(state="declined", declined_by=body["by"])
     return list(found.values())
 
 
@@ -81,8 +83,10 @@ def log_command(args: argparse.Namespace, _parser: object = None) -> int:
 
 
 def show_command(args: argparse.Namespace, _parser: object = None) -> int:
-    """The whole output of one recorded step: stdout to stdout, stderr to stderr."""
-    from ..record import get_blob, rows
+    """The whole output of one recorded step: stdout to stdout, stderr to stderr; a stream
+    whose blob is missing or no longer matches its digest is refused, nothing of it shown."""
+    from ..blobs import open_blob
+    from ..record import rows
 
     try:
         store = _open(args)
@@ -93,25 +97,35 @@ def show_command(args: argparse.Namespace, _parser: object = None) -> int:
                 hint="`stockade log --run RUN` lists its steps and what became of them",
             )
         result = results[-1].body["result"]
+        # Both streams are checked before either is written: nothing forged is half-shown.
+        where = f"of step {args.step} of run {args.run}"
         streams = {
-            name: get_blob(store, result[name]["blob"]) if result[name]["blob"] else b""
+            name: open_blob(store, result[name]["blob"], f"{name} {where}")
             for name in ("stdout", "stderr")
+            if result[name]["blob"]
         }
         store.close()
     except StockadeError as error:
         return report_error(error, as_json=False)
-    _write(sys.stdout, streams["stdout"])
-    _write(sys.stderr, streams["stderr"])
+    for name, target in (("stdout", sys.stdout), ("stderr", sys.stderr)):
+        if name in streams:
+            with streams[name] as handle:
+                _write(target, handle)
     return 0
 
 
-def _write(stream: Any, data: bytes) -> None:  # noqa: ANN401 - a text stream with .buffer
-    """``data`` as it was, except at a terminal: there what could rewrite the screen
-    (controls, bidirectional and invisible characters) is shown as escapes."""
+def _write(stream: Any, handle: BinaryIO) -> None:  # noqa: ANN401 - a text stream with .buffer
+    """A checked stream's bytes as they were, except at a terminal: there what could
+    rewrite the screen (controls, bidirectional and invisible characters) is escaped."""
+    import shutil
+
+    stream.flush()
     if stream.isatty():
+        data = handle.read()
         stream.write(visible(data.decode("utf-8", "surrogateescape"), keep="\n\t"))
     else:
-        stream.buffer.write(data)
+        shutil.copyfileobj(handle, stream.buffer)
+        stream.buffer.flush()
     stream.flush()
 
 
@@ -121,70 +135,133 @@ def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
 
     try:
         store = _open(args)
-        found = list(rows(store, args.run))
-        store.close()
-        if not found:
-            raise UsageError(f"no events recorded for run {args.run}", hint="`stockade log`")
+        try:
+            found = list(rows(store, args.run))
+            if not found:
+                raise UsageError(f"no events recorded for run {args.run}", hint="`stockade log`")
+            shown = not args.json  # for a terminal: argv as shell words, escapes
+            timeline = [
+                _entry(row, found[0].time, redact=args.redact, shown=shown) for row in found
+            ]
+            refused = _check_outputs(store, timeline)
+        finally:
+            store.close()
     except StockadeError as error:
         return report_error(error, as_json=args.json)
-    shown = not args.json
-    timeline = [_entry(row, found[0].time, redact=args.redact, shown=shown) for row in found]
     if args.json:
         import json
 
         print(json.dumps(timeline, indent=2))
-        return 0
-    for entry in timeline:
-        print(f"+{entry['at']:8.3f}s  step {entry['step']:>3}  {entry['kind']:<10} {entry['text']}")
+    else:
+        for entry in timeline:
+            at, step, kind = entry["at"], entry["step"], entry["kind"]
+            print(f"+{at:8.3f}s  step {step:>3}  {kind:<10} {entry['text']}")
+    if refused is not None:
+        return report_error(refused, as_json=False)
     return 0
+
+
+def _check_outputs(store: Store, timeline: list[dict[str, Any]]) -> StockadeError | None:
+    """Re-hash the blobs of the run's results: a stream whose blob is missing or changed is
+    marked refused in its entry (its text never read); the first such error, if any."""
+    from ..blobs import BlobError, check_blob
+
+    first: StockadeError | None = None
+    for entry in timeline:
+        if entry["kind"] != "result":
+            continue
+        result = entry["row_result"]
+        for name in ("stdout", "stderr"):
+            digest = result[name].get("blob") if isinstance(result[name], dict) else None
+            if not digest:
+                continue
+            try:
+                check_blob(store, digest, f"{name} of step {entry['step']} (event {entry['seq']})")
+            except BlobError as error:
+                entry.setdefault("refused", []).append(error.to_dict())
+                how = "was changed" if error.details.get("actual") else "is missing"
+                entry["text"] += f"; {name} REFUSED: its blob {how} (`stockade verify`)"
+                first = first or error
+    for entry in timeline:
+        entry.pop("row_result", None)
+    return first
 
 
 def _entry(row: Row, start: float, *, redact: bool, shown: bool = False) -> dict[str, Any]:
     """One timeline entry; ``shown``: its text is for a terminal (argv and paths as shell
     words, hidden characters escaped), else exact for JSON."""
     body = row.body
-    text = ""
-    join: Callable[[Iterable[str]], str] = command if shown else shlex.join
-    word: Callable[[str], str] = quote if shown else str
-    prose: Callable[[str], str] = visible if shown else str
-    if row.kind == "action":
-        argv = REDACTED if redact else join(body["argv"])
-        cwd = REDACTED if redact else word(body["cwd"])
-        text = f"{argv}  (cwd {cwd}, {prose(body['mode'])}, {prose(body['origin'])})"
-    elif row.kind == "permission":
-        decision = body["decision"]
-        kind, verdict = prose(body["classification"]["kind"]), prose(decision["verdict"])
-        text = f"{kind} -> {verdict} by {prose(decision['by'])}: "
-        text += REDACTED if redact else prose(decision["reason"])
-    elif row.kind == "grant":
-        folders = REDACTED if redact else ", ".join(word(f) for f in body["writable"])
-        text = f"writable {folders} for this command, granted by {prose(body['by'])}"
-    elif row.kind == "result":
-        result = body["result"]
-        ended = f"exit {result['exit_code']}" if result["signal"] is None else result["signal"]
-        provider = prose(result["sandbox"]["provider"])
-        text = f"{prose(str(ended))} in {result['duration_ms']:.1f} ms, sandbox {provider}"
-        if result["timed_out"]:
-            text += ", timed out"
-        if not redact:
-            sizes = (result[s]["total_bytes"] for s in ("stdout", "stderr"))
-            text += ", stdout {} B, stderr {} B".format(*sizes)
-    elif row.kind == "error":
-        text = f"{prose(body['code'])}: {REDACTED if redact else prose(body['message'])}"
-    elif row.kind == "connection":
-        verdict = "allowed" if body["allowed"] else "refused"
-        text = prose(f"{body['method']} {body['host']}:{body['port']} {verdict}: {body['reason']}")
-        if body["allowed"]:
-            text += f", {body['bytes_up']} B up, {body['bytes_down']} B down"
-    elif row.kind == "quarantine":
-        moved, back = len(body["quarantined"]), len(body["restored"])
-        text = f"after the command: {moved} quarantined, {back} restored"
-        if moved and not redact:
-            text += f", into {prose(body['folder'])}"
+    text = _Text(redact=redact, shown=shown).of(row.kind, body)
     entry: dict[str, Any] = {"seq": row.seq, "step": row.step, "kind": row.kind, "text": text}
+    if row.kind == "result":
+        entry["row_result"] = body["result"]  # its blobs are checked, then this is dropped
     entry["at"] = round(row.time - start, 6)
     entry["event"] = _redacted(body) if redact else body
     return entry
+
+
+class _Text:
+    """An event's one line of replay text, for a terminal (``shown``) or exact for JSON."""
+
+    def __init__(self, *, redact: bool, shown: bool) -> None:
+        self.redact = redact
+        self.join: Callable[[Iterable[str]], str] = command if shown else shlex.join
+        self.word: Callable[[str], str] = quote if shown else str
+        self.prose: Callable[[str], str] = visible if shown else str
+
+    def of(self, kind: str, body: dict[str, Any]) -> str:
+        line: Callable[[dict[str, Any]], str] | None = getattr(self, f"_{kind}", None)
+        return line(body) if line is not None else ""
+
+    def _action(self, body: dict[str, Any]) -> str:
+        prose = self.prose
+        argv = REDACTED if self.redact else self.join(body["argv"])
+        cwd = REDACTED if self.redact else self.word(body["cwd"])
+        return f"{argv}  (cwd {cwd}, {prose(body['mode'])}, {prose(body['origin'])})"
+
+    def _permission(self, body: dict[str, Any]) -> str:
+        prose, decision = self.prose, body["decision"]
+        kind, verdict = prose(body["classification"]["kind"]), prose(decision["verdict"])
+        reason = REDACTED if self.redact else prose(decision["reason"])
+        return f"{kind} -> {verdict} by {prose(decision['by'])}: {reason}"
+
+    def _grant(self, body: dict[str, Any]) -> str:
+        folders = REDACTED if self.redact else ", ".join(self.word(f) for f in body["writable"])
+        return f"writable {folders} for this command, granted by {self.prose(body['by'])}"
+
+    def _result(self, body: dict[str, Any]) -> str:
+        result = body["result"]
+        ended = f"exit {result['exit_code']}" if result["signal"] is None else result["signal"]
+        provider = self.prose(result["sandbox"]["provider"])
+        text = f"{self.prose(str(ended))} in {result['duration_ms']:.1f} ms, sandbox {provider}"
+        if result["timed_out"]:
+            text += ", timed out"
+        if not self.redact:
+            sizes = (result[s]["total_bytes"] for s in ("stdout", "stderr"))
+            text += ", stdout {} B, stderr {} B".format(*sizes)
+        return text
+
+    def _error(self, body: dict[str, Any]) -> str:
+        message = REDACTED if self.redact else self.prose(body["message"])
+        return f"{self.prose(body['code'])}: {message}"
+
+    def _connection(self, body: dict[str, Any]) -> str:
+        verdict = "allowed" if body["allowed"] else "refused"
+        target = f"{body['method']} {body['host']}:{body['port']}"
+        text = self.prose(f"{target} {verdict}: {body['reason']}")
+        if body["allowed"]:
+            text += f", {body['bytes_up']} B up, {body['bytes_down']} B down"
+        return text
+
+    def _quarantine(self, body: dict[str, Any]) -> str:
+        moved, back = len(body["quarantined"]), len(body["restored"])
+        text = f"after the command: {moved} quarantined, {back} restored"
+        if moved and not self.redact:
+            text += f", into {self.prose(body['folder'])}"
+        return text
+
+    def _decline(self, body: dict[str, Any]) -> str:
+        return f"{self.prose(body['reason'])} by {self.prose(body['by'])}: it never runs"
 
 
 def _redacted(body: dict[str, Any]) -> dict[str, Any]:
@@ -224,31 +301,31 @@ def _redacted(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def verify_command(args: argparse.Namespace, _parser: object = None) -> int:
-    """Check the record's chain; exit 0 when it holds, 1 naming the first bad event."""
+    """Check every link, every signature, the head and every output blob; exit 0 when all
+    hold, 1 naming each thing that does not; either way, say exactly what was checked."""
     from ..record import verify
 
     try:
         store = _open(args)
-        verdict = verify(store)
-        store.close()
+        try:
+            verdict = verify(store)
+        finally:
+            store.close()
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     if args.json:
         import json
 
-        print(
-            json.dumps(
-                {
-                    "ok": verdict.ok,
-                    "events": verdict.events,
-                    "bad_seq": verdict.bad_seq,
-                    "problem": verdict.problem,
-                },
-                indent=2,
-            )
-        )
+        print(json.dumps(verdict.to_dict(), indent=2))
     elif verdict.ok:
-        print(f"ok: {verdict.events} events, every link and signature holds")
+        print(f"ok: {verdict.checked()}")
     else:
-        print(f"stockade: the record does not verify: {verdict.problem}", file=sys.stderr)
+        problems = len(verdict.problems) + verdict.more
+        counted = f"{problems} problem{'s' if problems != 1 else ''}"
+        print(f"stockade: the record does not verify: {counted}", file=sys.stderr)
+        for problem in verdict.problems:
+            print(f"  - {problem.text}", file=sys.stderr)
+        if verdict.more:
+            print(f"  - ... and {verdict.more} more of the same kind", file=sys.stderr)
+        print(f"  checked: {verdict.checked()}", file=sys.stderr)
     return 0 if verdict.ok else 1
