@@ -302,10 +302,22 @@ class Host:
             self._record(events.ActionEvent.of(spec))
         classification = self.classify(spec)
         spec = enforce_class(spec, classification)
+        self._check_roots(spec)
         if request.gate is not None:
             self._gate(spec, classification, request.gate)
         decision = self.decide(spec, classification)
         return self._prepare(spec, classification, decision, secrets)
+
+    def _check_roots(self, spec: ExecSpec) -> None:
+        """Refuse, recorded, a command whose writable roots break :mod:`stockade.roots`."""
+        from .errors import UnsafeRoot
+        from .roots import check_spec
+
+        try:
+            check_spec(spec, self.config, self.environ)
+        except UnsafeRoot as error:
+            self._record_error(spec, error)
+            raise
 
     def _gate(self, spec: ExecSpec, classification: Classification, gate: Decision) -> None:
         """A caller's gate in front of the policy: recorded; a ``deny`` refuses here."""
@@ -498,6 +510,7 @@ class Host:
             spec = self._rehome(spec)
             decision = Decision("allow", f"approved: {shown.reason}", by=held.answered_by or "")
             try:
+                self._check_roots(spec)  # homes and the store may have moved since it was held
                 if self._recording:
                     from . import events
 
