@@ -48,7 +48,7 @@ def test_an_agent_without_a_workspace_gets_a_private_one_kept_between_runs(make_
 )
 def test_a_named_workspace_may_not_be_a_system_folder(make_host, tmp_path, folder, rule):
     host = make_host(config=config(tmp_path, ci=Profile(workspace=folder)))
-    with pytest.raises(UnsafeRoot, match="agents.ci.workspace") as caught:
+    with pytest.raises(UnsafeRoot, match=r"agents\.ci\.workspace") as caught:
         host.run(ExecRequest(["true"], profile="ci", **FULL))
     assert caught.value.details["rule"] == rule
 

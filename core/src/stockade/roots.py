@@ -65,7 +65,7 @@ SYSTEM_TREES_BUT_OWN_HOME = ("/opt", "/root", "/snap", "/srv", "/var")
 """System folders that may hold the account's own home (``/root``, ``/var/lib/jenkins``):
 never a writable root, nor anything beneath them, except beneath that home."""
 
-SHARED_FOLDERS = ("/home", "/media", "/mnt", "/run/media", "/tmp", "/var/tmp")
+SHARED_FOLDERS = ("/home", "/media", "/mnt", "/run/media", "/tmp", "/var/tmp")  # noqa: S108 - names
 """Folders that hold other people's or other disks' folders: never a writable root
 themselves; a folder inside one may be."""
 
@@ -125,23 +125,40 @@ class RootRules:
         if config is not None:
             from .config import state_dir, store_folder
 
-            stores = tuple(
-                dict.fromkeys(_resolved([store_folder(config), state_dir(os.environ)]))
-            )
+            stores = tuple(dict.fromkeys(_resolved([store_folder(config), state_dir(os.environ)])))
         return cls(homes, own_home=next(iter(_resolved([own])), None), stores=stores)
 
     def refusal(self, real: str) -> Refusal | None:
-        """Why the resolved folder ``real`` cannot be a writable root, or ``None``."""
+        """Why the resolved folder ``real`` cannot be a writable root, or ``None``.
+
+        The rules are tried in the order of the module's list; the first that applies
+        is the one named.
+        """
+        for rule in (self._system, self._home, self._credentials, self._store):
+            found = rule(real)
+            if found is not None:
+                return found
+        return None
+
+    def _system(self, real: str) -> Refusal | None:
+        """``/``, a system folder or beneath one, a shared folder itself."""
         if real == "/":
             return Refusal("root", "/", "it is the root of the file system")
         shared = any(_beneath(real, folder) for folder in SHARED_FOLDERS)
         for tree in SYSTEM_TREES:
             if _at_or_beneath(real, tree) and not shared:
-                return Refusal("system", tree, _system(real, tree))
+                return Refusal("system", tree, _inside(real, tree))
         if real in SHARED_FOLDERS:
-            return Refusal(
-                "shared", real, "it holds other people's or other disks' folders"
-            )
+            return Refusal("shared", real, "it holds other people's or other disks' folders")
+        if real in self.homes:
+            return None  # a home in /var or /root is named a home, by the next rule
+        for tree in SYSTEM_TREES_BUT_OWN_HOME:
+            if _at_or_beneath(real, tree) and not shared and not self._exempt(real):
+                return Refusal("system", tree, _inside(real, tree))
+        return None
+
+    def _home(self, real: str) -> Refusal | None:
+        """A home directory, or a folder holding one."""
         if real in self.homes:
             return Refusal(
                 "home",
@@ -149,12 +166,13 @@ class RootRules:
                 "it is a home directory: programs read its startup files, autostart "
                 "entries and user services later, outside any sandbox",
             )
-        for tree in SYSTEM_TREES_BUT_OWN_HOME:
-            if _at_or_beneath(real, tree) and not shared and not self._exempt(real):
-                return Refusal("system", tree, _system(real, tree))
         for home in self.homes:
             if _beneath(home, real):
                 return Refusal("holds_home", home, f"it holds the home directory {home}")
+        return None
+
+    def _credentials(self, real: str) -> Refusal | None:
+        """A credential store in a home, or a folder inside one."""
         from .protected import CREDENTIAL_STORES
 
         for home in self.homes:
@@ -162,16 +180,17 @@ class RootRules:
                 store = os.path.join(home, name)
                 if _at_or_beneath(real, store):
                     return Refusal("credentials", store, f"{store} is a credential store")
-        return self._store(real)
+        return None
 
     def _exempt(self, real: str) -> bool:
         """Beneath the account's own home (unless that home is a system folder itself)."""
         own = self.own_home
-        if own is None or own in SYSTEM_TREES_BUT_OWN_HOME and own != "/root":
+        if own is None or (own in SYSTEM_TREES_BUT_OWN_HOME and own != "/root"):
             return False
         return _beneath(real, own)
 
     def _store(self, real: str) -> Refusal | None:
+        """The store, a folder holding it, a folder inside it but an agent's workspace."""
         for store in self.stores:
             if real == store:
                 return Refusal("store", store, "it is Stockade's store")
@@ -288,7 +307,7 @@ def configured_roots(config: Config) -> Iterator[tuple[str, str]]:
                     yield f"plugins.settings.{name}.writable_roots", entry
 
 
-def _system(real: str, tree: str) -> str:
+def _inside(real: str, tree: str) -> str:
     if real == tree:
         return f"{tree} is a system folder"
     return f"it lies inside the system folder {tree}"

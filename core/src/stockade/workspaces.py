@@ -25,6 +25,7 @@ from .config import Config, store_folder
 from .errors import StockadeError
 from .types import Profile
 
+
 class WorkspaceBusy(StockadeError):
     """Another run is executing a command in this workspace; this one did not run."""
 
