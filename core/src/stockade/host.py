@@ -1,7 +1,7 @@
 """The host: sequences the stages of one command and nothing else.
 
-    resolve -> classify -> enforce the class -> decide (-> hold) -> credentials -> confine
-            -> execute -> record
+    resolve -> classify -> enforce the class, check the roots -> decide (-> hold)
+            -> credentials -> confine -> execute -> record
 
 Each stage is a hook call (or a plain function of its inputs); the host owns no policy, no
 confinement and no process handling of its own. Read :meth:`Host.run` top to bottom to see
@@ -272,6 +272,9 @@ class Host:
         """Every stage before execution: resolve, classify, decide, credentials, confine.
 
         Raises:
+            UnsafeRoot: a writable root it would get is a home, a system folder, the
+                store, ... (:mod:`stockade.roots`); checked once its mode is known, before
+                the decision, and recorded.
             PolicyHeld: the command waits for a person; it is kept as this run's step.
         """
         step, elapsed = self._next_step()

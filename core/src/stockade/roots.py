@@ -74,7 +74,7 @@ OWN_WORKSPACES = "workspaces"
 
 
 @attrs.frozen
-class Refusal:
+class RootRefusal:
     """Why a folder cannot be a writable root.
 
     Attributes:
@@ -128,7 +128,7 @@ class RootRules:
             stores = tuple(dict.fromkeys(_resolved([store_folder(config), state_dir(os.environ)])))
         return cls(homes, own_home=next(iter(_resolved([own])), None), stores=stores)
 
-    def refusal(self, real: str) -> Refusal | None:
+    def refusal(self, real: str) -> RootRefusal | None:
         """Why the resolved folder ``real`` cannot be a writable root, or ``None``.
 
         The rules are tried in the order of the module's list; the first that applies
@@ -140,27 +140,27 @@ class RootRules:
                 return found
         return None
 
-    def _system(self, real: str) -> Refusal | None:
+    def _system(self, real: str) -> RootRefusal | None:
         """``/``, a system folder or beneath one, a shared folder itself."""
         if real == "/":
-            return Refusal("root", "/", "it is the root of the file system")
+            return RootRefusal("root", "/", "it is the root of the file system")
         shared = any(_beneath(real, folder) for folder in SHARED_FOLDERS)
         for tree in SYSTEM_TREES:
             if _at_or_beneath(real, tree) and not shared:
-                return Refusal("system", tree, _inside(real, tree))
+                return RootRefusal("system", tree, _inside(real, tree))
         if real in SHARED_FOLDERS:
-            return Refusal("shared", real, "it holds other people's or other disks' folders")
+            return RootRefusal("shared", real, "it holds other people's or other disks' folders")
         if real in self.homes:
             return None  # a home in /var or /root is named a home, by the next rule
         for tree in SYSTEM_TREES_BUT_OWN_HOME:
             if _at_or_beneath(real, tree) and not shared and not self._exempt(real):
-                return Refusal("system", tree, _inside(real, tree))
+                return RootRefusal("system", tree, _inside(real, tree))
         return None
 
-    def _home(self, real: str) -> Refusal | None:
+    def _home(self, real: str) -> RootRefusal | None:
         """A home directory, or a folder holding one."""
         if real in self.homes:
-            return Refusal(
+            return RootRefusal(
                 "home",
                 real,
                 "it is a home directory: programs read its startup files, autostart "
@@ -168,10 +168,10 @@ class RootRules:
             )
         for home in self.homes:
             if _beneath(home, real):
-                return Refusal("holds_home", home, f"it holds the home directory {home}")
+                return RootRefusal("holds_home", home, f"it holds the home directory {home}")
         return None
 
-    def _credentials(self, real: str) -> Refusal | None:
+    def _credentials(self, real: str) -> RootRefusal | None:
         """A credential store in a home, or a folder inside one."""
         from .protected import CREDENTIAL_STORES
 
@@ -179,7 +179,7 @@ class RootRules:
             for name in CREDENTIAL_STORES:
                 store = os.path.join(home, name)
                 if _at_or_beneath(real, store):
-                    return Refusal("credentials", store, f"{store} is a credential store")
+                    return RootRefusal("credentials", store, f"{store} is a credential store")
         return None
 
     def _exempt(self, real: str) -> bool:
@@ -189,16 +189,16 @@ class RootRules:
             return False
         return _beneath(real, own)
 
-    def _store(self, real: str) -> Refusal | None:
+    def _store(self, real: str) -> RootRefusal | None:
         """The store, a folder holding it, a folder inside it but an agent's workspace."""
         for store in self.stores:
             if real == store:
-                return Refusal("store", store, "it is Stockade's store")
+                return RootRefusal("store", store, "it is Stockade's store")
             if _beneath(store, real):
-                return Refusal("holds_store", store, f"it holds Stockade's store ({store})")
+                return RootRefusal("holds_store", store, f"it holds Stockade's store ({store})")
             own = os.path.join(store, OWN_WORKSPACES)
             if _beneath(real, store) and not _beneath(real, own):
-                return Refusal(
+                return RootRefusal(
                     "store",
                     store,
                     f"it lies inside Stockade's store ({store}), outside {own}/",
