@@ -364,6 +364,23 @@ def test_a_grant_is_checked_in_every_mode(make_host, event_log, home, mode):
     assert not [e for e in event_log.events if e.kind in ("grant", "permission")]
 
 
+def test_a_magic_link_is_resolved_and_an_unreadable_one_refused(make_host, home):
+    host = make_host(allow_all=True)
+
+    def rule_of(grant: str) -> object:
+        request = ExecRequest(["true"], str(home / "project"), mode=FULL, grant_writable=[grant])
+        with pytest.raises(UnsafeRoot) as caught:
+            host.run(request)
+        return caught.value.details["rule"]
+
+    assert rule_of("/proc/self/root/etc") == "system"
+    assert rule_of(f"/proc/thread-self/root{home}") == "home"
+    try:
+        os.path.realpath("/proc/1/root/etc")
+    except PermissionError:  # another process's root: what it reaches cannot be known
+        assert rule_of("/proc/1/root/etc") == "unresolvable"
+
+
 def test_a_configured_writable_root_is_checked(make_host, home, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()

@@ -146,6 +146,31 @@ def test_dotdot_walking_out_is_still_etc(host, box, etc_canary):
     lands(host, box, f"{box.ws}/../outside")
 
 
+def test_proc_magic_links_to_etc_are_still_etc(host, box, etc_canary):
+    _etc_attack(host, box, etc_canary, "/proc/self/root/etc")
+    _etc_attack(host, box, etc_canary, box.ws, grant_writable=["/proc/thread-self/root/etc"])
+    lands(host, box, f"/proc/self/root{box.ws}")
+
+
+def test_a_provider_refuses_a_root_that_was_swapped_after_the_check(host, box, fake_home):
+    """The providers check each root again: a folder made a symlink to /etc or to the
+    home after the host's check is still refused when the sandbox is built."""
+    import attrs
+
+    admitted = host.admit(append(box, box.ws / "x", box.ws))
+    admitted.release()
+    provider = host.provider_for(admitted.spec)
+    for swapped, rule in (("/etc", "system"), (str(fake_home), "home")):
+        for spec in (
+            attrs.evolve(admitted.spec, workspace=swapped),
+            attrs.evolve(admitted.spec, grant_writable=(swapped,)),
+        ):
+            with pytest.raises(UnsafeRoot) as caught:
+                provider.confine(spec)
+            assert caught.value.details["rule"] == rule
+    provider.release(provider.confine(admitted.spec))  # the control: the real spec confines
+
+
 def test_a_grant_of_usr_is_refused(host, box):
     target = Path("/usr/local") / f"stockade-roots-canary-{box.canary}"
     try:

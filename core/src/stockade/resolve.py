@@ -170,7 +170,9 @@ def _hidden(config: Config) -> tuple[str, ...]:
 
 def _granted(path: str, cwd: str) -> str:
     """A folder named in a writable grant, resolved; it must exist."""
-    real = os.path.realpath(os.path.join(cwd, os.path.expanduser(path)))
+    from .roots import resolve_path
+
+    real = resolve_path(path, cwd, role="grant")
     if not os.path.isdir(real):
         raise UsageError(
             f"a writable grant names {path}, which is not a folder",

@@ -225,7 +225,7 @@ class RootRules:
             UnsafeRoot: it is ``/``, a system or shared folder, a home, a folder holding
                 one, a credential store, the store or a folder holding it.
         """
-        real = resolve_path(path, base)
+        real = resolve_path(path, base, role=role)
         refusal = self.refusal(real)
         if refusal is None:
             return real
@@ -253,11 +253,24 @@ HINTS = {
 }
 
 
-def resolve_path(path: str, base: str | None = None) -> str:
+def resolve_path(path: str, base: str | None = None, *, role: str = "grant") -> str:
     """``path`` as the kernel would reach it: ``~`` expanded, made absolute against
-    ``base``, symlinks and ``..`` resolved."""
+    ``base``, symlinks and ``..`` resolved.
+
+    Raises:
+        UnsafeRoot: a step of the way cannot be read (``/proc/1/root`` for another
+            process), so what it reaches cannot be known: refused (rule ``unresolvable``).
+    """
     expanded = os.path.expanduser(path)
-    return os.path.realpath(os.path.join(base or os.getcwd(), expanded))
+    try:
+        return os.path.realpath(os.path.join(base or os.getcwd(), expanded))
+    except (OSError, ValueError) as error:
+        why = error.strerror if isinstance(error, OSError) else str(error)
+        raise UnsafeRoot(
+            f"refusing {path} as a writable root ({role}): it cannot be resolved ({why})",
+            hint="name the folder by its plain path",
+            details={"path": path, "role": role, "rule": "unresolvable"},
+        ) from None
 
 
 def check_spec(spec: ExecSpec, config: Config, environ: Mapping[str, str]) -> None:
