@@ -757,7 +757,7 @@ def test_the_bubblewrap_page_states_the_default_scan_limit():
 BUBBLEWRAP_TOML = """
 # --8<-- [start:bubblewrap-toml]
 [plugins.settings.bubblewrap]
-writable_roots = ["/srv/ccache"]    # also writable in workspace-write, when it exists
+writable_roots = ["/var/tmp/ccache"] # also writable in workspace-write, when it exists
 deny_read = ["/etc/ssl/private"]    # also masked, in every mode
 scan_limit = 50000                  # a large monorepo: walk up to 50,000 directories
 seccomp_cache = ""                  # no disk cache: compile once per process (~22 ms)
@@ -860,7 +860,7 @@ def test_the_landlock_page_states_the_priority():
 LANDLOCK_TOML = """
 # --8<-- [start:landlock-toml]
 [plugins.settings.landlock]
-writable_roots = ["/srv/ccache"]    # also writable in workspace-write, when it exists
+writable_roots = ["/var/tmp/ccache"] # also writable in workspace-write, when it exists
 deny_read = ["/etc/ssl/private"]    # also masked, in every mode
 scan_limit = 50000                  # a large monorepo: walk up to 50,000 directories
 seccomp_cache = ""                  # no disk cache: compile once per process

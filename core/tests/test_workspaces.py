@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from stockade.config import Config, StoreConfig
-from stockade.errors import ConfigError
+from stockade.errors import UnsafeRoot
 from stockade.types import ExecRequest, Profile
 from stockade.workspaces import WorkspaceBusy
 
@@ -43,25 +43,47 @@ def test_an_agent_without_a_workspace_gets_a_private_one_kept_between_runs(make_
 
 
 @pytest.mark.parametrize(
-    ("folder", "why"),
-    [("/", "is a system folder"), ("/etc", "is a system folder"), ("/usr", "is a system folder")],
+    ("folder", "rule"),
+    [("/", "root"), ("/etc", "system"), ("/usr", "system"), ("/usr/local", "system")],
 )
-def test_a_named_workspace_may_not_be_a_system_folder(make_host, tmp_path, folder, why):
+def test_a_named_workspace_may_not_be_a_system_folder(make_host, tmp_path, folder, rule):
     host = make_host(config=config(tmp_path, ci=Profile(workspace=folder)))
-    with pytest.raises(ConfigError, match=why):
+    with pytest.raises(UnsafeRoot, match=r"agents\.ci\.workspace") as caught:
         host.run(ExecRequest(["true"], profile="ci", **FULL))
+    assert caught.value.details["rule"] == rule
 
 
 def test_a_named_workspace_may_not_be_or_hold_the_store(make_host, tmp_path):
-    for folder, why in (
-        (tmp_path, "holds Stockade's store"),
-        (tmp_path / "state", "holds Stockade's store"),
-        (tmp_path / "state" / "blobs", "lies inside Stockade's store"),
+    for folder, rule in (
+        (tmp_path, "holds_store"),
+        (tmp_path / "state", "store"),
+        (tmp_path / "state" / "blobs", "store"),
+        (tmp_path / "state" / "workspaces", "store"),
     ):
         folder.mkdir(parents=True, exist_ok=True)
         host = make_host(config=config(tmp_path, ci=Profile(workspace=str(folder))))
-        with pytest.raises(ConfigError, match=why):
+        with pytest.raises(UnsafeRoot) as caught:
             host.run(ExecRequest(["true"], profile="ci", **FULL))
+        assert caught.value.details["rule"] == rule, folder
+    # The control: another agent's own folder inside the store's workspaces/ may be named.
+    other = tmp_path / "state" / "workspaces" / "other"
+    other.mkdir()
+    host = make_host(config=config(tmp_path, ci=Profile(workspace=str(other), ask=())))
+    assert host.run(ExecRequest(["true"], profile="ci", **FULL)).ok
+
+
+def test_a_named_workspace_may_not_be_a_home(make_host, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    (home / "project").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for folder, rule in (("~", "home"), (str(tmp_path), "holds_home")):
+        host = make_host(config=config(tmp_path / "s", ci=Profile(workspace=folder)))
+        with pytest.raises(UnsafeRoot) as caught:
+            host.run(ExecRequest(["true"], profile="ci", **FULL))
+        assert caught.value.details["rule"] == rule, folder
+    # The control: a home's subfolder is where projects live.
+    host = make_host(config=config(tmp_path / "s", ci=Profile(workspace="~/project", ask=())))
+    assert host.run(ExecRequest(["pwd"], profile="ci", **FULL)).stdout.text == f"{home}/project\n"
 
 
 def test_one_run_at_a_time_in_a_workspace(make_host, tmp_path):

@@ -166,33 +166,34 @@ def test_a_writable_grant_is_asked_for_recorded_and_one_shot(box, make_host, eve
 
 
 def test_a_grant_cannot_open_the_root_or_a_credential_store(box, make_host):
-    from stockade.errors import SandboxUnavailable
+    from stockade.errors import UnsafeRoot
 
     host = make_host()
-    with pytest.raises(SandboxUnavailable):
+    with pytest.raises(UnsafeRoot):
         host.run(box.request(["touch", "/x"], origin="api", preapproved=True, grant_writable=["/"]))
     ssh = box.home / ".ssh"
     ssh.mkdir()
     (ssh / "id_rsa").write_text(box.canary)
-    planted = host.run(
-        box.request(
-            ["cp", str(box.secret), str(ssh / "authorized_keys")],
-            origin="api",
-            preapproved=True,
-            grant_writable=[str(box.home)],
-        )
-    )
-    assert planted.exit_code != 0
+    # Neither the home (the command's HOME) nor the store in it may be granted (roots rule).
+    for grant in (box.home, ssh):
+        with pytest.raises(UnsafeRoot):
+            host.run(
+                box.request(
+                    ["cp", str(box.secret), str(ssh / "authorized_keys")],
+                    origin="api",
+                    preapproved=True,
+                    grant_writable=[str(grant)],
+                )
+            )
     assert not (ssh / "authorized_keys").exists()
-    # The control: the grant did open the rest of that folder. (Not its top level under
-    # Landlock: a folder holding a carve-out takes no new entries there; see the gaps.)
+    # The control: a grant of a home's subfolder does open that folder.
     (box.home / "notes").mkdir()
     made = host.run(
         box.request(
             ["cp", str(box.secret), str(box.home / "notes" / "copy")],
             origin="api",
             preapproved=True,
-            grant_writable=[str(box.home)],
+            grant_writable=[str(box.home / "notes")],
         )
     )
     assert made.exit_code == 0 and (box.home / "notes" / "copy").read_text() == box.canary

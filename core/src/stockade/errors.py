@@ -74,6 +74,18 @@ class BadCwd(StockadeError):
     code = "bad_cwd"
 
 
+class UnsafeRoot(StockadeError):
+    """A folder that must never be writable was named as a writable root; nothing ran.
+
+    ``details`` names the folder (``path``, ``resolved``), what named it (``role``), the
+    rule it broke (``rule``) and the folder that rule is about (``folder``); see
+    :mod:`stockade.roots`.
+    """
+
+    code = "unsafe_root"
+    exit_status = 126
+
+
 class ProgramNotFound(StockadeError):
     """The program is not on the PATH that was searched, or not an executable file."""
 

@@ -1,7 +1,7 @@
 """The host: sequences the stages of one command and nothing else.
 
-    resolve -> classify -> enforce the class -> decide (-> hold) -> credentials -> confine
-            -> execute -> record
+    resolve -> classify -> enforce the class, check the roots -> decide (-> hold)
+            -> credentials -> confine -> execute -> record
 
 Each stage is a hook call (or a plain function of its inputs); the host owns no policy, no
 confinement and no process handling of its own. Read :meth:`Host.run` top to bottom to see
@@ -275,6 +275,9 @@ class Host:
         """Every stage before execution: resolve, classify, decide, credentials, confine.
 
         Raises:
+            UnsafeRoot: a writable root it would get is a home, a system folder, the
+                store, ... (:mod:`stockade.roots`); checked once its mode is known, before
+                the decision, and recorded.
             PolicyHeld: the command waits for a person; it is kept as this run's step.
         """
         step, elapsed = self._next_step()
@@ -305,10 +308,22 @@ class Host:
             self._record(events.ActionEvent.of(spec))
         classification = self.classify(spec)
         spec = enforce_class(spec, classification)
+        self._check_roots(spec)
         if request.gate is not None:
             self._gate(spec, classification, request.gate)
         decision = self.decide(spec, classification)
         return self._prepare(spec, classification, decision, secrets)
+
+    def _check_roots(self, spec: ExecSpec) -> None:
+        """Refuse, recorded, a command whose writable roots break :mod:`stockade.roots`."""
+        from .errors import UnsafeRoot
+        from .roots import check_spec
+
+        try:
+            check_spec(spec, self.config, self.environ)
+        except UnsafeRoot as error:
+            self._record_error(spec, error)
+            raise
 
     def _gate(self, spec: ExecSpec, classification: Classification, gate: Decision) -> None:
         """A caller's gate in front of the policy: recorded; a ``deny`` refuses here."""
@@ -538,6 +553,7 @@ class Host:
             spec = self._rehome(spec)
             decision = Decision("allow", f"approved: {shown.reason}", by=held.answered_by or "")
             try:
+                self._check_roots(spec)  # homes and the store may have moved since it was held
                 if self._recording:
                     from . import events
 

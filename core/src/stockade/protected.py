@@ -171,19 +171,17 @@ def socket_paths(host_env: Mapping[str, str]) -> list[str]:
 
 
 def writable_roots(roots: Iterable[str]) -> list[str]:
-    """``roots`` resolved, existing directories only, each once; ``/`` is refused.
+    """``roots`` resolved, existing directories only, each once; unsafe ones refused.
 
     Raises:
-        SandboxUnavailable: a root is ``/``, which would make every file writable.
+        UnsafeRoot: a root is ``/``, a system folder, a home, ... (:func:`roots.check_system`).
     """
+    from . import roots as rules
+
     writable: list[str] = []
     for root in roots:
         real = os.path.realpath(root)
-        if real == "/":
-            raise SandboxUnavailable(
-                "refusing / as a writable root: it would make every file writable",
-                hint="name a project directory as the workspace",
-            )
+        rules.check_system(real)
         if os.path.isdir(real) and real not in writable:
             writable.append(real)
     return writable

@@ -95,6 +95,7 @@ def resolve(
         ConfigError: the request names an agent profile that is not configured.
         UsageError: a timeout or limit is out of range, or an env entry is invalid.
         BadCwd: the working directory does not exist, or lies outside the workspace.
+        UnsafeRoot: the agent's configured workspace can never be a writable root.
 
     ``home`` is the run's home for an agent's profile: ``HOME`` points there, and the
     package caches' variables (``PIP_CACHE_DIR``, ...) at the agent's kept caches, unless
@@ -170,7 +171,9 @@ def _hidden(config: Config) -> tuple[str, ...]:
 
 def _granted(path: str, cwd: str) -> str:
     """A folder named in a writable grant, resolved; it must exist."""
-    real = os.path.realpath(os.path.join(cwd, os.path.expanduser(path)))
+    from .roots import resolve_path
+
+    real = resolve_path(path, cwd, role="grant")
     if not os.path.isdir(real):
         raise UsageError(
             f"a writable grant names {path}, which is not a folder",
@@ -181,7 +184,11 @@ def _granted(path: str, cwd: str) -> str:
 
 
 def _workspace(request: ExecRequest, profile: Profile, workspace: str | None) -> tuple[str, str]:
-    """The workspace and the working directory; the second lies inside the first."""
+    """The workspace (resolved) and the working directory; the second lies inside the first.
+
+    Whether the workspace may be written is decided later, by :func:`stockade.roots.check_spec`,
+    once the mode the command runs in is known.
+    """
     if request.workspace is not None:
         named = os.path.realpath(request.workspace)
         if workspace is not None and named != os.path.realpath(workspace):
@@ -201,7 +208,8 @@ def _workspace(request: ExecRequest, profile: Profile, workspace: str | None) ->
             details={"cwd": cwd},
         )
     if workspace is None:
-        return cwd, cwd
+        # Resolved once, here: the root the rule checks is the root the sandbox binds.
+        return os.path.realpath(cwd), cwd
     if not os.path.isdir(workspace):
         raise BadCwd(
             f"the workspace of agent {profile.name!r}, {workspace}, is not a directory",

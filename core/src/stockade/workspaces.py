@@ -2,9 +2,9 @@
 
 A profile in ``[agents.NAME]`` works in its ``workspace``, or, when it names none, in a
 folder of its own under the store (``$XDG_STATE_HOME/stockade/workspaces/NAME``, made
-``0700`` on first use) that is kept between runs. A named folder is refused when it is the
-store's folder, holds it, or is a system folder. The built-in ``default`` profile, for a
-person at the CLI, keeps working in the current directory.
+``0700`` on first use) that is kept between runs. A named folder must pass the rule of
+writable roots (:mod:`stockade.roots`): no system folder, home, or store. The built-in
+``default`` profile, for a person at the CLI, keeps working in the current directory.
 
 One run at a time: while a command of a run executes in an agent's workspace, the run holds
 an exclusive ``flock`` on a lock file beside the store; a command of another run in the
@@ -22,15 +22,8 @@ import threading
 from collections.abc import Iterator
 
 from .config import Config, store_folder
-from .errors import ConfigError, StockadeError
+from .errors import StockadeError
 from .types import Profile
-
-_SYSTEM = """
-    bin boot dev etc home lib lib32 lib64 libx32 media mnt opt proc root run sbin srv sys tmp
-    usr usr/bin usr/lib usr/local usr/sbin usr/share var var/lib var/tmp
-"""
-SYSTEM_FOLDERS = frozenset({"/", *("/" + name for name in _SYSTEM.split())})
-"""Folders a workspace can never be: writing there would touch the whole machine."""
 
 
 class WorkspaceBusy(StockadeError):
@@ -50,12 +43,11 @@ def workspace_of(config: Config, profile: Profile) -> str | None:
     (the current directory) for a profile that is not configured.
 
     Raises:
-        ConfigError: the named folder is the store's, holds it, or is a system folder.
+        UnsafeRoot: the named folder can never be a writable root (:mod:`stockade.roots`):
+            a system folder, a home, a folder holding one, the store, ...
     """
     if profile.workspace:
-        named = os.path.realpath(os.path.expanduser(profile.workspace))
-        _check_named(named, config, profile.name)
-        return named
+        return _check_named(profile.workspace, config, profile.name)
     if not has_own(config, profile.name):
         return None  # a person's own profile works where they are
     own = os.path.join(store_folder(config), "workspaces", profile.name)
@@ -65,23 +57,16 @@ def workspace_of(config: Config, profile: Profile) -> str | None:
     return os.path.realpath(own)
 
 
-def _check_named(folder: str, config: Config, name: str) -> None:
-    store = os.path.realpath(store_folder(config))
-    why = None
-    if folder in SYSTEM_FOLDERS:
-        why = "is a system folder"
-    elif folder == store or store.startswith(folder.rstrip("/") + "/"):
-        why = "holds Stockade's store"
-    elif folder.startswith(store + "/") and not folder.startswith(
-        os.path.join(store, "workspaces") + "/"
-    ):
-        why = "lies inside Stockade's store"
-    if why is not None:
-        raise ConfigError(
-            f"agents.{name}.workspace = {folder} {why}",
-            hint="name a project folder, or leave workspace unset for a folder of its own",
-            details={"workspace": folder},
-        )
+def _check_named(folder: str, config: Config, name: str) -> str:
+    """The named workspace, resolved: a writable root, so :mod:`stockade.roots` decides
+    whether it may be one, in any mode."""
+    from .roots import RootRules
+
+    return RootRules.of(config, os.environ).check(
+        folder,
+        role=f"agents.{name}.workspace",
+        hint="name a project folder, or leave workspace unset for a folder of its own",
+    )
 
 
 class Locks:
