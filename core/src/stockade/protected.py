@@ -4,7 +4,8 @@ Inside a writable root, some paths must stay read-only whatever the mode grants:
 ``.git`` (so a command cannot plant a hook that runs later, outside any sandbox), the
 directory a ``.git`` file's ``gitdir:`` names, and agent or editor configuration that a
 person's tools run or trust. Under every home, credential stores must be unreadable. Host
-sockets the environment names must be unreachable.
+sockets the environment names must be unreachable. System secrets (password hashes, host
+keys, sudoers) must be unreadable in every confined mode, as root too.
 
 This module finds them; each sandbox provider enforces them its own way (bubblewrap with
 read-only binds and masks, Landlock with rules that leave them out). It is in the core so
@@ -14,6 +15,8 @@ that both read one list and one walk, and a fix reaches both.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
+import glob
 import os
 import pwd
 from collections.abc import Iterable, Mapping
@@ -41,6 +44,59 @@ AGENT_CONFIG = frozenset(
 )
 DEFAULT_SCAN_LIMIT = 20_000
 
+# System secrets: masked (unreadable) in every confined mode, whoever runs the command.
+# Paths or globs, expanded at confine time; the ``system_secrets`` config key adds more.
+SYSTEM_SECRETS = (
+    "/etc/shadow*",  # password hashes, and their backups (shadow-, shadow~, ...)
+    "/etc/gshadow*",  # group password hashes, and their backups
+    "/etc/sudoers*",  # who may become root: sudoers, sudoers.d, editors' leftovers
+    "/etc/ssh/*key",  # SSH host private keys (ssh_host_ed25519_key, ...); never the .pub
+    "/etc/krb5.keytab",  # Kerberos service keys of this host
+    "/etc/krb5kdc",  # a Kerberos KDC's stash of its master key
+    "/var/lib/krb5kdc",  # (where Debian keeps the KDC's database and stash)
+    "/etc/security/opasswd*",  # old password hashes kept by pam_pwhistory
+    "/etc/ssl/private",  # TLS private keys (Debian, Ubuntu)
+    "/etc/pki/tls/private",  # TLS private keys (Fedora, RHEL)
+    "/etc/letsencrypt",  # certbot's account and certificate private keys
+    "/etc/wireguard",  # WireGuard private keys
+    "/etc/NetworkManager/system-connections",  # Wi-Fi and VPN passwords
+    "/etc/ipsec.secrets",  # IPsec pre-shared and private keys
+    "/etc/ppp/*-secrets",  # PPP CHAP and PAP passwords
+    "/etc/mysql/debian.cnf",  # the MySQL maintenance account's password
+    "/etc/sssd",  # SSSD's configuration: directory bind passwords
+    "/var/lib/sss/db",  # SSSD's cache of domain users' password hashes
+    "/var/lib/sss/secrets",  # SSSD's secrets store
+    "/var/lib/samba/private",  # Samba's password database and machine secret
+    "/etc/credstore*",  # systemd credentials (credstore, credstore.encrypted)
+    "/var/lib/systemd/credential.secret",  # the key of systemd's encrypted credentials
+    "/var/backups/*shadow*",  # Debian's daily copies of shadow and gshadow
+    "/root",  # root's home, when it is not the home of the command or of the user running
+)
+
+
+def system_secrets(homes: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
+    """The system secrets on this machine now, resolved, each once: ready to mask.
+
+    :data:`SYSTEM_SECRETS` and ``extra`` (the ``system_secrets`` config key), with their
+    globs expanded now, at confine time, so a host key made after start-up is masked too.
+    A path that is, or holds, one of ``homes`` is left out (``/root`` when root runs
+    Stockade, or a command's ``HOME`` there): each home's credential stores are masked
+    instead, as for every home.
+
+    Args:
+        homes: the home directories in use, resolved (see :func:`homes`).
+        extra: more paths or globs, absolute.
+    """
+    found: list[str] = []
+    for pattern in (*SYSTEM_SECRETS, *extra):
+        for path in _expand(pattern):
+            if not os.path.lexists(path):
+                continue
+            real = os.path.realpath(path)  # a symlinked secret is masked where it really is
+            if real != "/" and real not in found and not any(inside(h, [real]) for h in homes):
+                found.append(real)
+    return found
+
 
 def homes(env: Mapping[str, str], host_env: Mapping[str, str]) -> list[str]:
     """Every home directory whose credential stores must be masked."""
@@ -54,6 +110,31 @@ def homes(env: Mapping[str, str], host_env: Mapping[str, str]) -> list[str]:
             if real != "/" and real not in out:
                 out.append(real)
     return out
+
+
+def _expand(pattern: str) -> list[str]:
+    """The paths ``pattern`` names now; a glob in the last part only reads its folder's
+    listing again when the folder has changed."""
+    if not glob.has_magic(pattern):
+        return [pattern]
+    folder, name = os.path.split(pattern)
+    if glob.has_magic(folder):
+        return sorted(glob.glob(pattern, include_hidden=True))
+    try:
+        stamp = os.stat(folder).st_mtime_ns
+    except OSError:
+        return []
+    cached = _listings.get(folder)
+    if cached is None or cached[0] != stamp:
+        try:
+            cached = (stamp, tuple(sorted(os.listdir(folder))))
+        except OSError:
+            return []
+        _listings[folder] = cached
+    return [os.path.join(folder, n) for n in fnmatch.filter(cached[1], name)]
+
+
+_listings: dict[str, tuple[int, tuple[str, ...]]] = {}  # folder -> (mtime_ns, its names)
 
 
 def socket_paths(host_env: Mapping[str, str]) -> list[str]:

@@ -157,6 +157,7 @@ def resolve(
         run_elapsed=run_elapsed,
         grant_writable=grants,
         hidden=_hidden(config),
+        system_secrets=config.system_secrets,
         home=home,
         caches=caches,
     )
