@@ -11,6 +11,7 @@ import os
 import time
 
 import pytest
+
 from helpers import procs
 
 # The holder: its canary in its scratch, where it is (for the attacker), then it waits for
@@ -61,8 +62,8 @@ def test_a_run_cannot_reach_the_scratch_of_a_background_run(host, box):
     (box.ws / "work").mkdir()
     holder = host.start(box.py(HOLD, box.canary), owner="test")
     try:
-        assert procs.wait_until((box.ws / "work" / "where").exists, timeout=30), (
-            host.read_output(holder.task_id, owner="test")
+        assert procs.wait_until((box.ws / "work" / "where").exists, timeout=30), host.read_output(
+            holder.task_id, owner="test"
         )
         where = (box.ws / "work" / "where").read_text()
         if box.sandbox == "landlock":  # the canary is really there, on the host
