@@ -142,6 +142,7 @@ def _run(bwrap: str, args: tuple[str, ...], canaries: list[str], roots: list[str
 @settings(
     max_examples=40,
     deadline=None,
+    database=None,  # CI runs it as a user too, who cannot write the checkout's .hypothesis
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(layout=layouts)
