@@ -113,8 +113,8 @@ def homes(env: Mapping[str, str], host_env: Mapping[str, str]) -> list[str]:
 
 
 def _expand(pattern: str) -> list[str]:
-    """The paths ``pattern`` names now; a glob in the last part only reads its folder's
-    listing again when the folder has changed."""
+    """The paths ``pattern`` names now; a glob in the last part only reads its folder
+    again when the folder has changed (its mtime)."""
     if not glob.has_magic(pattern):
         return [pattern]
     folder, name = os.path.split(pattern)
@@ -124,17 +124,18 @@ def _expand(pattern: str) -> list[str]:
         stamp = os.stat(folder).st_mtime_ns
     except OSError:
         return []
-    cached = _listings.get(folder)
+    cached = _globbed.get(pattern)
     if cached is None or cached[0] != stamp:
         try:
-            cached = (stamp, tuple(sorted(os.listdir(folder))))
+            names = fnmatch.filter(os.listdir(folder), name)
         except OSError:
             return []
-        _listings[folder] = cached
-    return [os.path.join(folder, n) for n in fnmatch.filter(cached[1], name)]
+        cached = (stamp, tuple(os.path.join(folder, n) for n in sorted(names)))
+        _globbed[pattern] = cached
+    return list(cached[1])
 
 
-_listings: dict[str, tuple[int, tuple[str, ...]]] = {}  # folder -> (mtime_ns, its names)
+_globbed: dict[str, tuple[int, tuple[str, ...]]] = {}  # pattern -> (its folder's mtime, paths)
 
 
 def socket_paths(host_env: Mapping[str, str]) -> list[str]:
