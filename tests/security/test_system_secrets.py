@@ -257,3 +257,13 @@ def test_the_config_key_takes_a_list_of_absolute_paths_only(entries):
 def test_a_bare_string_is_refused_with_the_key_named():
     with pytest.raises(ConfigError, match=r"system_secrets"):
         parse_config('system_secrets = "/etc/app.key"\n')
+
+
+def test_the_docs_list_every_system_secret():
+    root = Path(__file__).resolve().parents[2] / "docs"
+    bubblewrap = (root / "bubblewrap.md").read_text(encoding="utf-8")
+    section = bubblewrap.split("## System secrets", 1)[1].split("\n## ", 1)[0]
+    for pattern in protected.SYSTEM_SECRETS:
+        assert f"`{pattern}`" in section, pattern
+    assert "## System secrets" in (root / "landlock.md").read_text(encoding="utf-8")
+    assert "| `system_secrets` |" in (root / "configuration.md").read_text(encoding="utf-8")
