@@ -16,13 +16,14 @@ import shutil
 import stat
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stockade import protected
 from stockade.config import Config, parse_config
-from stockade.errors import ConfigError
+from stockade.errors import ConfigError, SandboxUnavailable
 
 ROOT = os.geteuid() == 0
 
@@ -189,6 +190,52 @@ def test_configured_secrets_are_masked_with_their_globs_expanded_at_each_run(mak
     # Without the key, the same host setup reads it: the test sees a breach when there is one.
     plain = make_host(allow_all=True, config=Config(sandbox=box.sandbox))
     assert _read(plain, box, mode, keys / "b.key")[str(keys / "b.key")]["plain"] == box.canary
+
+
+def test_a_home_named_at_a_secret_does_not_unmask_it(host, box, mode):
+    """``HOME`` is the command's to name: set at a secret, it must not lift the mask."""
+    import json
+
+    for home in ("/etc/shadow", "/etc", "/etc/ssl/private"):
+        request = box.py(READ, "/etc/shadow", "/etc/passwd", mode=mode, env={"HOME": home})
+        result = host.run(request)
+        assert result.exit_code == 0, result.stderr.text
+        out = json.loads(result.stdout.text)
+        assert out["/etc/passwd"]["plain"].startswith("root:")  # the control
+        tries = out["/etc/shadow"]
+        assert all(got.startswith("refused") or got == "" for got in _reads(tries)), tries
+        if box.sandbox == "bubblewrap":
+            assert _masked_in_place(host, box, mode, "/etc/shadow", tries), (home, tries)
+    if box.sandbox == "landlock":
+        admitted = host.admit(box.py("pass", mode=mode, env={"HOME": "/etc/shadow"}))
+        try:
+            rules = admitted.plan.restrict.__self__.rules
+        finally:
+            admitted.provider.release(admitted.plan)
+        from stockade_landlock import abi
+
+        granted = 0
+        for rule in rules:
+            if protected.inside("/etc/shadow", [rule.path]):
+                granted |= rule.access
+        assert not granted & abi.FS_READ_FILE
+
+
+def test_a_workspace_inside_a_secret_is_refused_before_it_starts(make_host, box, mode):
+    vault = box.outside / "vault"
+    (vault / "proj").mkdir(parents=True)
+    (vault / "token").write_text(box.canary)
+    config = Config(sandbox=box.sandbox, system_secrets=(str(vault),))
+    host = make_host(allow_all=True, config=config)
+    request = box.py("print(open('../token').read())", mode=mode)
+    inside = attrs.evolve(request, cwd=str(vault / "proj"))
+    with pytest.raises(SandboxUnavailable) as refused:
+        host.run(inside)
+    assert refused.value.details == {"path": str(vault / "proj"), "secret": str(vault)}
+    assert str(vault) in refused.value.message
+    # The control: the same command from the workspace beside it runs (and is refused the read).
+    beside = host.run(attrs.evolve(request, argv=(*request.argv[:-1], "print('ran')")))
+    assert beside.exit_code == 0 and beside.stdout.text == "ran\n", beside.stderr.text
 
 
 def test_root_home_is_masked_unless_a_home_in_use_is_or_lies_in_it():

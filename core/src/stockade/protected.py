@@ -72,6 +72,7 @@ SYSTEM_SECRETS = (
     "/var/backups/*shadow*",  # Debian's daily copies of shadow and gshadow
     "/root",  # root's home, when it is not the home of the command or of the user running
 )
+HOMES_AMONG_SECRETS = frozenset({"/root"})  # left out when a home in use is, or lies in, one
 
 
 def system_secrets(homes: Iterable[str], extra: Iterable[str] = ()) -> list[str]:
@@ -79,9 +80,9 @@ def system_secrets(homes: Iterable[str], extra: Iterable[str] = ()) -> list[str]
 
     :data:`SYSTEM_SECRETS` and ``extra`` (the ``system_secrets`` config key), with their
     globs expanded now, at confine time, so a host key made after start-up is masked too.
-    A path that is, or holds, one of ``homes`` is left out (``/root`` when root runs
-    Stockade, or a command's ``HOME`` there): each home's credential stores are masked
-    instead, as for every home.
+    ``/root`` is left out when it is, or holds, one of ``homes`` (root runs Stockade, or a
+    command's ``HOME`` lies there): its credential stores are masked instead, as for every
+    home. No other entry is ever left out, whatever ``HOME`` a command names.
 
     Args:
         homes: the home directories in use, resolved (see :func:`homes`).
@@ -93,7 +94,8 @@ def system_secrets(homes: Iterable[str], extra: Iterable[str] = ()) -> list[str]
             if not os.path.lexists(path):
                 continue
             real = os.path.realpath(path)  # a symlinked secret is masked where it really is
-            if real != "/" and real not in found and not any(inside(h, [real]) for h in homes):
+            in_use = real in HOMES_AMONG_SECRETS and any(inside(h, [real]) for h in homes)
+            if real != "/" and real not in found and not in_use:
                 found.append(real)
     return found
 
@@ -110,6 +112,26 @@ def homes(env: Mapping[str, str], host_env: Mapping[str, str]) -> list[str]:
             if real != "/" and real not in out:
                 out.append(real)
     return out
+
+
+def refuse_bound_secrets(bound: Iterable[str], secrets: Iterable[str]) -> None:
+    """Refuse a folder the sandbox would show (a workspace, a writable root, a cache) that
+    is, or lies in, a system secret: it would show what the mask hides.
+
+    Raises:
+        SandboxUnavailable: naming the folder and the secret.
+    """
+    found = list(secrets)
+    for folder in bound:
+        real = os.path.realpath(folder)
+        for secret in found:
+            if inside(real, [secret]):
+                raise SandboxUnavailable(
+                    f"{real} lies in {secret}, a system secret that every sandbox masks",
+                    hint="work in a folder outside the system secrets (see system_secrets in "
+                    "the configuration reference)",
+                    details={"path": real, "secret": secret},
+                )
 
 
 def _expand(pattern: str) -> list[str]:

@@ -82,7 +82,7 @@ def build(
     Raises:
         SandboxUnavailable: a writable root is ``/``, or a protected path is a symlink or
             reached through one, or the scan limit was hit, or the working directory is
-            masked.
+            masked, or a bound folder lies in a system secret.
     """
     workspace = os.path.realpath(workspace or cwd)
     shared = [os.path.realpath(p) for p in shared if os.path.isdir(p)]
@@ -91,7 +91,7 @@ def build(
         (*((workspace, *extra_writable, *shared) if writing else ()), *scratch)
     )
     read_only = [p for p in (workspace, *shared) if p not in writable]
-    masks = _masks(env, host_env, deny_read, writable, secrets)
+    masks = _masks(env, host_env, deny_read, writable, secrets, bound=(*writable, *read_only))
     protected, scanned = (
         paths.scan(writable, scan_limit, setting="plugins.settings.bubblewrap.scan_limit")
         if writable
@@ -155,12 +155,12 @@ def _ordered(mounts: list[_Mount]) -> list[_Mount]:
 
     A mount is laid after every mount above it, so bwrap makes its mount point inside a
     tmpfs laid before (writable until the end). At one path, a mask is laid last and wins.
-    A mask or protected path whose nearest mount above it is an empty tmpfs is dropped: its
-    host content is not there to hide, and binding it would show it again.
+    A mask or protected path whose nearest mount (at or above it) is an empty tmpfs is
+    dropped: its host content is not there to hide, and binding it would show it again.
     """
     laid: list[_Mount] = []
     for mount in sorted(mounts, key=lambda m: (m.path.rstrip("/").count("/"), _RANK[m.kind])):
-        above = _nearest(mount.path, laid, strict=True)
+        above = _nearest(mount.path, laid)  # a bind at its very path counts
         hidden = mount.kind in (PROTECT, MASK_DIR, MASK_FILE)
         if hidden and above is not None and above.kind in _EMPTY:
             continue
@@ -168,10 +168,10 @@ def _ordered(mounts: list[_Mount]) -> list[_Mount]:
     return laid
 
 
-def _nearest(path: str, laid: list[_Mount], *, strict: bool) -> _Mount | None:
-    """The last laid mount at (unless ``strict``) or above ``path``."""
+def _nearest(path: str, laid: list[_Mount]) -> _Mount | None:
+    """The last laid mount at or above ``path``."""
     for mount in reversed(laid):
-        if (mount.path != path or not strict) and paths.inside(path, [mount.path]):
+        if paths.inside(path, [mount.path]):
             return mount
     return None
 
@@ -179,7 +179,7 @@ def _nearest(path: str, laid: list[_Mount], *, strict: bool) -> _Mount | None:
 def _reachable(cwd: str, laid: list[_Mount]) -> None:
     """Refuse a working directory that a mask (or a scratch tmpfs) hides, before bwrap
     starts: it would be empty, or missing."""
-    mount = _nearest(cwd, laid, strict=False)
+    mount = _nearest(cwd, laid)
     if mount is None or mount.kind not in (*_EMPTY, MASK_FILE):
         return
     if mount.kind == SCRATCH and mount.path == cwd:
@@ -206,6 +206,8 @@ def _masks(
     deny_read: Iterable[str],
     writable: list[str],
     secrets: Iterable[str] = (),
+    *,
+    bound: Iterable[str] = (),
 ) -> list[_Mask]:
     """What to hide, resolved, each once: credential stores, sockets, ``deny_read``, the
     system secrets; and each home's ``.cache`` replaced by scratch (tools' caches; the
@@ -222,7 +224,9 @@ def _masks(
             _add_mask(os.path.join(home, name), masks, seen)
     for path in (*deny_read, *paths.socket_paths(host_env)):
         _add_mask(path, masks, seen)
-    for path in paths.system_secrets(homes, secrets):  # globs expanded now, at confine time
+    found = paths.system_secrets(homes, secrets)  # globs expanded now, at confine time
+    paths.refuse_bound_secrets(bound, found)
+    for path in found:
         _add_mask(path, masks, seen)
     return masks
 

@@ -282,6 +282,8 @@ class Engine:
         if cache is not None:
             keep.append(os.path.dirname(cache))
         homes = protected.homes(spec.env, os.environ)
+        secrets = protected.system_secrets(homes, spec.system_secrets)  # globs expanded now
+        protected.refuse_bound_secrets((*writable, spec.workspace, *spec.caches), secrets)
         masked = [
             *PRIVATE_DIRS,
             *settings.deny_read,
@@ -289,7 +291,7 @@ class Engine:
             *protected.socket_paths(os.environ),
             # Every run's scratch: listable, and only a run's own is granted (per run).
             self._scratch_parent(),
-            *protected.system_secrets(homes, spec.system_secrets),  # globs expanded now
+            *secrets,
         ]
         for home in homes:
             masked.append(os.path.join(home, ".cache"))
