@@ -10,8 +10,9 @@ thread that first calls :meth:`Prepared.restrict` on itself (``no_new_privs``, L
 seccomp). The thread ends right after the spawn; the host's other threads are untouched.
 
 What it enforces, in both modes: read and execute everywhere except the credential stores,
-the host's ``/tmp``, ``/run`` and ``~/.cache`` (names there stay listable, contents do not),
-writes only to a private scratch directory (``TMPDIR``) and, in ``workspace-write``, to the
+the system secrets, the host's ``/tmp``, ``/run`` and ``~/.cache`` and the other runs'
+scratch (names there stay listable, contents do not), writes only to the run's own scratch
+directory (``TMPDIR``) and, in ``workspace-write``, to the
 writable roots minus their protected paths; no TCP (ABI 4) and the shared seccomp policy
 (no sockets but netlink, and Unix ones only when allowed); abstract Unix sockets and signals
 scoped to the sandbox (ABI 6); device ioctls refused (ABI 5). On an older ABI the missing
