@@ -36,6 +36,12 @@ def _patterns(_inst: object, _attr: object, value: tuple[str, ...]) -> None:
             raise ValueError(f"redact pattern {pattern!r} matches the empty string")
 
 
+def _absolute(_inst: object, _attr: object, value: tuple[str, ...]) -> None:
+    for path in value:
+        if not os.path.isabs(path):
+            raise ValueError(f"system_secrets entry {path!r} is not an absolute path or glob")
+
+
 def _mode(_inst: object, _attr: object, value: str) -> None:
     if value not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {value!r}")
@@ -183,6 +189,9 @@ class Config:
         credentials: where the built-in broker finds secrets.
         network: the egress proxy's settings.
         skills: where Agent Skills are found, and the global safety of their scripts.
+        system_secrets: more absolute paths or globs masked (unreadable) in every confined
+            mode, added to :data:`stockade.protected.SYSTEM_SECRETS`; globs are expanded
+            when each command is confined.
         source: the file this was read from, if any (not a key in the file).
     """
 
@@ -199,6 +208,7 @@ class Config:
     credentials: CredentialsConfig = field(factory=CredentialsConfig)
     network: NetworkConfig = field(factory=NetworkConfig)
     skills: SkillsConfig = field(factory=SkillsConfig)
+    system_secrets: tuple[str, ...] = field(default=(), validator=_absolute)
     source: str | None = field(default=None, kw_only=True)
 
     def profile(self, name: str) -> Profile:

@@ -158,6 +158,7 @@ def resolve(
         run_elapsed=run_elapsed,
         grant_writable=grants,
         hidden=_hidden(config),
+        system_secrets=config.system_secrets,
         home=home,
         caches=caches,
         writable_dotfiles=profile.writable_dotfiles,

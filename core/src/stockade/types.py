@@ -218,6 +218,9 @@ class ExecSpec:
         grant_writable: resolved folders writable for this command only, by a person's grant.
         hidden: folders a sandbox must make unreadable: Stockade's own state (the record,
             its signing key, the held steps).
+        system_secrets: more system secrets a sandbox must mask besides the built-in
+            :data:`stockade.protected.SYSTEM_SECRETS` (the ``system_secrets`` config key:
+            paths or globs, expanded when the command is confined).
         egress: for a ``network`` command whose profile names hosts, the proxy it may reach;
             ``None`` (no network at all) for every other command.
         home: an agent's run home (``HOME``): fresh for each run, writable in every mode,
@@ -249,6 +252,7 @@ class ExecSpec:
     run_elapsed: float = field(kw_only=True, default=0.0)
     grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     hidden: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    system_secrets: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     egress: Egress | None = field(kw_only=True, default=None)
     home: str | None = field(kw_only=True, default=None)
     caches: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)

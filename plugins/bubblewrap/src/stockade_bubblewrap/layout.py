@@ -1,13 +1,16 @@
 """The mount layout of one sandbox: what is read-only, writable, masked or private.
 
-Order matters to bubblewrap (a later mount covers an earlier one), so the layout is built
-in layers: the read-only root, fresh ``/dev`` and ``/proc``, private scratch over every
-directory where host sockets live, the writable roots, the protected paths inside them
-(read-only; the credential stores among them masked), and last the masks over credential
-stores under homes, which therefore win even inside a workspace.
+Order matters to bubblewrap (a later mount covers an earlier one, and a mount point inside
+a tmpfs must be made while that tmpfs is still writable). So after the read-only root and
+fresh ``/dev`` and ``/proc``, every mount is laid outer before inner, whatever its kind:
+private scratch over every directory where host sockets live, the writable and read-only
+roots, the protected paths inside them, and the masks over credential stores and system
+secrets (at one path a mask is laid last, so it wins even inside a workspace). Masked
+folders are made read-only at the very end.
 
 Only what exists can be mounted over: a protected name that appears during the run is the
 host's to quarantine afterwards (:mod:`stockade.guard`), from the survey kept here.
+Credential stores found inside a writable root are masked like those under a home.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from attrs import frozen
 
 from stockade import protected as paths
+from stockade.errors import SandboxUnavailable
 
 # Where host sockets and shared scratch live: replaced by private, empty tmpfs.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")  # noqa: S108 - masked
@@ -57,6 +61,7 @@ def build(
     keep_read_only: Iterable[str] = (),
     scratch: Iterable[str] = (),
     shared: Iterable[str] = (),
+    secrets: Iterable[str] = (),
     scan_limit: int = paths.DEFAULT_SCAN_LIMIT,
     writable_dotfiles: frozenset[str] = frozenset(),
 ) -> Layout:
@@ -74,16 +79,19 @@ def build(
             (the host's own installation, the bwrap binary, the seccomp cache).
         scratch: folders writable in every mode (the run's home).
         shared: folders writable in ``workspace-write`` and read-only otherwise (caches).
+        secrets: more system secrets (paths or globs) masked besides
+            :data:`stockade.protected.SYSTEM_SECRETS`.
         scan_limit: directories to visit at most looking for protected paths.
         writable_dotfiles: protected dotfiles left writable (the profile's opt-out).
 
-    A bound folder may lie inside a masked one (an agent's workspace, home and caches
-    live in Stockade's hidden store): that mask is laid first and made read-only last, so
-    the binds show through it and nothing else of it does.
+    Masks, scratch, binds and protected paths may nest in any order (an agent's workspace,
+    home and caches live in Stockade's hidden store; a ``HOME`` may lie in the host's
+    ``~/.cache``): see :func:`_ordered`.
 
     Raises:
         SandboxUnavailable: a writable root is ``/``, or a protected path is a symlink or
-            reached through one, or the scan limit was hit.
+            reached through one, or the scan limit was hit, or the working directory is
+            masked, or a bound folder lies in a system secret.
     """
     workspace = os.path.realpath(workspace or cwd)
     shared = [os.path.realpath(p) for p in shared if os.path.isdir(p)]
@@ -92,41 +100,41 @@ def build(
         (*((workspace, *extra_writable, *shared) if writing else ()), *scratch)
     )
     read_only = [p for p in (workspace, *shared) if p not in writable]
-    masks = _masks(env, host_env, deny_read, writable)
-    bound = (*writable, *read_only)
-    first = [m for m in masks if m.is_dir and any(paths.inside(b, [m.path]) for b in bound)]
-    args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    for private in PRIVATE_DIRS:
-        if os.path.isdir(private) and not os.path.islink(private):
-            args += ["--tmpfs", private]
-    # Outer before inner: a folder is mounted before anything beneath it.
-    mounts: list[tuple[str, tuple[str, ...]]] = [(m.path, ("--tmpfs", m.path)) for m in first]
-    mounts += [(f, ("--ro-bind", f, f)) for f in read_only]  # seen even under a private /tmp
-    mounts += [(r, ("--bind", r, r)) for r in writable]
-    for _, mount in sorted(mounts, key=lambda item: item[0].rstrip("/").count("/")):
-        args += mount
+    masks = _masks(env, host_env, deny_read, writable, secrets, bound=(*writable, *read_only))
     # The run's home and the caches are the agent's own scratch, outside the person's reach.
     own = {os.path.realpath(p) for p in (*scratch, *shared)}
     survey = _survey([r for r in writable if r not in own], scan_limit, writable_dotfiles)
     protected = list(survey.read_only) if survey is not None else []
+    stores = survey.masked if survey is not None else ()
     for real in keep_read_only:  # resolved by the caller
         if paths.inside(real, writable) and os.path.exists(real):
             protected.append(real)
-    for path in protected:
-        args += ["--ro-bind", path, path]
-    stores = survey.masked if survey is not None else ()
-    args += _mask_stores(stores)
+    mounts = [
+        _Mount(p, SCRATCH) for p in PRIVATE_DIRS if os.path.isdir(p) and not os.path.islink(p)
+    ]
+    mounts += [_Mount(f, READ_ONLY) for f in read_only]  # seen even under a private /tmp
+    mounts += [_Mount(r, WRITABLE) for r in writable]
+    mounts += [_Mount(p, PROTECT) for p in protected]
     for mask in masks:
-        if mask in first:
-            args += ["--remount-ro", mask.path]
-        elif mask.scratch:
-            args += ["--tmpfs", mask.path]
-        elif mask.is_dir:
-            args += ["--tmpfs", mask.path, "--remount-ro", mask.path]
-        else:
-            args += ["--ro-bind", "/dev/null", mask.path]
-    args += ["--chdir", os.path.realpath(cwd)]
-    masked = (*stores, *(m.path for m in masks if not m.scratch))
+        kind = SCRATCH if mask.scratch else MASK_DIR if mask.is_dir else MASK_FILE
+        mounts.append(_Mount(mask.path, kind))
+    # Credential stores inside a writable root, masked as under a home.
+    hidden = {m.path for m in masks}
+    for path in stores:
+        if path not in hidden:
+            mounts.append(_Mount(path, MASK_DIR if os.path.isdir(path) else MASK_FILE))
+    laid = _ordered(mounts)
+    chdir = os.path.realpath(cwd)
+    _reachable(chdir, laid)
+    args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for mount in laid:
+        args += mount.args()
+    # Read-only last: until then bwrap may make mount points inside a masked folder.
+    for mount in laid:
+        if mount.kind == MASK_DIR:
+            args += ["--remount-ro", mount.path]
+    args += ["--chdir", chdir]
+    masked = (*(p for p in stores if p not in hidden), *(m.path for m in masks if not m.scratch))
     scanned = survey.scanned if survey is not None else 0
     return Layout(tuple(args), tuple(writable), tuple(protected), masked, scanned, survey)
 
@@ -141,16 +149,73 @@ def _survey(
     return paths.survey(roots, scan_limit, setting=setting, writable_dotfiles=writable_dotfiles)
 
 
-def _mask_stores(stores: Iterable[str]) -> list[str]:
-    """Credential stores inside a writable root, masked as under a home: an empty
-    read-only folder, or ``/dev/null`` over a file."""
-    args: list[str] = []
-    for path in stores:
-        if os.path.isdir(path):
-            args += ["--tmpfs", path, "--remount-ro", path]
-        else:
-            args += ["--ro-bind", "/dev/null", path]
-    return args
+# The kinds of mount, and the order of kinds laid at one path (the last laid wins).
+SCRATCH = "scratch"  # an empty writable tmpfs (the host's /tmp, a home's .cache)
+READ_ONLY = "read-only"  # a read-only bind of a folder onto itself
+WRITABLE = "writable"  # a writable bind of a folder onto itself
+PROTECT = "protect"  # a read-only bind of a protected path inside a writable root
+MASK_DIR = "mask-dir"  # an empty tmpfs, made read-only once everything inside it is laid
+MASK_FILE = "mask-file"  # /dev/null bound over a file
+_RANK = {SCRATCH: 0, READ_ONLY: 1, WRITABLE: 1, PROTECT: 2, MASK_DIR: 3, MASK_FILE: 3}
+_EMPTY = (SCRATCH, MASK_DIR)  # nothing of the host shows beneath these but later mounts
+
+
+@frozen
+class _Mount:
+    path: str
+    kind: str
+
+    def args(self) -> list[str]:
+        if self.kind in _EMPTY:
+            return ["--tmpfs", self.path]
+        if self.kind == WRITABLE:
+            return ["--bind", self.path, self.path]
+        if self.kind == MASK_FILE:
+            return ["--ro-bind", "/dev/null", self.path]
+        return ["--ro-bind", self.path, self.path]
+
+
+def _ordered(mounts: list[_Mount]) -> list[_Mount]:
+    """``mounts`` outer before inner, whatever their kinds, less those with nothing to do.
+
+    A mount is laid after every mount above it, so bwrap makes its mount point inside a
+    tmpfs laid before (writable until the end). At one path, a mask is laid last and wins.
+    A mask or protected path whose nearest mount (at or above it) is an empty tmpfs is
+    dropped: its host content is not there to hide, and binding it would show it again.
+    """
+    laid: list[_Mount] = []
+    for mount in sorted(mounts, key=lambda m: (m.path.rstrip("/").count("/"), _RANK[m.kind])):
+        above = _nearest(mount.path, laid)  # a bind at its very path counts
+        hidden = mount.kind in (PROTECT, MASK_DIR, MASK_FILE)
+        if hidden and above is not None and above.kind in _EMPTY:
+            continue
+        laid.append(mount)
+    return laid
+
+
+def _nearest(path: str, laid: list[_Mount]) -> _Mount | None:
+    """The last laid mount at or above ``path``."""
+    for mount in reversed(laid):
+        if paths.inside(path, [mount.path]):
+            return mount
+    return None
+
+
+def _reachable(cwd: str, laid: list[_Mount]) -> None:
+    """Refuse a working directory that a mask (or a scratch tmpfs) hides, before bwrap
+    starts: it would be empty, or missing."""
+    mount = _nearest(cwd, laid)
+    if mount is None or mount.kind not in (*_EMPTY, MASK_FILE):
+        return
+    if mount.kind == SCRATCH and mount.path == cwd:
+        return  # the command works in an empty scratch folder of its own
+    raise SandboxUnavailable(
+        f"the working directory {cwd} lies in {mount.path}, which the sandbox "
+        f"{'replaces with an empty scratch folder' if mount.kind == SCRATCH else 'masks'}",
+        hint="work in a folder outside the credential stores, system secrets and deny_read "
+        "paths (or take the path out of deny_read / system_secrets)",
+        details={"cwd": cwd, "masked": mount.path},
+    )
 
 
 @frozen
@@ -165,12 +230,17 @@ def _masks(
     host_env: Mapping[str, str],
     deny_read: Iterable[str],
     writable: list[str],
+    secrets: Iterable[str] = (),
+    *,
+    bound: Iterable[str] = (),
 ) -> list[_Mask]:
-    """What to hide, resolved, each once: credential stores, sockets, ``deny_read``; and
-    each home's ``.cache`` replaced by scratch (tools' caches; the host's stay unseen)."""
+    """What to hide, resolved, each once: credential stores, sockets, ``deny_read``, the
+    system secrets; and each home's ``.cache`` replaced by scratch (tools' caches; the
+    host's stay unseen)."""
     masks: list[_Mask] = []
     seen: set[str] = set()
-    for home in paths.homes(env, host_env):
+    homes = paths.homes(env, host_env)
+    for home in homes:
         cache = os.path.join(home, ".cache")
         if os.path.isdir(cache) and not os.path.islink(cache) and not paths.inside(cache, writable):
             masks.append(_Mask(cache, True, scratch=True))
@@ -178,6 +248,10 @@ def _masks(
         for name in paths.CREDENTIAL_STORES:
             _add_mask(os.path.join(home, name), masks, seen)
     for path in (*deny_read, *paths.socket_paths(host_env)):
+        _add_mask(path, masks, seen)
+    found = paths.system_secrets(homes, secrets)  # globs expanded now, at confine time
+    paths.refuse_bound_secrets(bound, found)
+    for path in found:
         _add_mask(path, masks, seen)
     return masks
 

@@ -117,6 +117,7 @@ class BubblewrapSandbox(SandboxProvider):
                 keep_read_only=keep,
                 scratch=(spec.home,) if spec.home else (),
                 shared=spec.caches,
+                secrets=spec.system_secrets,
                 scan_limit=settings.scan_limit,
                 writable_dotfiles=paths.opened(spec.writable_dotfiles),
             )

@@ -10,10 +10,11 @@ thread that first calls :meth:`Prepared.restrict` on itself (``no_new_privs``, L
 seccomp). The thread ends right after the spawn; the host's other threads are untouched.
 
 What it enforces, in both modes: read and execute everywhere except the credential stores,
-the host's ``/tmp``, ``/run`` and ``~/.cache`` (names there stay listable, contents do not),
-writes only to a private scratch directory (``TMPDIR``) and, in ``workspace-write``, to the
-writable roots (their protected paths are snapshotted by the host and put back after the
-run; the credential stores in them are masked); no TCP (ABI 4) and the shared seccomp policy
+the system secrets, the host's ``/tmp``, ``/run`` and ``~/.cache`` and the other runs'
+scratch (names there stay listable, contents do not), writes only to the run's own scratch
+directory (``TMPDIR``) and, in ``workspace-write``, to the writable roots (their protected
+paths are snapshotted by the host and put back after the run; the credential stores in them
+are masked); no TCP (ABI 4) and the shared seccomp policy
 (no sockets but netlink, and Unix ones only when allowed); abstract Unix sockets and signals
 scoped to the sandbox (ABI 6); device ioctls refused (ABI 5). On an older ABI the missing
 parts are listed, and the run happens only when ``accept_partial`` is set.
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -61,7 +62,7 @@ MASKED_KEEPS = abi.FS_READ_DIR
 FULL_ABI = 6  # scopes for signals and abstract sockets: nothing left to seccomp's care
 _SECCOMP_SET_MODE_FILTER = 1
 _SYS_SECCOMP = 317  # x86_64; the shared policy is x86_64-only too
-_MAX_BASES = 16  # cached base rulesets per provider (one per workspace and mode, mostly)
+_MAX_BASES = 16  # cached rule expansions per provider (one per workspace and mode, mostly)
 _MAX_SPARE = 8  # emptied scratch directories kept for the next runs
 
 
@@ -85,41 +86,44 @@ def missing_at(level: int, *, unix_sockets: bool = False) -> tuple[str, ...]:
 
 @frozen
 class Prepared:
-    """Two rulesets and a filter, ready for the thread that spawns the command.
+    """This run's ruleset and filter, ready for the thread that spawns the command.
 
     Attributes:
-        base: a descriptor of the shared ruleset (a duplicate this plan owns): reads
-            everywhere but the carve-outs, writes to the writable roots (less their
-            protected paths) and to the provider's scratch parent, TCP and scopes.
-        top: this run's own ruleset, for writes only: its writable roots, the devices and
-            its own scratch directory, so no run writes into another's scratch.
+        ruleset: a descriptor of this run's ruleset (the plan owns it): the shared rules
+            (reads everywhere but the carve-outs, writes to the writable roots less their
+            protected paths, TCP and scopes) and one rule of its own, for its scratch.
         program: the seccomp BPF program.
         scratch: the private scratch directory (removed by ``release``).
-        rules: the base ruleset's rules (for the tests and the docs).
+        rules: the shared rules, without the scratch rule (for the tests and the docs).
     """
 
-    base: int
-    top: int
+    ruleset: int
     program: bytes
     scratch: str
     rules: tuple[Rule, ...]
 
     def restrict(self) -> None:
-        """Confine the calling thread for good: no capabilities, ``no_new_privs``, both
-        Landlock layers (a write must pass both), then seccomp."""
+        """Confine the calling thread for good: no capabilities, ``no_new_privs``, the
+        ruleset, then seccomp."""
         abi.drop_capabilities()
-        abi.restrict_self(self.base)
-        abi.restrict_self(self.top)
+        abi.restrict_self(self.ruleset)
         _load_filter(self.program)
 
 
 @frozen
 class _Base:
-    """A cached base ruleset and what it was built from."""
+    """A cached expansion of the shared rules, what it was made from, and the rulesets
+    built from it, one per scratch directory (reused while that directory lives)."""
 
-    fd: int
     rules: tuple[Rule, ...]
     listed: tuple[tuple[str, int], ...]  # (directory, mtime_ns) whose entries made rules
+    built: dict[str, int] = attrs.field(factory=dict, eq=False)  # scratch -> ruleset fd
+
+    def close(self) -> None:
+        for fd in self.built.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.built.clear()
 
     def fresh(self) -> bool:
         for directory, mtime in self.listed:
@@ -205,17 +209,13 @@ class Engine:
         survey = self._survey(spec, writable)
         base = self._base(level, spec, writable, port, survey)
         scratch = self._take_scratch()
-        fds: list[int] = []
         try:
-            fds.append(os.dup(base.fd))
-            fds.append(_top_ruleset(level, writable, scratch))
+            ruleset = self._ruleset(level, base, port, scratch)
         except BaseException:
-            for fd in fds:
-                os.close(fd)
             self._give_back(scratch)
             raise
-        prepared = Prepared(fds[0], fds[1], program, scratch, base.rules)
-        self._prepared[prepared.top] = prepared
+        prepared = Prepared(ruleset, program, scratch, base.rules)
+        self._prepared[prepared.ruleset] = prepared
         env = {**spec.env, "TMPDIR": scratch, "XDG_CACHE_HOME": os.path.join(scratch, "cache")}
         if port is not None:
             env.update(proxy_env(port))
@@ -236,13 +236,12 @@ class Engine:
         return plan.facts
 
     def release(self, plan: LaunchPlan) -> None:
-        """Close the rulesets and give the scratch directory back."""
+        """Close the ruleset and give the scratch directory back."""
         restrict = plan.restrict
         owner = getattr(restrict, "__self__", None)
-        if isinstance(owner, Prepared) and self._prepared.pop(owner.top, None) is owner:
-            for fd in (owner.base, owner.top):
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+        if isinstance(owner, Prepared) and self._prepared.pop(owner.ruleset, None) is owner:
+            with contextlib.suppress(OSError):
+                os.close(owner.ruleset)
             self._give_back(owner.scratch)
 
     def _writable(self, spec: ExecSpec) -> list[str]:
@@ -291,10 +290,11 @@ class Engine:
         port: int | None = None,
         survey: protected.Survey | None = None,
     ) -> _Base:
-        """The shared ruleset for these grants and carve-outs, built once while it holds.
+        """The shared rules for these grants and carve-outs, expanded once while they hold.
 
-        The expansion into rules (and the ruleset) is reused for as long as the same
-        carve-outs exist and no directory it listed has changed. The protected paths of
+        The system secrets are looked for on every run; the expansion into rules is reused
+        for as long as the same carve-outs exist and no directory it listed has changed. Each
+        run builds its ruleset from it (see :func:`_ruleset`). The protected paths of
         ``survey`` are not carved out (the host puts them back after the run), but its
         credential stores are: masked, as under a home.
         """
@@ -307,17 +307,23 @@ class Engine:
         keep += [sys.prefix, sys.base_prefix]
         if cache is not None:
             keep.append(os.path.dirname(cache))
+        homes = protected.homes(spec.env, os.environ)
+        secrets = protected.system_secrets(homes, spec.system_secrets)  # globs expanded now
+        protected.refuse_bound_secrets((*writable, spec.workspace, *spec.caches), secrets)
         masked = [
             *PRIVATE_DIRS,
             *settings.deny_read,
             *spec.hidden,
             *protected.socket_paths(os.environ),
+            # Every run's scratch: listable, and only a run's own is granted (per run).
+            self._scratch_parent(),
+            *secrets,
         ]
-        for home in protected.homes(spec.env, os.environ):
+        for home in homes:
             masked.append(os.path.join(home, ".cache"))
             masked += [os.path.join(home, name) for name in protected.CREDENTIAL_STORES]
         masked += survey.masked if survey is not None else ()
-        grants = [("/", abi.FS_READ), (self._scratch_parent(), every)]
+        grants = [("/", abi.FS_READ)]
         grants += [(root, every) for root in writable]
         # Caches (inside the hidden store) are read in every mode, written in one that writes.
         grants += [(c, abi.FS_READ) for c in spec.caches if c not in writable]
@@ -332,14 +338,41 @@ class Engine:
             listed: list[str] = []
             rules = expand(grants, carveouts, listed)
             stamps = tuple((d, os.stat(d).st_mtime_ns) for d in listed)
-            base = _Base(_ruleset(level, rules, port), tuple(rules), stamps)
+            base = _Base(tuple(rules), stamps)
             if cached is not None:
-                os.close(cached.fd)  # each plan holds its own duplicate
+                cached.close()  # each plan holds its own duplicate
             if len(self._bases) >= _MAX_BASES and key not in self._bases:
                 _, oldest = self._bases.popitem()
-                os.close(oldest.fd)
+                oldest.close()
             self._bases[key] = base
             return base
+
+    def _ruleset(self, level: int, base: _Base, port: int | None, scratch: str) -> int:
+        """This run's ruleset (a descriptor the plan owns): ``base``'s rules and one for its
+        own ``scratch``, so no run reads or writes another's.
+
+        Built once per scratch directory and rules, and reused (duplicated) when the same
+        emptied directory serves a later run: it grants nothing another run holds.
+        """
+        with self._lock:
+            built = base.built.get(scratch)
+            if built is not None:
+                return os.dup(built)
+        fd = _ruleset(level, base.rules, port, scratch)
+        with self._lock:
+            current = any(b is base for b in self._bases.values())
+            if current and scratch not in base.built and len(base.built) < _MAX_SPARE:
+                base.built[scratch] = fd
+                return os.dup(fd)
+        return fd
+
+    def _forget(self, scratch: str) -> None:
+        """Close the rulesets built for ``scratch``: it is being removed."""
+        with self._lock:
+            for base in self._bases.values():
+                fd = base.built.pop(scratch, None)
+                if fd is not None:
+                    os.close(fd)
 
     def _take_scratch(self) -> str:
         """An empty scratch directory of this run's own: a spare one, or a new one."""
@@ -357,12 +390,14 @@ class Engine:
         except OSError:
             return
         if not empty:
+            self._forget(scratch)
             shutil.rmtree(scratch, ignore_errors=True)
             return
         with self._lock:
             if len(self._spare) < _MAX_SPARE:
                 self._spare.append(scratch)
                 return
+        self._forget(scratch)
         with contextlib.suppress(OSError):
             os.rmdir(scratch)
 
@@ -375,25 +410,12 @@ class Engine:
             return self._scratch
 
 
-def _top_ruleset(level: int, writable: list[str], scratch: str) -> int:
-    """This run's own layer: writes only, to its writable roots, devices and scratch."""
-    writes = abi.fs_rights(level) & ~abi.FS_READ & ~abi.FS_IOCTL_DEV
-    fd = abi.create_ruleset(level, fs=writes)
-    try:
-        for path in (*writable, scratch):
-            abi.add_path_rule(fd, path, writes)
-        for device, access in DEVICES.items():
-            if access & writes and os.path.exists(device):
-                abi.add_path_rule(fd, device, access & writes & abi.FS_FILE)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _ruleset(level: int, rules: list[Rule], port: int | None = None) -> int:
-    """The shared layer: every right handled; reads everywhere, the rules' grants, and for
-    a network command one TCP connect: to its egress proxy's port (no bind, anywhere)."""
+def _ruleset(
+    level: int, rules: Iterable[Rule], port: int | None = None, scratch: str | None = None
+) -> int:
+    """One run's ruleset: every right handled; the shared rules (reads everywhere, the
+    grants), its own ``scratch`` in full, and for a network command one TCP connect: to its
+    egress proxy's port (no bind, anywhere)."""
     handled = abi.fs_rights(level)
     fd = abi.create_ruleset(level, fs=handled, net=abi.net_rights(level), scoped=abi.scopes(level))
     try:
@@ -401,6 +423,8 @@ def _ruleset(level: int, rules: list[Rule], port: int | None = None) -> int:
             access = rule.access & handled
             if access:
                 abi.add_path_rule(fd, rule.path, access)
+        if scratch is not None:
+            abi.add_path_rule(fd, scratch, handled)
         if port is not None:
             abi.add_port_rule(fd, port, abi.NET_CONNECT_TCP)
     except BaseException:
