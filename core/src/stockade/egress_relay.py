@@ -1,0 +1,201 @@
+"""How the egress proxy moves bytes: its one thread, the relay, and the tunnel's first bytes.
+
+:func:`shared_loop` is the daemon thread every :class:`~stockade.egress.Proxy` of the process
+serves on. :func:`relay` copies both ways with 256 KiB buffers on non-blocking sockets (a
+plain HTTP request's body through its :class:`~stockade.egress_http.BodyReader`).
+:func:`first_bytes` holds a tunnel's first client bytes until they pass: a TLS ClientHello
+must ask for the CONNECT host (:mod:`stockade.egress_tls`), and a tunnel to port 443 must
+begin with TLS; other ports carry other protocols unchecked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from . import egress_http, egress_tls
+from .egress_rules import DEFAULT_PORT, show
+
+__all__ = ["TunnelRefused", "call", "first_bytes", "linger", "pump", "relay", "shared_loop"]
+
+HELLO_TIMEOUT_S = 10.0  # a client must send its first bytes inside a tunnel within this
+HELLO_PIECES = 256  # reads a ClientHello may take (each one is parsed again from the start)
+HALF_CLOSE_IDLE_S = 30.0  # once one direction of a tunnel ended, the other may idle this long
+RELAY_CHUNK = 256 * 1024
+DRAIN_S = 1.0  # after a refusal, how long the proxy reads what the client still sends
+SEND_S = 10.0  # sending a refusal's last bytes
+_T = TypeVar("_T")
+
+
+_loop: asyncio.AbstractEventLoop | None = None
+_loop_thread: threading.Thread | None = None
+_loop_lock = threading.Lock()
+
+
+def shared_loop() -> asyncio.AbstractEventLoop:
+    """The process's proxy event loop, started on a daemon thread on first use."""
+    global _loop, _loop_thread
+    with _loop_lock:
+        if _loop is None or _loop_thread is None or not _loop_thread.is_alive():
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            thread = threading.Thread(target=run, name="stockade-egress", daemon=True)
+            thread.start()
+            ready.wait()
+            _loop, _loop_thread = loop, thread
+        return _loop
+
+
+def call(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coro`` on the proxy's thread and wait for its result (never from that thread)."""
+    if threading.current_thread() is _loop_thread:
+        coro.close()
+        raise RuntimeError("the egress proxy's methods cannot be called from its own thread")
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+class TunnelRefused(egress_http.Refusal):
+    """A refusal after ``200 Connection established``: close, with a TLS alert if ``alert``."""
+
+    def __init__(self, reason: str, *, alert: bool) -> None:
+        super().__init__("", reason)
+        self.alert = alert
+
+
+async def linger(loop: asyncio.AbstractEventLoop, client: socket.socket, last: bytes) -> None:
+    """Send ``last`` and close gently: reading and dropping what the client still sends,
+    briefly, since closing with unread input resets the connection and loses the answer."""
+    with contextlib.suppress(OSError, TimeoutError):
+        async with asyncio.timeout(SEND_S):
+            await loop.sock_sendall(client, last)
+        client.shutdown(socket.SHUT_WR)
+        drain = bytearray(RELAY_CHUNK // 16)
+        async with asyncio.timeout(DRAIN_S):
+            while await loop.sock_recv_into(client, drain):
+                pass
+
+
+async def first_bytes(
+    loop: asyncio.AbstractEventLoop, client: socket.socket, rest: bytes, host: str, port: int
+) -> bytes:
+    """The client's first bytes in the tunnel once they pass, or :class:`TunnelRefused`."""
+    buf = bytearray(rest)
+    chunk = bytearray(RELAY_CHUNK // 16)
+    try:
+        async with asyncio.timeout(HELLO_TIMEOUT_S):
+            for _ in range(HELLO_PIECES):
+                if buf and _passes(bytes(buf), host, port):
+                    return bytes(buf)
+                n = await loop.sock_recv_into(client, chunk)
+                if n == 0:
+                    if buf:
+                        raise TunnelRefused(
+                            "the client closed the tunnel in the middle of a ClientHello",
+                            alert=False,
+                        )
+                    return b""
+                buf += chunk[:n]
+            raise TunnelRefused(
+                f"the client sent its ClientHello in over {HELLO_PIECES} pieces", alert=True
+            )
+    except TimeoutError:
+        raise TunnelRefused(
+            f"the client sent no whole TLS ClientHello in the tunnel within {HELLO_TIMEOUT_S:g} s",
+            alert=False,
+        ) from None
+
+
+def _passes(data: bytes, host: str, port: int) -> bool:
+    """True when ``data`` may go up, False while more is needed; else refuse."""
+    target = show(host, port)
+    if not egress_tls.looks_like_tls(data[0]):
+        if port == DEFAULT_PORT:
+            raise TunnelRefused(
+                f"the tunnel to {target} does not begin with TLS; stockade carries only TLS "
+                "to port 443 (send plain HTTP as http:// through the proxy)",
+                alert=False,
+            )
+        return True
+    try:
+        hello = egress_tls.read_client_hello(data)
+    except egress_tls.NotHello as err:
+        raise TunnelRefused(
+            f"the tunnel to {target} begins like TLS but holds no well-formed ClientHello: {err}",
+            alert=True,
+        ) from None
+    if hello is None:
+        return False
+    why = egress_tls.verdict(hello, host)
+    if why is not None:
+        raise TunnelRefused(why, alert=True)
+    return True
+
+
+async def pump(
+    loop: asyncio.AbstractEventLoop,
+    src: socket.socket,
+    dst: socket.socket,
+    counts: list[int],
+    i: int,
+    *,
+    body: egress_http.BodyReader | None = None,
+) -> bool:
+    """Copy ``src`` to ``dst`` (only the request ``body``, when given) until end of file
+    (True) or an error (False); a malformed body raises :class:`egress_http.BadRequest`."""
+    buf = bytearray(RELAY_CHUNK)
+    view = memoryview(buf)
+    try:
+        while True:
+            n = await loop.sock_recv_into(src, buf)
+            if n == 0:
+                break
+            data = view[:n] if body is None else body.feed(bytes(view[:n]))
+            if data:
+                await loop.sock_sendall(dst, data)
+                counts[i] += len(data)
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        dst.shutdown(socket.SHUT_WR)
+    return True
+
+
+async def relay(
+    loop: asyncio.AbstractEventLoop,
+    client: socket.socket,
+    upstream: socket.socket,
+    counts: list[int],
+    *,
+    body: egress_http.BodyReader | None = None,
+    down: asyncio.Task[bool] | None = None,
+) -> None:
+    """Relay both ways. An error ends both; a clean end of one direction is passed on and
+    the other may go on while it makes progress. With a request ``body`` (plain HTTP,
+    ``Connection: close``) the upstream's end is the end."""
+    up = loop.create_task(pump(loop, client, upstream, counts, 0, body=body))
+    if down is None:
+        down = loop.create_task(pump(loop, upstream, client, counts, 1))
+    try:
+        done, pending = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
+        if not all(task.result() for task in done) or (body is not None and down in done):
+            return
+        progress = sum(counts)
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=HALF_CLOSE_IDLE_S)
+            if sum(counts) == progress:
+                return
+            progress = sum(counts)
+    finally:
+        for task in (up, down):
+            task.cancel()
+        await asyncio.gather(up, down, return_exceptions=True)
