@@ -18,11 +18,12 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from . import egress_http, egress_tls
-from .egress_rules import DEFAULT_PORT, show
+from .egress_rules import show
 
 __all__ = ["TunnelRefused", "call", "first_bytes", "linger", "pump", "relay", "shared_loop"]
 
 HELLO_TIMEOUT_S = 10.0  # a client must send its first bytes inside a tunnel within this
+TLS_ONLY_PORTS = frozenset({443})  # a tunnel to these ports must begin with a TLS ClientHello
 HELLO_PIECES = 256  # reads a ClientHello may take (each one is parsed again from the start)
 HALF_CLOSE_IDLE_S = 30.0  # once one direction of a tunnel ended, the other may idle this long
 RELAY_CHUNK = 256 * 1024
@@ -119,7 +120,7 @@ def _passes(data: bytes, host: str, port: int) -> bool:
     """True when ``data`` may go up, False while more is needed; else refuse."""
     target = show(host, port)
     if not egress_tls.looks_like_tls(data[0]):
-        if port == DEFAULT_PORT:
+        if port in TLS_ONLY_PORTS:
             raise TunnelRefused(
                 f"the tunnel to {target} does not begin with TLS; stockade carries only TLS "
                 "to port 443 (send plain HTTP as http:// through the proxy)",
