@@ -228,3 +228,11 @@ def test_fuzz_any_name_any_split_reads_back(name, sizes):
     assert parsed == ClientHello(name, False, len(records))
     assert verdict(parsed, name) is None
     assert verdict(parsed, "x" + name) is not None
+
+
+def test_the_network_page_quotes_the_sni_refusal():
+    from pathlib import Path
+
+    page = Path(__file__).parents[2] / "docs" / "network.md"
+    text = " ".join(page.read_text().split())
+    assert verdict(hello("other.test"), "allowed.test") in text.replace("`", "")
