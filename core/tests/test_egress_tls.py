@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade.egress_tls import HELLO_LIMIT, ClientHello, NotHello, read_client_hello, verdict
+from stockade.egress_tls import (
+    HELLO_LIMIT,
+    HRR_RANDOM,
+    ClientHello,
+    HandshakeWatch,
+    NotHello,
+    read_client_hello,
+    verdict,
+)
 
 
 def real_hello(server_hostname):
@@ -236,3 +244,85 @@ def test_the_network_page_quotes_the_sni_refusal():
     page = Path(__file__).parents[2] / "docs" / "network.md"
     text = " ".join(page.read_text().split())
     assert verdict(hello("other.test"), "allowed.test") in text.replace("`", "")
+
+
+# --- a second ClientHello (HelloRetryRequest) ---------------------------------------------------
+
+HRR = reframe(b"\x02\x00\x00\x30\x03\x03" + HRR_RANDOM + bytes(14), [999], b"\x03\x03")
+SERVER_HELLO = reframe(b"\x02\x00\x00\x30\x03\x03" + bytes(32) + bytes(14), [999], b"\x03\x03")
+CCS = b"\x14\x03\x03\x00\x01\x01"
+EARLY = b"\x17\x03\x03\x00\x05early"
+
+
+def test_before_the_server_answers_only_ccs_alerts_and_early_data_pass():
+    watch = HandshakeWatch("allowed.test")
+    assert watch.up(CCS + EARLY) == CCS + EARLY
+    with pytest.raises(NotHello, match="before the server answered"):
+        watch.up(reframe(build_hello(b"other.test"), [999]))
+    with pytest.raises(NotHello, match="type 24"):
+        HandshakeWatch("allowed.test").up(b"\x18\x03\x03\x00\x01x")
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000])
+def test_after_a_retry_request_the_second_hello_must_name_the_host(step):
+    watch = HandshakeWatch("allowed.test")
+    for at in range(0, len(HRR), step):
+        watch.down(HRR[at : at + step])
+    assert not watch.done
+    second = reframe(build_hello(b"other.test"), [40])
+    with pytest.raises(NotHello, match=r"second ClientHello.*'other\.test'"):
+        for at in range(0, len(second), step):
+            watch.up(second[at : at + step])
+
+
+@pytest.mark.parametrize("step", [1, 7, 1000])
+def test_after_a_retry_request_the_same_name_passes_and_the_watch_ends(step):
+    watch = HandshakeWatch("allowed.test")
+    watch.down(HRR)
+    second = CCS + reframe(build_hello(), [40])
+    passed = b""
+    for at in range(0, len(second), step):
+        passed += watch.up(second[at : at + step])
+    assert passed == second
+    assert watch.idle
+    assert watch.up(b"\x16anything") == b"\x16anything"
+
+
+def test_a_partial_second_hello_is_held_back():
+    watch = HandshakeWatch("allowed.test")
+    watch.down(HRR)
+    second = reframe(build_hello(b"other.test"), [9999])
+    assert watch.up(second[:-1]) == b""  # nothing of it goes up until it is whole and checked
+    with pytest.raises(NotHello):
+        watch.up(second[-1:])
+
+
+def test_a_plain_server_hello_ends_the_watch():
+    watch = HandshakeWatch("allowed.test")
+    watch.down(SERVER_HELLO)
+    assert watch.idle
+    encrypted = b"\x16\x03\x03\x00\x04\x01\x02\x03\x04"  # TLS 1.2 Finished: encrypted, opaque
+    assert watch.up(encrypted) == encrypted
+
+
+def test_a_server_that_is_not_tls_ends_the_watch():
+    watch = HandshakeWatch("allowed.test")
+    watch.down(b"220 smtp ready\r\n")
+    assert watch.idle
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.binary(max_size=80)), max_size=8))
+def test_fuzz_the_watch_raises_only_not_hello(steps):
+    watch = HandshakeWatch("allowed.test")
+    sent, passed = b"", b""
+    for is_up, data in steps:
+        try:
+            if is_up:
+                sent += data
+                passed += watch.up(data)
+            else:
+                watch.down(data)
+        except NotHello:
+            return
+        assert sent.startswith(passed)  # the watch holds bytes back, never changes them

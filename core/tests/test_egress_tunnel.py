@@ -3,8 +3,10 @@ request, and every malformed request gets its answer and its event. Live upstrea
 loopback record what reaches them, so each refusal has its control beside it."""
 
 import contextlib
+import shutil
 import socket
 import ssl
+import subprocess
 import threading
 import time
 
@@ -12,6 +14,7 @@ import pytest
 
 from stockade import egress_relay
 from stockade.egress import Proxy, parse_hosts
+from stockade.egress_tls import HRR_RANDOM
 from stockade.testing import self_signed_cert
 
 
@@ -38,19 +41,15 @@ def build_hello(name=b"allowed.test", extensions=None):
     return b"\x01" + len(body).to_bytes(3, "big") + body
 
 
-class Recorder:
-    def __init__(self):
-        self.connections = []
-
-    def __call__(self, connection):
-        self.connections.append(connection)
+class Recorder(list):
+    """The connections a proxy reported (``on_connection=recorder.append``), in order."""
 
     def wait(self, count=1, timeout=10.0):
         deadline = time.monotonic() + timeout
-        while len(self.connections) < count and time.monotonic() < deadline:
+        while len(self) < count and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert len(self.connections) >= count, self.connections
-        return self.connections[count - 1]
+        assert len(self) >= count, self
+        return self[count - 1]
 
 
 @pytest.fixture
@@ -62,7 +61,7 @@ def make_proxy():
         proxy = Proxy(
             parse_hosts(hosts),
             resolve={"allowed.test": "127.0.0.1", "other.test": "127.0.0.1"},
-            on_connection=recorder,
+            on_connection=recorder.append,
         )
         made.append(proxy)
         return proxy.serve_tcp(), recorder
@@ -73,13 +72,15 @@ def make_proxy():
 
 
 class RawUpstream:
-    """A TCP listener that keeps every byte each connection sent, and answers ``reply``."""
+    """A TCP listener that keeps every byte each connection sent and answers a request head
+    with ``reply``; or speaks ``first`` and echoes a line; or answers its first bytes with
+    ``retry`` and listens on."""
 
-    def __init__(self, reply=b"", *, first=b""):
+    def __init__(self, reply=b"", *, first=b"", retry=b""):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         self.received = []
-        self.reply, self.first = reply, first
+        self.reply, self.first, self.retry = reply, first, retry
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self):
@@ -99,6 +100,8 @@ class RawUpstream:
                 if self.first:
                     conn.sendall(self.first)
                 while data := conn.recv(65536):
+                    if self.retry and not got:
+                        conn.sendall(self.retry)
                     got += data
                     if self.reply and got.endswith((b"\r\n\r\n", b"abc")):
                         conn.sendall(self.reply)
@@ -165,9 +168,10 @@ def open_tunnel(proxy_port, target):
     return sock
 
 
-def https_get(proxy_port, port, cafile, sni):
+def https_get(proxy_port, port, cafile, sni, version=ssl.TLSVersion.MAXIMUM_SUPPORTED):
     context = ssl.create_default_context(cafile=cafile)
     context.check_hostname = False
+    context.maximum_version = version
     with (
         open_tunnel(proxy_port, f"allowed.test:{port}") as sock,
         context.wrap_socket(sock, server_hostname=sni) as tls,
@@ -191,9 +195,10 @@ def read_all(sock):
 # --- SNI inside a tunnel -------------------------------------------------------------------------
 
 
-def test_the_right_sni_goes_through(make_proxy, tls_upstream):
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3])
+def test_the_right_sni_goes_through(make_proxy, tls_upstream, version):
     proxy_port, recorder = make_proxy([f"allowed.test:{tls_upstream.port}"])
-    reply = https_get(proxy_port, tls_upstream.port, tls_upstream.cafile, "allowed.test")
+    reply = https_get(proxy_port, tls_upstream.port, tls_upstream.cafile, "allowed.test", version)
     assert reply.endswith(b"secure")
     assert tls_upstream.names == ["allowed.test"]
     seen = recorder.wait()
@@ -211,13 +216,9 @@ def test_another_sni_is_refused_and_never_reaches_the_upstream(make_proxy, tls_u
     assert "tunnel to allowed.test" in seen.reason
     assert (seen.host, seen.method, seen.bytes_up) == ("allowed.test", "CONNECT", 0)
     assert tls_upstream.names == []  # the listener never saw a ClientHello
-
-
-def test_no_sni_to_a_named_host_is_refused(make_proxy, tls_upstream):
-    proxy_port, recorder = make_proxy([f"allowed.test:{tls_upstream.port}"])
-    with pytest.raises(ssl.SSLError):
+    with pytest.raises(ssl.SSLError):  # and without SNI at all
         https_get(proxy_port, tls_upstream.port, tls_upstream.cafile, None)
-    assert "no SNI" in recorder.wait().reason
+    assert "no SNI" in recorder.wait(2).reason
     assert tls_upstream.names == []
 
 
@@ -419,3 +420,79 @@ def test_a_chunked_body_is_forwarded_and_a_bad_one_refused(make_proxy, upstream)
     both = head.replace("\r\n\r\n", "\r\nContent-Length: 3\r\n\r\n") + "abc"
     assert ask(proxy_port, both.encode()).startswith(b"HTTP/1.1 400")
     assert "both Content-Length and Transfer-Encoding" in recorder.wait(3).reason
+
+
+# --- a second ClientHello ------------------------------------------------------------------------
+
+HRR_RECORD = b"\x16\x03\x03\x00\x34\x02\x00\x00\x30\x03\x03" + HRR_RANDOM + bytes(14)
+
+
+@pytest.mark.parametrize(("second", "passes"), [(b"allowed.test", True), (b"other.test", False)])
+def test_a_second_client_hello_must_keep_the_name(make_proxy, second, passes):
+    upstream = RawUpstream(retry=HRR_RECORD)
+    try:
+        proxy_port, recorder = make_proxy([f"allowed.test:{upstream.port}"])
+        with open_tunnel(proxy_port, f"allowed.test:{upstream.port}") as sock:
+            sock.sendall(reframe(build_hello(), [999]))
+            got = b""
+            while len(got) < len(HRR_RECORD):
+                got += sock.recv(100)
+            assert got == HRR_RECORD
+            sock.sendall(b"\x14\x03\x03\x00\x01\x01" + reframe(build_hello(second), [999]))
+            if passes:
+                sock.shutdown(socket.SHUT_WR)
+            reply = read_all(sock)
+        seen = recorder.wait()
+        if passes:
+            assert seen.allowed, seen.reason
+            assert upstream.received[0].endswith(reframe(build_hello(second), [999]))
+        else:
+            assert reply == bytes((21, 3, 3, 0, 2, 2, 49))
+            assert not seen.allowed
+            assert "second ClientHello" in seen.reason
+            assert "'other.test'" in seen.reason
+            assert b"other.test" not in b"".join(upstream.received)
+    finally:
+        upstream.close()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl tool is not installed")
+def test_a_real_hello_retry_goes_through(make_proxy, tmp_path):
+    cert, key = self_signed_cert(tmp_path)
+    server = subprocess.Popen(
+        [
+            *("openssl", "s_server", "-accept", "127.0.0.1:0", "-cert", cert, "-key", key),
+            *("-groups", "P-256", "-tls1_3", "-www"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        line = ""
+        while not line.startswith("ACCEPT"):
+            line = server.stdout.readline()
+            assert line, "openssl s_server did not start"
+        port = int(line.rsplit(":", 1)[1])
+        proxy_port, recorder = make_proxy([f"allowed.test:{port}"])
+        # X25519 first: the server wants P-256 and answers with a HelloRetryRequest.
+        out = subprocess.run(
+            [
+                *("openssl", "s_client", "-proxy", f"127.0.0.1:{proxy_port}"),
+                *("-connect", f"allowed.test:{port}", "-servername", "allowed.test"),
+                *("-groups", "X25519:P-256", "-tls1_3", "-msg"),
+            ],
+            input=b"GET / HTTP/1.0\r\n\r\n",
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        text = out.stdout.decode(errors="replace")
+        assert text.count("ClientHello") == 2, text  # the retry happened
+        assert "TLSv1.3" in text
+        assert out.returncode == 0, text
+        assert recorder.wait().allowed
+    finally:
+        server.kill()
+        server.wait()
+        server.stdout.close()

@@ -230,3 +230,92 @@ def test_a_bare_lf_cannot_smuggle_a_header(box, make_host, event_log, raw_upstre
     assert "bare CR or LF" in event.reason
     assert len(raw_upstream.received) == 1
     assert b"other.test" not in raw_upstream.everything
+
+
+# argv: target, first flight (hex), how many bytes to read back, second flight (hex).
+TWO_FLIGHTS = r"""
+import os, socket, sys
+address = os.environ["HTTP_PROXY"].split("//")[1].rstrip("/")
+host, port = address.rsplit(":", 1)
+s = socket.create_connection((host, int(port)), timeout=20)
+s.sendall(f"CONNECT {sys.argv[1]} HTTP/1.1\r\nHost: {sys.argv[1]}\r\n\r\n".encode())
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+s.sendall(bytes.fromhex(sys.argv[2]))
+got = b""
+while len(got) < int(sys.argv[3]):
+    got += s.recv(100)
+print("HEARD", got.hex())
+s.sendall(bytes.fromhex(sys.argv[4]))
+s.shutdown(socket.SHUT_WR)
+reply = b""
+while data := s.recv(100):
+    reply += data
+print("REPLY", reply.hex())
+"""
+
+HRR_RANDOM = "cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c"
+HRR = bytes.fromhex("160303003402000030" + "0303" + HRR_RANDOM) + bytes(14)  # HelloRetryRequest
+
+
+def _hello(name: bytes) -> bytes:
+    """One TLS record holding a minimal ClientHello for ``name``."""
+
+    def vec(width: int, data: bytes) -> bytes:
+        return len(data).to_bytes(width, "big") + data
+
+    sni = vec(2, b"\x00" + vec(2, name))
+    body = b"\x03\x03" + bytes(32) + vec(1, b"") + vec(2, b"\x13\x01") + vec(1, b"\x00")
+    body += vec(2, b"\x00\x00" + vec(2, sni))
+    message = b"\x01" + len(body).to_bytes(3, "big") + body
+    return b"\x16\x03\x01" + vec(2, message)
+
+
+class RetryingUpstream(RawUpstream):
+    """Answers a tunnel's first bytes with a HelloRetryRequest and keeps everything after."""
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            got = bytearray()
+            self.received.append(got)
+            with contextlib.suppress(OSError), conn:
+                conn.settimeout(20)
+                got += conn.recv(65536)
+                conn.sendall(HRR)
+                while data := conn.recv(65536):
+                    got += data
+
+
+def test_a_second_client_hello_cannot_change_the_name(box, make_host, event_log):
+    upstream = RetryingUpstream()
+    try:
+        host = make_host(config=config_for(box, upstream.port), plugins=[Fetcher(), event_log])
+        script = box.ws / "two_flights.py"
+        script.write_text(TWO_FLIGHTS)
+        target = f"allowed.test:{upstream.port}"
+
+        def run(second: bytes):
+            argv = [PYTHON, "-S", str(script), target, _hello(b"allowed.test").hex()]
+            argv += [str(len(HRR)), _hello(second).hex()]
+            return host.run(box.request(argv, profile="net"))
+
+        # Control: after the server's retry request, the same name again goes through.
+        ok = run(b"allowed.test")
+        assert f"HEARD {HRR.hex()}" in ok.stdout.text, ok.stdout.text + ok.stderr.text
+        assert upstream.received[0].endswith(_hello(b"allowed.test"))
+        assert connections(event_log, ok)[0].allowed
+        # Attack: the second ClientHello asks for another name; it never reaches the server.
+        fronted = run(b"other.test")
+        assert f"HEARD {HRR.hex()}" in fronted.stdout.text, fronted.stdout.text
+        assert "REPLY 15030300020231" in fronted.stdout.text  # the access_denied alert
+        (refused,) = connections(event_log, fronted)
+        assert not refused.allowed
+        assert "second ClientHello" in refused.reason
+        assert b"other.test" not in upstream.everything
+    finally:
+        upstream.sock.close()

@@ -344,7 +344,10 @@ class Proxy:
         await self._loop.sock_sendall(sock, first)
         attempt.counts[0] += len(first)
         try:
-            await relay.relay(self._loop, client, sock, attempt.counts, body=body)
+            gate = lambda data: body.feed(bytes(data))  # noqa: E731 - a one-line gate
+            await relay.relay(
+                self._loop, client, sock, attempt.counts, gate=gate, response_ends=True
+            )
         finally:
             if body.excess:
                 attempt.reason += (
@@ -360,10 +363,14 @@ class Proxy:
         upstream.append(sock)
         await self._loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
         attempt.answered = True
+        watch = tls.HandshakeWatch(attempt.host)
+        up_gate, down_gate = relay.tunnel_gates(watch)
         # A server that speaks first (SMTP, on a port other than 443) is heard while waiting.
-        down = self._loop.create_task(relay.pump(self._loop, sock, client, attempt.counts, 1))
+        down = self._loop.create_task(
+            relay.pump(self._loop, sock, client, attempt.counts, 1, gate=down_gate)
+        )
         try:
-            first = await relay.first_bytes(self._loop, client, rest, attempt.host, attempt.port)
+            first = await relay.first_bytes(self._loop, client, rest, attempt.port, watch)
         except BaseException:
             down.cancel()
             await asyncio.gather(down, return_exceptions=True)
@@ -372,7 +379,7 @@ class Proxy:
         if first:
             await self._loop.sock_sendall(sock, first)
             attempt.counts[0] += len(first)
-        await relay.relay(self._loop, client, sock, attempt.counts, down=down)
+        await relay.relay(self._loop, client, sock, attempt.counts, gate=up_gate, down=down)
 
     async def _connect(self, host: str, port: int, attempt: _Attempt) -> socket.socket:
         """Resolve ``host`` (map, literal, DNS), screen the addresses, connect to the first."""

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from . import egress_http, egress_tls
@@ -86,17 +87,31 @@ async def linger(loop: asyncio.AbstractEventLoop, client: socket.socket, last: b
                 pass
 
 
+Gate = Callable[[memoryview], "bytes | memoryview"]  # what of a chunk read may be sent on
+
+
 async def first_bytes(
-    loop: asyncio.AbstractEventLoop, client: socket.socket, rest: bytes, host: str, port: int
+    loop: asyncio.AbstractEventLoop,
+    client: socket.socket,
+    rest: bytes,
+    port: int,
+    watch: egress_tls.HandshakeWatch,
 ) -> bytes:
-    """The client's first bytes in the tunnel once they pass, or :class:`TunnelRefused`."""
+    """The client's first bytes in the tunnel once they pass, or :class:`TunnelRefused`.
+
+    For TLS, what follows the ClientHello goes through ``watch``; for anything else (on a
+    port that allows it) the watch is ended and everything passes.
+    """
     buf = bytearray(rest)
     chunk = bytearray(RELAY_CHUNK // 16)
     try:
         async with asyncio.timeout(HELLO_TIMEOUT_S):
             for _ in range(HELLO_PIECES):
-                if buf and _passes(bytes(buf), host, port):
-                    return bytes(buf)
+                if buf and (size := _passes(bytes(buf), watch.host, port)):
+                    if size < 0:
+                        watch.done = True
+                        return bytes(buf)
+                    return bytes(buf[:size]) + _watched(watch, memoryview(buf)[size:])
                 n = await loop.sock_recv_into(client, chunk)
                 if n == 0:
                     if buf:
@@ -116,8 +131,8 @@ async def first_bytes(
         ) from None
 
 
-def _passes(data: bytes, host: str, port: int) -> bool:
-    """True when ``data`` may go up, False while more is needed; else refuse."""
+def _passes(data: bytes, host: str, port: int) -> int:
+    """The size of a ClientHello that passes, -1 for other bytes that pass, 0 for more."""
     target = show(host, port)
     if not egress_tls.looks_like_tls(data[0]):
         if port in TLS_ONLY_PORTS:
@@ -126,7 +141,7 @@ def _passes(data: bytes, host: str, port: int) -> bool:
                 "to port 443 (send plain HTTP as http:// through the proxy)",
                 alert=False,
             )
-        return True
+        return -1
     try:
         hello = egress_tls.read_client_hello(data)
     except egress_tls.NotHello as err:
@@ -135,11 +150,31 @@ def _passes(data: bytes, host: str, port: int) -> bool:
             alert=True,
         ) from None
     if hello is None:
-        return False
+        return 0
     why = egress_tls.verdict(hello, host)
     if why is not None:
         raise TunnelRefused(why, alert=True)
-    return True
+    return hello.size
+
+
+def _watched(watch: egress_tls.HandshakeWatch, data: memoryview) -> bytes | memoryview:
+    if watch.idle:
+        return data
+    try:
+        return watch.up(bytes(data))
+    except egress_tls.NotHello as err:
+        raise TunnelRefused(str(err), alert=True) from None
+
+
+def tunnel_gates(watch: egress_tls.HandshakeWatch) -> tuple[Gate, Gate]:
+    """The up and down gates of a tunnel whose handshake ``watch`` follows."""
+
+    def down(data: memoryview) -> memoryview:
+        if not watch.done:
+            watch.down(bytes(data))
+        return data
+
+    return functools.partial(_watched, watch), down
 
 
 async def pump(
@@ -149,10 +184,10 @@ async def pump(
     counts: list[int],
     i: int,
     *,
-    body: egress_http.BodyReader | None = None,
+    gate: Gate | None = None,
 ) -> bool:
-    """Copy ``src`` to ``dst`` (only the request ``body``, when given) until end of file
-    (True) or an error (False); a malformed body raises :class:`egress_http.BadRequest`."""
+    """Copy ``src`` to ``dst`` (what ``gate`` lets through, when given) until end of file
+    (True) or an error (False); a gate refuses by raising (:class:`egress_http.Refusal`)."""
     buf = bytearray(RELAY_CHUNK)
     view = memoryview(buf)
     try:
@@ -160,7 +195,7 @@ async def pump(
             n = await loop.sock_recv_into(src, buf)
             if n == 0:
                 break
-            data = view[:n] if body is None else body.feed(bytes(view[:n]))
+            data = view[:n] if gate is None else gate(view[:n])
             if data:
                 await loop.sock_sendall(dst, data)
                 counts[i] += len(data)
@@ -177,22 +212,26 @@ async def relay(
     upstream: socket.socket,
     counts: list[int],
     *,
-    body: egress_http.BodyReader | None = None,
+    gate: Gate | None = None,
     down: asyncio.Task[bool] | None = None,
+    response_ends: bool = False,
 ) -> None:
     """Relay both ways. An error ends both; a clean end of one direction is passed on and
-    the other may go on while it makes progress. With a request ``body`` (plain HTTP,
-    ``Connection: close``) the upstream's end is the end."""
-    up = loop.create_task(pump(loop, client, upstream, counts, 0, body=body))
+    the other may go on while it makes progress. The client's bytes pass through ``gate``;
+    ``down`` is a running upstream-to-client pump, if one was started. ``response_ends``:
+    the upstream's end is the end (plain HTTP, ``Connection: close``)."""
+    up = loop.create_task(pump(loop, client, upstream, counts, 0, gate=gate))
     if down is None:
         down = loop.create_task(pump(loop, upstream, client, counts, 1))
     try:
         done, pending = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
-        if not all(task.result() for task in done) or (body is not None and down in done):
+        if not all(task.result() for task in done) or (response_ends and down in done):
             return
         progress = sum(counts)
         while pending:
             done, pending = await asyncio.wait(pending, timeout=HALF_CLOSE_IDLE_S)
+            for task in done:
+                task.result()  # a gate's refusal ends the attempt, whichever side ended first
             if sum(counts) == progress:
                 return
             progress = sum(counts)

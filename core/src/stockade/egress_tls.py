@@ -13,6 +13,11 @@ TCP segments and the handshake message over several records; everything is bound
 - Encrypted Client Hello (and the draft ESNI) is refused: it hides the real name;
 - bytes that begin like a TLS record but do not parse as one ClientHello are refused.
 
+A server may answer with a HelloRetryRequest, and the client then sends a second
+ClientHello that a front end could route by: :class:`HandshakeWatch` follows the
+handshake's records until the server's first message, and holds a second ClientHello to the
+same verdict.
+
 What a tunnel carries when its first byte is not a TLS record type is the proxy's call
 (:mod:`stockade.egress`: refused on port 443, relayed elsewhere).
 
@@ -29,7 +34,15 @@ from attrs import frozen
 
 from .egress_rules import literal_ip, normalize
 
-__all__ = ["ALERT_ACCESS_DENIED", "HELLO_LIMIT", "ClientHello", "NotHello", "read_client_hello"]
+__all__ = [
+    "ALERT_ACCESS_DENIED",
+    "HELLO_LIMIT",
+    "ClientHello",
+    "HandshakeWatch",
+    "NotHello",
+    "read_client_hello",
+    "verdict",
+]
 
 HELLO_LIMIT = 64 * 1024  # bytes of records the proxy gathers for one ClientHello
 RECORD_LIMIT = 1 << 14  # the largest plaintext record (RFC 8446 5.1)
@@ -37,6 +50,8 @@ _HANDSHAKE = 22
 _CLIENT_HELLO = 1
 _SERVER_NAME = 0
 _ECH = (0xFE0D, 0xFFCE)  # encrypted_client_hello; the draft encrypted_server_name
+# The random of a HelloRetryRequest (RFC 8446 4.1.3): a second ClientHello follows it.
+HRR_RANDOM = bytes.fromhex("cf21ad74e59a6111be1d8c021e65b891c2a211167abb8c5e079e09e2c8a8339c")
 # A fatal access_denied alert: what the client's TLS library reports when its tunnel is refused.
 ALERT_ACCESS_DENIED = bytes((21, 3, 3, 0, 2, 2, 49))
 
@@ -193,3 +208,98 @@ def verdict(hello: ClientHello, host: str) -> str | None:
             "a tunnel carries TLS only for the host it was opened for"
         )
     return None
+
+
+class HandshakeWatch:
+    """After a tunnel's first ClientHello: no second one unless the server asked, and then
+    only for the same name.
+
+    A server answers a ClientHello with a HelloRetryRequest when it wants another key share;
+    the client then sends a second ClientHello, which a front end may route by. So until the
+    server's first handshake message is seen (:meth:`down`), the client may send only
+    change_cipher_spec, alert and (0-RTT) application data records; after a
+    HelloRetryRequest, the next handshake record must be a ClientHello that passes
+    :func:`verdict` (:meth:`up`). After a plain ServerHello (or anything else the server
+    sends) later handshake records are encrypted and the watch ends (:attr:`done`).
+    """
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+        self.done = False
+        self._retry = False  # the server asked for a second ClientHello
+        self._held = bytearray()  # client bytes not yet passed: a header, or a handshake record
+        self._skip = 0  # bytes left of a client record that passes without a look
+        self._hello = bytearray()  # the second ClientHello's records so far
+        self._server = bytearray()  # the server's first bytes, until its first message is known
+
+    @property
+    def idle(self) -> bool:
+        """Whether the watch has ended and holds nothing: bytes pass untouched."""
+        return self.done and not self._held
+
+    def up(self, data: bytes) -> bytes:
+        """The part of the client's ``data`` that may go upstream now; refuse with NotHello."""
+        if self.done and not self._held:
+            return data
+        self._held += data
+        out = bytearray()
+        while self._held and not self.done:
+            if self._skip:
+                take = min(self._skip, len(self._held))
+                out += self._held[:take]
+                del self._held[:take]
+                self._skip -= take
+                continue
+            if len(self._held) < 5:
+                break
+            kind = self._held[0]
+            length = int.from_bytes(self._held[3:5], "big")
+            if kind in (20, 21, 23) and length <= RECORD_LIMIT + 256:
+                out += self._held[:5]
+                del self._held[:5]
+                self._skip = length
+                continue
+            if kind != _HANDSHAKE:
+                raise NotHello(f"a TLS record of type {kind} during the handshake")
+            if not self._retry:
+                raise NotHello("a second handshake message before the server answered")
+            if len(self._held) < 5 + length:
+                break
+            self._hello += self._held[: 5 + length]
+            out += self._held[: 5 + length]
+            del self._held[: 5 + length]
+            self._second_hello()
+        if self.done:
+            out += self._held
+            self._held.clear()
+        return bytes(out)
+
+    def _second_hello(self) -> None:
+        hello = read_client_hello(bytes(self._hello))
+        if hello is None:
+            return
+        why = verdict(hello, self.host)
+        if why is not None:
+            raise NotHello(f"the second ClientHello (after a HelloRetryRequest): {why}")
+        self.done = True
+
+    def down(self, data: bytes) -> None:
+        """Watch the server's bytes until its first handshake message says what comes next."""
+        if self.done or self._retry:
+            return
+        self._server += data[:4096]
+        records = bytes(self._server)
+        message = bytearray()
+        at = 0
+        while len(records) - at >= 5 and len(message) < 38:
+            if records[at] != _HANDSHAKE:
+                self.done = True  # an alert or not TLS: the server ends it
+                return
+            length = int.from_bytes(records[at + 3 : at + 5], "big")
+            message += records[at + 5 : at + 5 + length]
+            at += 5 + length
+        if len(message) >= 38:
+            self._retry = message[0] == 2 and message[6:38] == HRR_RANDOM
+            self.done = not self._retry
+        elif len(self._server) >= 4096:
+            self.done = True  # no ServerHello in 4 KiB: nothing a front end would route by
