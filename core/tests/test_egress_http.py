@@ -393,3 +393,38 @@ def test_fuzz_bodies_split_anywhere_read_the_same(data, step, chunked, length):
         forwarded, _, excess = whole
         assert len(forwarded) + excess == len(data)
         assert data.startswith(forwarded)
+
+
+# --- a parser bug is still an answer and an event ----------------------------------------------
+
+
+def test_an_unexpected_failure_answers_500_and_is_recorded(monkeypatch, capfd):
+    import socket
+
+    from stockade import egress_http
+    from stockade.egress import Proxy, parse_hosts
+
+    def broken(head):
+        raise RuntimeError("a bug")
+
+    seen = []
+    proxy = Proxy(parse_hosts(["a.test"]), on_connection=seen.append)
+    try:
+        port = proxy.serve_tcp()
+        monkeypatch.setattr(egress_http, "parse_head", broken)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n")
+            reply = b""
+            while data := sock.recv(4096):
+                reply += data
+        monkeypatch.undo()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET http://[zz/ HTTP/1.1\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 400")  # the proxy lives on
+    finally:
+        proxy.close()
+    assert reply.startswith(b"HTTP/1.1 500")
+    assert b"RuntimeError: a bug" in reply
+    assert not seen[0].allowed
+    assert "RuntimeError: a bug" in seen[0].reason
+    assert "a bug" in capfd.readouterr().err  # the traceback, for whoever runs the host

@@ -253,9 +253,13 @@ class Proxy:
             raise
         except OSError as err:  # the client or the upstream went away mid-way
             attempt.reason += f"; ended by {err}"
-        except Exception:  # noqa: BLE001 - one broken attempt must not take the proxy down
+        except Exception as err:  # noqa: BLE001 - one broken attempt must not take the proxy down
             print("stockade egress: a connection failed:", file=sys.stderr)
             traceback.print_exc()
+            attempt.report, attempt.allowed = True, False
+            attempt.reason = f"the proxy failed on this request ({type(err).__name__}: {err})"
+            if not (attempt.answered or attempt.counts[1]):
+                await self._answer(client, "500 Internal Server Error", attempt.reason)
         finally:
             for sock in (client, *upstream):
                 sock.close()
