@@ -314,7 +314,9 @@ def test_a_silent_tunnel_times_out_with_an_event(make_proxy, tls_upstream, monke
         assert read_all(sock) == b""
     seen = recorder.wait()
     assert not seen.allowed
-    assert "no whole TLS ClientHello in the tunnel within 0.3 s" in seen.reason
+    assert "no whole first message (a TLS ClientHello, a line) in the tunnel within 0.3 s" in (
+        seen.reason
+    )
 
 
 def test_half_a_hello_then_silence_times_out(make_proxy, tls_upstream, monkeypatch):

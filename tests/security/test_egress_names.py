@@ -319,3 +319,24 @@ def test_a_second_client_hello_cannot_change_the_name(box, make_host, event_log)
         assert b"other.test" not in upstream.everything
     finally:
         upstream.sock.close()
+
+
+def test_plain_http_inside_a_tunnel_keeps_its_host(box, make_host, event_log, raw_upstream):
+    host = make_host(config=config_for(box, raw_upstream.port), plugins=[Fetcher(), event_log])
+    target = f"allowed.test:{raw_upstream.port}"
+    connect = f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"
+    ok = raw_run(box, host, f"{connect}GET / HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    assert "HTTP/1.1 200 Connection established" in ok.stdout.text, ok.stdout.text
+    assert ok.stdout.text.rstrip().endswith("upstream"), ok.stdout.text + ok.stderr.text
+    assert connections(event_log, ok)[0].allowed
+    # The same tunnel, a request for another name (and one with a trailing space that a
+    # lenient server would take as HTTP): refused inside the tunnel, never sent.
+    for line in ("GET / HTTP/1.1", "GET / HTTP/1.1 "):
+        fronted = raw_run(box, host, f"{connect}{line}\r\nHost: other.test\r\n\r\n".encode())
+        assert "stockade egress proxy:" in fronted.stdout.text, fronted.stdout.text
+        assert "upstream" not in fronted.stdout.text
+        assert not connections(event_log, fronted)[0].allowed
+    # The tunnels were opened (a connect), but no byte of a refused request reached it.
+    assert [bytes(got) for got in raw_upstream.received if got] == [
+        f"GET / HTTP/1.1\r\nHost: {target}\r\n\r\n".encode()
+    ]

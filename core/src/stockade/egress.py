@@ -242,11 +242,12 @@ class Proxy:
             await self._serve(client, attempt, upstream)
         except http.Refusal as refused:
             attempt.report, attempt.allowed, attempt.reason = True, False, refused.reason
-            if isinstance(refused, relay.TunnelRefused):
-                alert = tls.ALERT_ACCESS_DENIED if refused.alert else b""
-                await relay.linger(self._loop, client, alert)
-            elif not (attempt.answered or attempt.counts[1]):
+            tunnel = isinstance(refused, relay.TunnelRefused)
+            if (refused.status and not attempt.counts[1]) and (tunnel or not attempt.answered):
                 await self._answer(client, refused.status, refused.reason)
+            elif tunnel:
+                alert = tls.ALERT_ACCESS_DENIED if getattr(refused, "alert", False) else b""
+                await relay.linger(self._loop, client, alert)
         except asyncio.CancelledError:
             if attempt.report:
                 attempt.reason += "; ended by the host closing the proxy"
@@ -368,13 +369,12 @@ class Proxy:
         await self._loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
         attempt.answered = True
         watch = tls.HandshakeWatch(attempt.host)
-        up_gate, down_gate = relay.tunnel_gates(watch)
         # A server that speaks first (SMTP, on a port other than 443) is heard while waiting.
         down = self._loop.create_task(
-            relay.pump(self._loop, sock, client, attempt.counts, 1, gate=down_gate)
+            relay.pump(self._loop, sock, client, attempt.counts, 1, gate=relay.watch_down(watch))
         )
         try:
-            first = await relay.first_bytes(self._loop, client, rest, attempt.port, watch)
+            first, up_gate = await relay.first_bytes(self._loop, client, rest, attempt.port, watch)
         except BaseException:
             down.cancel()
             await asyncio.gather(down, return_exceptions=True)

@@ -12,8 +12,11 @@ on ``http://[zz/``): a host is a DNS name a rule could name or an IP literal, a 
 A plain HTTP request carries exactly one body, framed by ``Content-Length`` or chunked
 ``Transfer-Encoding`` (never both: a smuggling shape) and checked by :class:`BodyReader` as it
 streams, so the upstream receives one request whose ``Host`` the proxy wrote; bytes after it
-are dropped. Every refusal is a :class:`Refusal` (a status and a reason an agent can act on);
-the parser raises nothing else, which ``core/tests/test_egress_http.py`` fuzzes.
+are dropped. Plain HTTP inside a CONNECT tunnel (:func:`request_line_kind` tells it from
+other protocols) goes through :class:`TunnelHttp`: the same checks, request by request, each
+``Host`` naming the tunnel's host. Every refusal is a :class:`Refusal` (a status and a
+reason an agent can act on); the parser raises nothing else, which
+``core/tests/test_egress_http.py`` and ``core/tests/test_egress_tunnel_http.py`` fuzz.
 """
 
 from __future__ import annotations
@@ -359,3 +362,97 @@ def body_reader(request: Request) -> BodyReader:
             raise BadRequest(f"Content-Length {_quote(', '.join(lengths))}: one number")
         return BodyReader(length=int(numbers.pop()))
     return BodyReader()
+
+
+HEAD_LIMIT = 16 * 1024  # bytes of one request head inside a tunnel (as the proxy's own limit)
+
+
+def request_line_kind(data: bytes) -> bool | None:
+    """Whether ``data`` begins like an HTTP request: True, False, or None while undecided.
+
+    Decided on the side of HTTP, since lenient servers take much: any first line (up to the
+    first LF) naming ``HTTP/`` in any case is HTTP, and the strict parser refuses it if it
+    is not well-formed. A first byte that cannot start a method, or a first line without
+    ``HTTP/``, is another protocol.
+    """
+    if not _TOKEN.match(data[:1]):
+        return False
+    newline = data.find(b"\n")
+    line = data if newline < 0 else data[:newline]
+    if b"http/" in line.lower():
+        return True
+    if newline >= 0:
+        return False
+    return True if len(data) > HEAD_LIMIT else None
+
+
+class TunnelHttp:
+    """The requests inside a plain-HTTP tunnel, one after another, each one for its host.
+
+    A tunnel that begins with an HTTP request line carries HTTP, so each request in it is
+    parsed as strictly as a forwarded one and its ``Host`` must name the tunnel's host (and
+    its port, or none). A request in absolute form, a CONNECT, or an ``Upgrade`` (to a
+    protocol the proxy cannot read) is refused. :meth:`feed` returns what may go upstream:
+    each checked head (as parsed, re-serialised) and its body, as it streams.
+    """
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
+        self._head = bytearray()
+        self._body: BodyReader | None = None
+
+    def feed(self, data: bytes) -> bytes:
+        """The part of ``data`` that may go upstream; a refused request raises Refusal."""
+        out = bytearray()
+        while data:
+            if self._body is not None:
+                part = self._body.feed(data)
+                out += part
+                data = data[len(part) :] if self._body.done else b""
+                if self._body.done:
+                    self._body = None
+                continue
+            old = len(self._head)
+            self._head += data
+            end = self._head.find(b"\r\n\r\n", max(0, old - 3))
+            check_partial(self._head, max(0, old - 1), None if end < 0 else end)
+            if end < 0:
+                if len(self._head) > HEAD_LIMIT:
+                    raise BadRequest(
+                        f"a request head in the tunnel is over {HEAD_LIMIT} bytes",
+                        "431 Request Header Fields Too Large",
+                    )
+                break
+            request = parse_head(bytes(self._head[:end]))
+            data = bytes(self._head[end + 4 :])
+            self._head = bytearray()
+            self._check(request)
+            out += request.serialize()
+            reader = body_reader(request)
+            self._body = None if reader.done else reader
+        return bytes(out)
+
+    def _check(self, request: Request) -> None:
+        if request.method == "CONNECT" or not (
+            request.target.startswith("/") or request.target == "*"
+        ):
+            raise BadRequest(
+                f"{request.method} {_quote(request.target)} inside a tunnel: send origin-form "
+                "requests (GET /path) for the tunnel's own host"
+            )
+        if request.values("upgrade"):
+            raise BadRequest(
+                "an Upgrade inside a plain tunnel would switch to a protocol stockade cannot "
+                "check; use TLS (https://, wss://)"
+            )
+        values = request.values("host")
+        if len(values) != 1:
+            raise BadRequest(f"{len(values)} Host headers in a tunnel request: send exactly one")
+        named = _split_authority(values[0], self.port, "Host header")
+        if named != (self.host, self.port):
+            raise Refusal(
+                "403 Forbidden",
+                f"the Host header names {_quote(values[0])} in a tunnel to "
+                f"{show(self.host, self.port)}; a tunnel carries requests only for its host",
+            )

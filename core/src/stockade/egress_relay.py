@@ -4,8 +4,9 @@
 serves on. :func:`relay` copies both ways with 256 KiB buffers on non-blocking sockets (a
 plain HTTP request's body through its :class:`~stockade.egress_http.BodyReader`).
 :func:`first_bytes` holds a tunnel's first client bytes until they pass: a TLS ClientHello
-must ask for the CONNECT host (:mod:`stockade.egress_tls`), and a tunnel to port 443 must
-begin with TLS; other ports carry other protocols unchecked.
+must ask for the CONNECT host (:mod:`stockade.egress_tls`), plain HTTP is checked request by
+request (:class:`~stockade.egress_http.TunnelHttp`), a tunnel to port 443 must begin with
+TLS, and other protocols on other ports pass unchecked.
 """
 
 from __future__ import annotations
@@ -67,10 +68,11 @@ def call(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, _T]) -> _T:
 
 
 class TunnelRefused(egress_http.Refusal):
-    """A refusal after ``200 Connection established``: close, with a TLS alert if ``alert``."""
+    """A refusal after ``200 Connection established``: close, with a TLS alert if ``alert``,
+    or with an HTTP answer of ``status`` (an HTTP tunnel) if nothing came down yet."""
 
-    def __init__(self, reason: str, *, alert: bool) -> None:
-        super().__init__("", reason)
+    def __init__(self, reason: str, *, alert: bool, status: str = "") -> None:
+        super().__init__(status, reason)
         self.alert = alert
 
 
@@ -96,43 +98,54 @@ async def first_bytes(
     rest: bytes,
     port: int,
     watch: egress_tls.HandshakeWatch,
-) -> bytes:
-    """The client's first bytes in the tunnel once they pass, or :class:`TunnelRefused`.
+) -> tuple[bytes, Gate | None]:
+    """The client's first bytes in the tunnel once they pass, and the gate for the rest;
+    or :class:`TunnelRefused`.
 
-    For TLS, what follows the ClientHello goes through ``watch``; for anything else (on a
-    port that allows it) the watch is ended and everything passes.
+    TLS: the ClientHello passed, and what follows goes through ``watch``. HTTP: each request
+    goes through a :class:`~stockade.egress_http.TunnelHttp`. Anything else (on a port that
+    allows it) ends the watch and passes unchecked.
     """
     buf = bytearray(rest)
     chunk = bytearray(RELAY_CHUNK // 16)
     try:
         async with asyncio.timeout(HELLO_TIMEOUT_S):
             for _ in range(HELLO_PIECES):
-                if buf and (size := _passes(bytes(buf), watch.host, port)):
-                    if size < 0:
-                        watch.done = True
-                        return bytes(buf)
-                    return bytes(buf[:size]) + _watched(watch, memoryview(buf)[size:])
+                kind, size = _kind(bytes(buf), watch.host, port) if buf else ("", 0)
+                gate: Gate
+                if kind == "tls":
+                    gate = functools.partial(_watched, watch)
+                    return bytes(buf[:size]) + gate(memoryview(buf)[size:]), gate
+                if kind == "http":
+                    watch.done = True
+                    gate = functools.partial(_http, egress_http.TunnelHttp(watch.host, port))
+                    return bytes(gate(memoryview(buf))), gate
+                if kind == "other":
+                    watch.done = True
+                    return bytes(buf), None
                 n = await loop.sock_recv_into(client, chunk)
                 if n == 0:
                     if buf:
                         raise TunnelRefused(
-                            "the client closed the tunnel in the middle of a ClientHello",
+                            "the client closed the tunnel in the middle of its first message",
                             alert=False,
                         )
-                    return b""
+                    return b"", None
                 buf += chunk[:n]
             raise TunnelRefused(
-                f"the client sent its ClientHello in over {HELLO_PIECES} pieces", alert=True
+                f"the client sent its first message in over {HELLO_PIECES} pieces", alert=True
             )
     except TimeoutError:
         raise TunnelRefused(
-            f"the client sent no whole TLS ClientHello in the tunnel within {HELLO_TIMEOUT_S:g} s",
+            "the client sent no whole first message (a TLS ClientHello, a line) in the tunnel "
+            f"within {HELLO_TIMEOUT_S:g} s",
             alert=False,
         ) from None
 
 
-def _passes(data: bytes, host: str, port: int) -> int:
-    """The size of a ClientHello that passes, -1 for other bytes that pass, 0 for more."""
+def _kind(data: bytes, host: str, port: int) -> tuple[str, int]:
+    """What the first bytes are once they pass: ("tls", size of the ClientHello), ("http",
+    0), ("other", 0), or ("", 0) while more are needed; else refuse."""
     target = show(host, port)
     if not egress_tls.looks_like_tls(data[0]):
         if port in TLS_ONLY_PORTS:
@@ -141,7 +154,8 @@ def _passes(data: bytes, host: str, port: int) -> int:
                 "to port 443 (send plain HTTP as http:// through the proxy)",
                 alert=False,
             )
-        return -1
+        http = egress_http.request_line_kind(data)
+        return ("", 0) if http is None else ("http" if http else "other", 0)
     try:
         hello = egress_tls.read_client_hello(data)
     except egress_tls.NotHello as err:
@@ -150,11 +164,11 @@ def _passes(data: bytes, host: str, port: int) -> int:
             alert=True,
         ) from None
     if hello is None:
-        return 0
+        return "", 0
     why = egress_tls.verdict(hello, host)
     if why is not None:
         raise TunnelRefused(why, alert=True)
-    return hello.size
+    return "tls", hello.size
 
 
 def _watched(watch: egress_tls.HandshakeWatch, data: memoryview) -> bytes | memoryview:
@@ -166,15 +180,22 @@ def _watched(watch: egress_tls.HandshakeWatch, data: memoryview) -> bytes | memo
         raise TunnelRefused(str(err), alert=True) from None
 
 
-def tunnel_gates(watch: egress_tls.HandshakeWatch) -> tuple[Gate, Gate]:
-    """The up and down gates of a tunnel whose handshake ``watch`` follows."""
+def _http(requests: egress_http.TunnelHttp, data: memoryview) -> bytes:
+    try:
+        return requests.feed(bytes(data))
+    except egress_http.Refusal as err:
+        raise TunnelRefused(err.reason, alert=False, status=err.status) from None
+
+
+def watch_down(watch: egress_tls.HandshakeWatch) -> Gate:
+    """The down gate of a tunnel: the server's bytes pass, seen by the handshake ``watch``."""
 
     def down(data: memoryview) -> memoryview:
         if not watch.done:
             watch.down(bytes(data))
         return data
 
-    return functools.partial(_watched, watch), down
+    return down
 
 
 async def pump(
