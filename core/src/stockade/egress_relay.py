@@ -1,8 +1,9 @@
 """How the egress proxy moves bytes: its one thread, the relay, and the tunnel's first bytes.
 
 :func:`shared_loop` is the daemon thread every :class:`~stockade.egress.Proxy` of the process
-serves on. :func:`relay` copies both ways with 256 KiB buffers on non-blocking sockets (a
-plain HTTP request's body through its :class:`~stockade.egress_http.BodyReader`).
+serves on. :func:`relay` copies both ways with 256 KiB buffers on non-blocking sockets; a
+:data:`Gate` on either way decides what of each read may go on (a request's body, a
+tunnel's checked handshake or requests) and refuses by raising.
 :func:`first_bytes` holds a tunnel's first client bytes until they pass: a TLS ClientHello
 must ask for the CONNECT host (:mod:`stockade.egress_tls`), plain HTTP is checked request by
 request (:class:`~stockade.egress_http.TunnelHttp`), a tunnel to port 443 must begin with
@@ -22,7 +23,17 @@ from typing import Any, TypeVar
 from . import egress_http, egress_tls
 from .egress_rules import show
 
-__all__ = ["TunnelRefused", "call", "first_bytes", "linger", "pump", "relay", "shared_loop"]
+__all__ = [
+    "Gate",
+    "TunnelRefused",
+    "call",
+    "first_bytes",
+    "linger",
+    "pump",
+    "relay",
+    "shared_loop",
+    "watch_down",
+]
 
 HELLO_TIMEOUT_S = 10.0  # a client must send its first bytes inside a tunnel within this
 TLS_ONLY_PORTS = frozenset({443})  # a tunnel to these ports must begin with a TLS ClientHello
