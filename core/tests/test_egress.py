@@ -444,12 +444,12 @@ def test_connect_relays_pipelined_bytes_and_counts_them(make_proxy, echo_port):
     proxy, recorder = make_proxy([f"allowed.test:{echo_port}"])
     proxy_port = proxy.serve_tcp()
     with socket.create_connection(("127.0.0.1", proxy_port), timeout=5) as sock:
-        sock.sendall(f"CONNECT allowed.test:{echo_port} HTTP/1.1\r\n\r\nhello".encode())
+        sock.sendall(f"CONNECT allowed.test:{echo_port} HTTP/1.1\r\n\r\nhello\n".encode())
         assert _head(sock) == b"HTTP/1.1 200 Connection established\r\n\r\n"
         got = b""
-        while len(got) < 5:
-            got += sock.recv(5)
-        assert got == b"hello"
+        while len(got) < 6:
+            got += sock.recv(6)
+        assert got == b"hello\n"
         payload = os.urandom(3 << 20)
         sender = threading.Thread(target=sock.sendall, args=(payload,))
         sender.start()
@@ -461,7 +461,7 @@ def test_connect_relays_pipelined_bytes_and_counts_them(make_proxy, echo_port):
         sock.shutdown(socket.SHUT_WR)
         assert sock.recv(10) == b""
     seen = recorder.wait()
-    assert seen.bytes_up == seen.bytes_down == 5 + len(payload)
+    assert seen.bytes_up == seen.bytes_down == 6 + len(payload)
 
 
 # --- addresses ---------------------------------------------------------------------------------
@@ -528,18 +528,18 @@ def test_a_wildcard_never_allows_a_private_address(make_proxy, monkeypatch, addr
 def test_localhost_named_is_reachable(make_proxy, echo_port):
     proxy, recorder = make_proxy([f"localhost:{echo_port}"], resolve={})
     with socket.create_connection(("127.0.0.1", proxy.serve_tcp()), timeout=5) as sock:
-        sock.sendall(f"CONNECT localhost:{echo_port} HTTP/1.1\r\n\r\nping".encode())
+        sock.sendall(f"CONNECT localhost:{echo_port} HTTP/1.1\r\n\r\nping\n".encode())
         assert _head(sock).startswith(b"HTTP/1.1 200")
-        assert sock.recv(4) == b"ping"
+        assert sock.recv(5) == b"ping\n"
     assert recorder.wait().allowed
 
 
 def test_a_literal_ip_named_is_reachable(make_proxy, echo_port):
     proxy, _ = make_proxy([f"127.0.0.1:{echo_port}"], resolve={})
     with socket.create_connection(("127.0.0.1", proxy.serve_tcp()), timeout=5) as sock:
-        sock.sendall(f"CONNECT 127.0.0.1:{echo_port} HTTP/1.1\r\n\r\nping".encode())
+        sock.sendall(f"CONNECT 127.0.0.1:{echo_port} HTTP/1.1\r\n\r\nping\n".encode())
         assert _head(sock).startswith(b"HTTP/1.1 200")
-        assert sock.recv(4) == b"ping"
+        assert sock.recv(5) == b"ping\n"
     # ...but not another port on the same address
     reply = _raw(proxy.serve_tcp(), b"CONNECT 127.0.0.1:22 HTTP/1.1\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 403")
@@ -667,15 +667,15 @@ def test_close_ends_open_tunnels(make_proxy, echo_port):
     sock = socket.create_connection(("127.0.0.1", proxy_port), timeout=5)
     sock.sendall(f"CONNECT allowed.test:{echo_port} HTTP/1.1\r\n\r\n".encode())
     assert _head(sock).startswith(b"HTTP/1.1 200")
-    sock.sendall(b"abc")
-    assert sock.recv(3) == b"abc"
+    sock.sendall(b"abc\n")
+    assert sock.recv(4) == b"abc\n"
     proxy.close()
     with contextlib.suppress(ConnectionResetError):
         assert sock.recv(10) == b""
     sock.close()
     seen = recorder.wait()
     assert seen.allowed
-    assert (seen.bytes_up, seen.bytes_down) == (3, 3)
+    assert (seen.bytes_up, seen.bytes_down) == (4, 4)
     assert "closing the proxy" in seen.reason
     proxy.close()  # idempotent
     with pytest.raises(ConnectionRefusedError):

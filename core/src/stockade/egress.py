@@ -5,10 +5,16 @@ the sandbox reaches it through a Unix socket (bubblewrap: an in-sandbox forwarde
 as ``127.0.0.1:PORT``) or a TCP port on the host's loopback (Landlock). The proxy speaks
 HTTP/1.1 ``CONNECT host:port`` (a byte tunnel, for TLS) and plain HTTP forwarding
 (``GET http://host/path``). It allows only the ``host:port`` pairs of the profile's ``hosts``
-(:func:`parse_hosts`, :func:`decide`), resolves names itself (the sandbox has no DNS), keeps
+(:mod:`stockade.egress_rules`), resolves names itself (the sandbox has no DNS), keeps
 loopback, link-local and private addresses unreachable unless a rule names them, and answers
-everything it refuses with ``403`` and a plain-text body naming the reason and ``stockade``,
-so an agent reading the error learns who refused and why.
+everything it refuses with a status and a plain-text body naming the reason and
+``stockade``, so an agent reading the error learns who refused and why.
+
+A name must be the same name all the way: a request head is parsed strictly
+(:mod:`stockade.egress_http`; anything malformed gets 400), a forwarded request's ``Host``
+must name its target, and inside a tunnel the TLS ClientHello must ask for the CONNECT host
+(:mod:`stockade.egress_tls`); a tunnel to port 443 must carry TLS. Every attempt that sent
+anything is reported once, refused or not, with the reason.
 
 Why it is hand-written: the job is small (one request head, a policy check, a relay) and
 must be exactly this policy — no third-party proxy library enforces "these host:port pairs,
@@ -29,49 +35,36 @@ import asyncio
 import contextlib
 import ipaddress
 import os
-import re
 import socket
 import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from collections.abc import Callable, Mapping, Sequence
 
 from attrs import frozen
 
+from . import egress_http as http
+from . import egress_relay as relay
+from . import egress_tls as tls
+from .egress_rules import (
+    IP,
+    Rule,
+    decide,
+    forbidden,
+    literal_ip,
+    match,
+    normalize,
+    parse_hosts,
+    show,
+)
 from .errors import ConfigError
 
 __all__ = ["Connection", "Proxy", "Rule", "decide", "parse_hosts"]
 
-DEFAULT_PORT = 443
-HTTP_PORT = 80
 HEAD_LIMIT = 16 * 1024  # bytes of request head the proxy reads before refusing (431)
 HEAD_TIMEOUT_S = 10.0  # a client must send its whole request head within this
 CONNECT_TIMEOUT_S = 10.0  # resolving and connecting upstream, each
-HALF_CLOSE_IDLE_S = 30.0  # once one direction of a tunnel ended, the other may idle this long
-RELAY_CHUNK = 256 * 1024
-DRAIN_S = 1.0  # after a refusal, how long the proxy reads what the client still sends
-SHOWN_RULES = 8  # how many rules a refusal lists
-
-_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)\Z")
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
-_IP = ipaddress.IPv4Address | ipaddress.IPv6Address
-_T = TypeVar("_T")
-
-
-@frozen
-class Rule:
-    """One allowed destination: a name (or a wildcard's suffix, or a literal IP) and a port."""
-
-    host: str  # lower-case name, literal IP (IPv6 without brackets), or a wildcard's suffix
-    port: int
-    wildcard: bool  # "*.example.com": subdomains only, never example.com itself
-
-    def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{'*.' if self.wildcard else ''}{host}:{self.port}"
 
 
 @frozen
@@ -80,8 +73,9 @@ class Connection:
 
     ``bytes_up`` counts what the proxy wrote upstream on the client's behalf (the tunnel's
     payload; for plain HTTP the rewritten request head and its body), ``bytes_down`` what it
-    relayed from upstream to the client (for plain HTTP the whole response). A refused or
-    malformed attempt has both 0; a malformed one has an empty ``host`` and port 0.
+    relayed from upstream to the client (for plain HTTP the whole response). A request
+    refused before a tunnel opened has both 0; a tunnel refused for its first bytes has
+    ``bytes_up`` 0. A request whose target could not be read has an empty ``host`` and port 0.
     """
 
     host: str
@@ -91,201 +85,6 @@ class Connection:
     method: str  # "CONNECT", or the plain-HTTP method ("GET", "POST", ...)
     bytes_up: int
     bytes_down: int
-
-
-# --- the policy ------------------------------------------------------------------------------
-
-
-def _literal_ip(host: str) -> _IP | None:
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
-
-
-def _valid_name(name: str) -> bool:
-    if not name or len(name) > 253 or not name.isascii():
-        return False
-    labels = name.split(".")
-    return all(_LABEL.match(label) for label in labels) and not labels[-1].isdigit()
-
-
-def _parse_entry(entry: str) -> Rule:
-    def refuse(why: str) -> ConfigError:
-        return ConfigError(
-            f"hosts entry {entry!r}: {why}",
-            hint='write "name", "name:port", "*.domain.tld", "1.2.3.4:port" or "[::1]:port"',
-            details={"entry": entry},
-        )
-
-    text = entry.strip().lower()
-    if not text:
-        raise refuse("it is empty")
-    if "://" in text or any(c in text for c in "/?#@ \t"):
-        raise refuse("a host entry is a name and an optional port, not a URL or a path")
-    if text.startswith("["):
-        return _parse_bracketed(text, refuse)
-    port = DEFAULT_PORT
-    if text.count(":") > 1:
-        raise refuse("an IPv6 address needs brackets, as in [::1]:443")
-    if ":" in text:
-        text, port_text = text.split(":")
-        port = _parse_port(port_text, refuse)
-    text = text.removesuffix(".")
-    ip = _literal_ip(text)
-    if ip is not None:
-        return Rule(str(ip), port, False)
-    wildcard = text.startswith("*.")
-    name = text[2:] if wildcard else text
-    if text == "*" or "*" in name:
-        raise refuse(
-            "'*' allows everything; a wildcard is only '*.' before a domain"
-            if text == "*"
-            else "a wildcard may only be '*.' at the very start"
-        )
-    if not _valid_name(name):
-        raise refuse("not a valid host name or IP address")
-    if "." not in name and not (name == "localhost" and not wildcard):
-        raise refuse(f"{name!r} is a bare top-level domain; name a domain under it")
-    return Rule(name, port, wildcard)
-
-
-def _parse_bracketed(text: str, refuse: Callable[[str], ConfigError]) -> Rule:
-    close = text.find("]")
-    if close < 0:
-        raise refuse("an unclosed '['")
-    host, rest = text[1:close], text[close + 1 :]
-    port = DEFAULT_PORT
-    if rest:
-        if not rest.startswith(":"):
-            raise refuse("only ':port' may follow ']'")
-        port = _parse_port(rest[1:], refuse)
-    ip = _literal_ip(host)
-    if not isinstance(ip, ipaddress.IPv6Address):
-        raise refuse("brackets hold an IPv6 address")
-    return Rule(str(ip), port, False)
-
-
-def _parse_port(text: str, refuse: Callable[[str], ConfigError]) -> int:
-    if not text.isdigit() or not text.isascii() or not 0 < int(text) < 65536:
-        raise refuse(f"port {text!r} is not a number from 1 to 65535")
-    return int(text)
-
-
-def parse_hosts(hosts: Sequence[str]) -> tuple[Rule, ...]:
-    """Parse a profile's ``hosts`` into rules; refuse anything too broad or malformed.
-
-    ``"github.com"`` means port 443; ``"pypi.org:8443"``, ``"127.0.0.1:8080"`` and
-    ``"[::1]:80"`` name a port; ``"*.example.com"`` matches subdomains only. ``"*"``, bare
-    top-level domains (``"com"``, ``"*.io"``), empty entries, bad ports, wildcards anywhere
-    but the start, and URLs or paths raise :class:`~stockade.errors.ConfigError`.
-    Duplicates are dropped, order is kept.
-    """
-    if isinstance(hosts, str):
-        raise ConfigError(
-            f"hosts must be a list of entries, not the string {hosts!r}",
-            hint=f'write hosts = ["{hosts}"]',
-        )
-    return tuple(dict.fromkeys(_parse_entry(entry) for entry in hosts))
-
-
-def _normalize(host: str) -> str:
-    host = host.strip().lower()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    host = host.removesuffix(".")
-    ip = _literal_ip(host)
-    return str(ip) if ip is not None else host
-
-
-def _match(rules: Sequence[Rule], host: str, port: int) -> Rule | None:
-    for rule in rules:
-        if rule.port != port:
-            continue
-        if rule.wildcard:
-            if host.endswith("." + rule.host) and len(host) > len(rule.host) + 1:
-                return rule
-        elif host == rule.host:
-            return rule
-    return None
-
-
-def _show(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-def decide(rules: Sequence[Rule], host: str, port: int) -> tuple[bool, str]:
-    """Whether ``host:port`` is allowed by ``rules``, and why, in words an agent can act on.
-
-    Names compare case-insensitively and without a trailing dot; a wildcard rule matches
-    subdomains of its suffix only; the port must match exactly.
-    """
-    name = _normalize(host)
-    rule = _match(rules, name, port)
-    target = _show(name, port)
-    if rule is None:
-        if not rules:
-            return False, f"{target} is not reachable: the profile names no hosts"
-        shown = ", ".join(str(r) for r in rules[:SHOWN_RULES])
-        if len(rules) > SHOWN_RULES:
-            shown += f", and {len(rules) - SHOWN_RULES} more"
-        return False, f"{target} is not in the profile's hosts ({shown})"
-    if rule.wildcard:
-        return True, f"{target} matches {rule} in the profile's hosts"
-    return True, f"{target} is in the profile's hosts"
-
-
-def _forbidden(ip: _IP) -> str | None:
-    """Why an address must not be reached unless a rule names it, or None."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    for kind in ("loopback", "link_local", "unspecified", "multicast", "private", "reserved"):
-        if getattr(ip, f"is_{kind}"):
-            return kind.replace("_", "-")
-    return None if ip.is_global else "not globally routable"
-
-
-# --- the serving thread ----------------------------------------------------------------------
-
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_thread: threading.Thread | None = None
-_loop_lock = threading.Lock()
-
-
-def _shared_loop() -> asyncio.AbstractEventLoop:
-    """The process's proxy event loop, started on a daemon thread on first use."""
-    global _loop, _loop_thread
-    with _loop_lock:
-        if _loop is None or _loop_thread is None or not _loop_thread.is_alive():
-            loop = asyncio.new_event_loop()
-            ready = threading.Event()
-
-            def run() -> None:
-                asyncio.set_event_loop(loop)
-                loop.call_soon(ready.set)
-                loop.run_forever()
-
-            thread = threading.Thread(target=run, name="stockade-egress", daemon=True)
-            thread.start()
-            ready.wait()
-            _loop, _loop_thread = loop, thread
-        return _loop
-
-
-def _call(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, _T]) -> _T:
-    if threading.current_thread() is _loop_thread:
-        coro.close()
-        raise RuntimeError("the egress proxy's methods cannot be called from its own thread")
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-
-class _Refused(Exception):
-    """Answer the client with ``status`` and ``text`` and end the attempt."""
-
-    def __init__(self, status: str, text: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.text = text
 
 
 class _Attempt:
@@ -299,6 +98,7 @@ class _Attempt:
         self.method = ""
         self.counts = [0, 0]  # up, down
         self.report = False
+        self.answered = False  # the client got a status line: a refusal can no longer send one
 
 
 class Proxy:
@@ -317,14 +117,14 @@ class Proxy:
         on_connection: Callable[[Connection], None] | None = None,
     ) -> None:
         self._rules = tuple(rules)
-        self._resolve: dict[str, _IP] = {}
+        self._resolve: dict[str, IP] = {}
         for name, address in resolve.items():
-            ip = _literal_ip(address.strip().strip("[]"))
+            ip = literal_ip(address.strip().strip("[]"))
             if ip is None:
                 raise ConfigError(f"resolve map: {address!r} (for {name!r}) is not an IP address")
-            self._resolve[_normalize(name)] = ip
+            self._resolve[normalize(name)] = ip
         self._on_connection = on_connection
-        self._loop = _shared_loop()
+        self._loop = relay.shared_loop()
         self._listeners: list[tuple[socket.socket, asyncio.Task[None], str | None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -384,7 +184,7 @@ class Proxy:
         """
         with self._lock:
             self._closed = True
-        _call(self._loop, self._close())
+        relay.call(self._loop, self._close())
 
     # --- on the loop ---------------------------------------------------------------------------
 
@@ -402,7 +202,7 @@ class Proxy:
                     with contextlib.suppress(OSError):
                         os.unlink(path)
                 raise RuntimeError("this egress proxy is closed")
-            _call(self._loop, start())
+            relay.call(self._loop, start())
 
     async def _close(self) -> None:
         listeners, self._listeners = self._listeners, []
@@ -440,19 +240,27 @@ class Proxy:
         upstream: list[socket.socket] = []
         try:
             await self._serve(client, attempt, upstream)
-        except _Refused as refused:
-            attempt.report = True
-            attempt.reason = attempt.reason or refused.text
-            await self._answer(client, refused.status, refused.text)
+        except http.Refusal as refused:
+            attempt.report, attempt.allowed, attempt.reason = True, False, refused.reason
+            tunnel = isinstance(refused, relay.TunnelRefused)
+            if (refused.status and not attempt.counts[1]) and (tunnel or not attempt.answered):
+                await self._answer(client, refused.status, refused.reason)
+            elif tunnel:
+                alert = tls.ALERT_ACCESS_DENIED if getattr(refused, "alert", False) else b""
+                await relay.linger(self._loop, client, alert)
         except asyncio.CancelledError:
             if attempt.report:
                 attempt.reason += "; ended by the host closing the proxy"
             raise
         except OSError as err:  # the client or the upstream went away mid-way
             attempt.reason += f"; ended by {err}"
-        except Exception:  # noqa: BLE001 - one broken attempt must not take the proxy down
+        except Exception as err:  # noqa: BLE001 - one broken attempt must not take the proxy down
             print("stockade egress: a connection failed:", file=sys.stderr)
             traceback.print_exc()
+            attempt.report, attempt.allowed = True, False
+            attempt.reason = f"the proxy failed on this request ({type(err).__name__}: {err})"
+            if not (attempt.answered or attempt.counts[1]):
+                await self._answer(client, "500 Internal Server Error", attempt.reason)
         finally:
             for sock in (client, *upstream):
                 sock.close()
@@ -478,16 +286,7 @@ class Proxy:
             f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         ).encode()
-        with contextlib.suppress(OSError, TimeoutError):
-            async with asyncio.timeout(CONNECT_TIMEOUT_S):
-                await self._loop.sock_sendall(client, head + body)
-            # A lingering close: closing with unread input would reset the connection and the
-            # client could lose the answer, so read and drop what it still sends, briefly.
-            client.shutdown(socket.SHUT_WR)
-            drain = bytearray(HEAD_LIMIT)
-            async with asyncio.timeout(DRAIN_S):
-                while await self._loop.sock_recv_into(client, drain):
-                    pass
+        await relay.linger(self._loop, client, head + body)
 
     async def _read_head(self, client: socket.socket, attempt: _Attempt) -> tuple[bytes, bytes]:
         """The request head (without its blank line) and whatever the client sent after it."""
@@ -504,16 +303,17 @@ class Proxy:
                             attempt.reason = "the client closed before a whole request head"
                         raise _Closed
                     end = buf.find(b"\r\n\r\n", max(0, filled - 3), filled + n)
+                    http.check_partial(buf, max(0, filled - 1), filled + n if end < 0 else end)
                     filled += n
                     if end >= 0:
                         return bytes(buf[:end]), bytes(buf[end + 4 : filled])
                     if filled == HEAD_LIMIT:
-                        raise _Refused(
-                            "431 Request Header Fields Too Large",
+                        raise http.BadRequest(
                             f"the request head is over {HEAD_LIMIT} bytes",
+                            "431 Request Header Fields Too Large",
                         )
         except TimeoutError:
-            raise _Refused(
+            raise http.Refusal(
                 "408 Request Timeout", f"no whole request head within {HEAD_TIMEOUT_S:g} s"
             ) from None
 
@@ -524,42 +324,71 @@ class Proxy:
             head, rest = await self._read_head(client, attempt)
         except (_Closed, OSError):
             return
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not _TOKEN.match(parts[0]):
-            raise _Refused("400 Bad Request", f"malformed request line {lines[0][:200]!r}")
-        method, target, version = parts
-        attempt.method = method
-        if version not in ("HTTP/1.1", "HTTP/1.0"):
-            raise _Refused("400 Bad Request", f"unsupported protocol {version[:20]!r}")
-        headers = _parse_headers(lines[1:])
-        tunnel = method.upper() == "CONNECT"
+        attempt.report = True
+        request = http.parse_head(head)
+        attempt.method = request.method
+        tunnel = request.method == "CONNECT"
         if tunnel:
-            host, port = _connect_target(target)
+            host, port = http.connect_target(request.target)
         else:
-            host, port, path = _forward_target(target)
-        attempt.host, attempt.port, attempt.report = host, port, True
+            host, port, path = http.forward_target(request.target)
+        attempt.host, attempt.port = host, port
         allowed, reason = decide(self._rules, host, port)
         attempt.reason = reason
         if not allowed:
-            raise _Refused("403 Forbidden", reason)
+            raise http.Refusal("403 Forbidden", reason)
+        if tunnel:
+            await self._tunnel(client, rest, attempt, upstream)
+            return
+        http.check_host_header(request, host, port)
+        body = http.body_reader(request)
+        first = http.forward_head(request, path, host, port) + body.feed(rest)
         sock = await self._connect(host, port, attempt)
         upstream.append(sock)
         attempt.allowed = True
-        if tunnel:
-            await self._loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
-            first = rest
-        else:
-            first = _forward_head(method, path, host, port, headers) + rest
+        await self._loop.sock_sendall(sock, first)
+        attempt.counts[0] += len(first)
+        try:
+            gate = lambda data: body.feed(bytes(data))  # noqa: E731 - a one-line gate
+            await relay.relay(
+                self._loop, client, sock, attempt.counts, gate=gate, response_ends=True
+            )
+        finally:
+            if body.excess:
+                attempt.reason += (
+                    f"; {body.excess} bytes after the request were dropped (one request per "
+                    "connection)"
+                )
+
+    async def _tunnel(
+        self, client: socket.socket, rest: bytes, attempt: _Attempt, upstream: list[socket.socket]
+    ) -> None:
+        """Open the tunnel, check the client's first bytes (the ClientHello), then relay."""
+        sock = await self._connect(attempt.host, attempt.port, attempt)
+        upstream.append(sock)
+        await self._loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
+        attempt.answered = True
+        watch = tls.HandshakeWatch(attempt.host)
+        # A server that speaks first (SMTP, on a port other than 443) is heard while waiting.
+        down = self._loop.create_task(
+            relay.pump(self._loop, sock, client, attempt.counts, 1, gate=relay.watch_down(watch))
+        )
+        try:
+            first, up_gate = await relay.first_bytes(self._loop, client, rest, attempt.port, watch)
+        except BaseException:
+            down.cancel()
+            await asyncio.gather(down, return_exceptions=True)
+            raise
+        attempt.allowed = True
         if first:
             await self._loop.sock_sendall(sock, first)
             attempt.counts[0] += len(first)
-        await self._relay(client, sock, attempt.counts, response_ends=not tunnel)
+        await relay.relay(self._loop, client, sock, attempt.counts, gate=up_gate, down=down)
 
     async def _connect(self, host: str, port: int, attempt: _Attempt) -> socket.socket:
         """Resolve ``host`` (map, literal, DNS), screen the addresses, connect to the first."""
-        rule = _match(self._rules, host, port)
-        literal = _literal_ip(host)
+        rule = match(self._rules, host, port)
+        literal = literal_ip(host)
         named = host in self._resolve or literal is not None
         exempt = named or (rule is not None and not rule.wildcard and rule.host == "localhost")
         if host in self._resolve:
@@ -574,18 +403,18 @@ class Proxy:
                     )
             except (OSError, TimeoutError) as err:
                 attempt.reason += f"; but it cannot be resolved: {err or 'timed out'}"
-                raise _Refused("502 Bad Gateway", attempt.reason) from None
+                raise http.Refusal("502 Bad Gateway", attempt.reason) from None
             addresses = list(dict.fromkeys(ipaddress.ip_address(i[4][0]) for i in infos))
         if not exempt:
-            screened = [(ip, _forbidden(ip)) for ip in addresses]
+            screened = [(ip, forbidden(ip)) for ip in addresses]
             addresses = [ip for ip, why in screened if why is None]
             if not addresses:
                 ip, why = screened[0]
                 attempt.reason = (
-                    f"{_show(host, port)} resolves to {ip} ({why}); stockade keeps local and "
+                    f"{show(host, port)} resolves to {ip} ({why}); stockade keeps local and "
                     "private addresses unreachable unless the profile's hosts name them"
                 )
-                raise _Refused("403 Forbidden", attempt.reason)
+                raise http.Refusal("403 Forbidden", attempt.reason)
         errors = []
         for ip in addresses:
             family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
@@ -604,55 +433,7 @@ class Proxy:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             return sock
         attempt.reason += f"; but connecting failed: {'; '.join(errors)}"
-        raise _Refused("502 Bad Gateway", attempt.reason)
-
-    async def _pump(
-        self, src: socket.socket, dst: socket.socket, counts: list[int], i: int
-    ) -> bool:
-        """Copy ``src`` to ``dst`` until end of file (True) or an error (False)."""
-        loop = self._loop
-        buf = bytearray(RELAY_CHUNK)
-        view = memoryview(buf)
-        try:
-            while True:
-                n = await loop.sock_recv_into(src, buf)
-                if n == 0:
-                    break
-                await loop.sock_sendall(dst, view[:n])
-                counts[i] += n
-        except OSError:
-            return False
-        with contextlib.suppress(OSError):
-            dst.shutdown(socket.SHUT_WR)
-        return True
-
-    async def _relay(
-        self,
-        client: socket.socket,
-        upstream: socket.socket,
-        counts: list[int],
-        *,
-        response_ends: bool,
-    ) -> None:
-        """Relay both ways. An error ends both; a clean end of one direction is passed on and
-        the other may go on while it makes progress. ``response_ends``: the upstream's end is
-        the end (plain HTTP, ``Connection: close``)."""
-        up = self._loop.create_task(self._pump(client, upstream, counts, 0))
-        down = self._loop.create_task(self._pump(upstream, client, counts, 1))
-        try:
-            done, pending = await asyncio.wait({up, down}, return_when=asyncio.FIRST_COMPLETED)
-            if not all(task.result() for task in done) or (response_ends and down in done):
-                return
-            progress = sum(counts)
-            while pending:
-                done, pending = await asyncio.wait(pending, timeout=HALF_CLOSE_IDLE_S)
-                if sum(counts) == progress:
-                    return
-                progress = sum(counts)
-        finally:
-            for task in (up, down):
-                task.cancel()
-            await asyncio.gather(up, down, return_exceptions=True)
+        raise http.Refusal("502 Bad Gateway", attempt.reason)
 
 
 def _describe(err: BaseException) -> str:
@@ -663,85 +444,6 @@ def _describe(err: BaseException) -> str:
 
 class _Closed(Exception):
     """The client went away before sending a request head."""
-
-
-def _parse_headers(lines: Sequence[str]) -> list[tuple[str, str]]:
-    headers = []
-    for line in lines:
-        name, colon, value = line.partition(":")
-        if not colon or not _TOKEN.match(name):
-            raise _Refused("400 Bad Request", f"malformed header line {line[:200]!r}")
-        headers.append((name, value.strip()))
-    return headers
-
-
-def _split_port(authority: str, default: int | None) -> tuple[str, int]:
-    if authority.startswith("["):
-        close = authority.find("]")
-        host, rest = authority[1:close], authority[close + 1 :]
-        if close < 0 or (rest and not rest.startswith(":")):
-            raise _Refused("400 Bad Request", f"malformed authority {authority[:200]!r}")
-        port_text = rest[1:] if rest else ""
-    else:
-        host, _, port_text = authority.rpartition(":") if ":" in authority else (authority, "", "")
-    if not port_text:
-        if default is None:
-            raise _Refused("400 Bad Request", f"CONNECT needs host:port, got {authority[:200]!r}")
-        return _normalize(host), default
-    if not (port_text.isascii() and port_text.isdigit() and 0 < int(port_text) < 65536):
-        raise _Refused("400 Bad Request", f"bad port in {authority[:200]!r}")
-    if not host:
-        raise _Refused("400 Bad Request", f"no host in {authority[:200]!r}")
-    return _normalize(host), int(port_text)
-
-
-def _connect_target(target: str) -> tuple[str, int]:
-    return _split_port(target, None)
-
-
-def _forward_target(target: str) -> tuple[str, int, str]:
-    if not target.lower().startswith("http://"):
-        why = (
-            "send https:// requests with CONNECT"
-            if target.lower().startswith("https://")
-            else "this is a proxy: send CONNECT host:port or an absolute http:// URL"
-        )
-        raise _Refused("400 Bad Request", f"{why} (got {target[:200]!r})")
-    parts = urlsplit(target)
-    authority = parts.netloc.rpartition("@")[2]
-    if not authority:
-        raise _Refused("400 Bad Request", f"no host in {target[:200]!r}")
-    host, port = _split_port(authority, HTTP_PORT)
-    path = parts.path or "/"
-    if parts.query:
-        path += "?" + parts.query
-    return host, port, path
-
-
-_HOP_BY_HOP = frozenset(("connection", "keep-alive", "te", "trailer", "upgrade", "host"))
-
-
-def _forward_head(
-    method: str, path: str, host: str, port: int, headers: Sequence[tuple[str, str]]
-) -> bytes:
-    """The request as the origin sees it: origin-form path, its own Host, no Proxy-* headers."""
-    named = {
-        token.strip().lower()
-        for name, value in headers
-        if name.lower() == "connection"
-        for token in value.split(",")
-    }
-    authority = f"[{host}]" if ":" in host else host
-    if port != HTTP_PORT:
-        authority += f":{port}"
-    lines = [f"{method} {path} HTTP/1.1", f"Host: {authority}"]
-    for name, value in headers:
-        lower = name.lower()
-        if lower.startswith("proxy-") or lower in _HOP_BY_HOP or lower in named:
-            continue
-        lines.append(f"{name}: {value}")
-    lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
 class CommandProxy:
