@@ -139,6 +139,11 @@ def counters() -> Iterator[dict[str, Counter]]:
 
 @pytest.fixture
 def upstream() -> Iterator[int]:
+    yield from serve_upstream()
+
+
+def serve_upstream() -> Iterator[int]:
+    """An HTTP server on 127.0.0.1 (its port), for the allowed fetch through the proxy."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
