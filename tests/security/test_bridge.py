@@ -56,6 +56,10 @@ try:
     numbers = [int(n) for n in os.listdir(f"/proc/{parent}/fd")]
 except OSError:
     numbers = list(range(64))
+try:  # a link of /proc/PID/fd takes the ptrace check (listing them takes only the owner's)
+    out["parent_fd_link"] = os.readlink(f"/proc/{parent}/fd/0")
+except OSError as error:
+    out["parent_fd_link"] = errno.errorcode[error.errno]
 stolen = {}
 for number in numbers:
     fd = call(PIDFD_GETFD, pidfd, number, 0) if pidfd >= 0 else pidfd
@@ -96,6 +100,9 @@ def test_pidfd_getfd_cannot_take_the_forwarders_socket(make_host, box, upstream)
     assert out["pidfd_open_parent"] == "got", out  # a handle alone is allowed: see the docs
     assert out["parent"], "no descriptor of the parent was tried"
     assert set(out["parent"].values()) == {"EPERM"}, out["parent"]
+    # Behind the filter, a second wall: the forwarder is not dumpable, so the ptrace check
+    # refuses its descriptors (under Landlock, the parent is outside the command's domain).
+    assert out["parent_fd_link"] == "EACCES", out
 
     # The control: unconfined, the same call takes the child's descriptor.
     free = make_host(allow_all=True)
