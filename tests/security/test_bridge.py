@@ -1,10 +1,11 @@
-"""The forwarder's control socket and the host's bridge behind it, attacked.
+"""The forwarder's control socket, the host's bridge behind it, and other processes, attacked.
 
 The attack as found: a command took the forwarder's control socket with ``pidfd_getfd``,
 sent a pipe over it, and the host's bridge thread died, leaving the pipe open in the host
 and every later request unanswered. Now ``pidfd_getfd`` is refused (the control: it works
 unconfined), and the bridge, fed every hostile message we could think of directly, closes
-what it did not expect, leaks nothing and serves the next connection.
+what it did not expect, leaks nothing and serves the next connection. And a command may
+not lower another process's limits (``RLIMIT_CPU`` 0 would kill the Stockade host).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import gc
 import json
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -112,6 +114,60 @@ def test_pidfd_getfd_cannot_take_the_forwarders_socket(make_host, box, upstream)
     result = free.run(request)
     assert result.exit_code == 0, result.stderr.text
     assert json.loads(result.stdout.text)["own_child"] == "got"
+
+
+LIMITS = """
+import errno, json, os, resource, sys
+out = {}
+child = os.fork()
+if child == 0:
+    os.read(os.pipe()[0], 1)  # holds until killed
+def attempt(name, pid, limits):
+    try:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+        out[name] = "lowered"
+    except OSError as error:
+        out[name] = errno.errorcode[error.errno]
+attempt("host_process", int(sys.argv[1]), (7, 7))
+attempt("own_child", child, (7, 7))
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))  # the control: our own
+out["self"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft - 1
+out["read_child"] = resource.prlimit(child, resource.RLIMIT_NOFILE)[0] > 0
+os.kill(child, 9)
+os.waitpid(child, 0)
+print(json.dumps(out))
+"""
+
+
+def nofile(pid: int) -> str:
+    lines = Path(f"/proc/{pid}/limits").read_text().splitlines()
+    return next(line for line in lines if line.startswith("Max open files"))
+
+
+def test_a_command_cannot_lower_another_process_limits(host, box, make_host):
+    victim = subprocess.Popen(["sleep", "300"])
+    try:
+        before = nofile(victim.pid)
+        result = host.run(box.py(LIMITS, str(victim.pid)))
+        assert result.exit_code == 0, result.stderr.text
+        out = json.loads(result.stdout.text)
+        # Under bubblewrap the host's process cannot even be named (ESRCH).
+        assert out["host_process"] in {"EPERM", "ESRCH"}, out
+        assert out["own_child"] == "EPERM", out  # the filter, not the namespace
+        assert out["self"] and out["read_child"], out
+        assert nofile(victim.pid) == before
+        # The control: unconfined, the same call lowers the victim's limit.
+        argv = [PYTHON, "-S", "-c", LIMITS, str(victim.pid)]
+        request = attrs.evolve(box.request(argv, mode="danger-full-access"), sandbox="none")
+        free = make_host(allow_all=True).run(request)
+        assert free.exit_code == 0, free.stderr.text
+        out = json.loads(free.stdout.text)
+        assert (out["host_process"], out["own_child"]) == ("lowered", "lowered"), out
+        assert nofile(victim.pid) != before
+    finally:
+        victim.kill()
+        victim.wait()
 
 
 class Proxy:

@@ -135,7 +135,8 @@ def policy_digest(*, network: bool, unix: bool = False) -> str:
             allowed_families(network=network, unix=unix),
             platform.machine(),
             TCP_PROTOCOLS,
-            5,  # bump when the compiler below changes
+            "prlimit64 on others",
+            6,  # bump when the compiler below changes
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -164,6 +165,8 @@ def compile_bpf(*, network: bool, unix: bool = False) -> bytes:
         f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     _deny_personas(f, sc)
+    # prlimit64 on another process with a new limit: RLIMIT_CPU 0 would kill the host.
+    f.add_rule(eperm, "prlimit64", sc.Arg(0, sc.GT, 0), sc.Arg(2, sc.NE, 0))
     _deny_families(f, sc, allowed_families(network=network, unix=unix))
     _deny_families(f, sc, (AF_UNIX,), "socketpair")
     if network:
