@@ -31,7 +31,8 @@ from typing import Any
 from .errors import SandboxUnavailable
 from .sandbox import sealed_memfd
 
-# syscall -> why it is refused (EPERM). Shown in the docs; keep the reasons short.
+# syscall -> why it is refused (EPERM). Shown in the docs; keep the reasons short. The calls
+# that act on another process are reviewed one by one in docs/seccomp.md ("Other processes").
 DENIED: dict[str, str] = {
     "ptrace": "read or steer another process",
     "process_vm_readv": "read another process's memory",
@@ -65,6 +66,9 @@ DENIED: dict[str, str] = {
     "mount_setattr": "the new mount API",
     "open_by_handle_at": "open files by handle, bypassing the mount view",
     "name_to_handle_at": "the handle half of open_by_handle_at",
+    "pidfd_getfd": "take a copy of another process's descriptor (its sockets, its pipes)",
+    "process_madvise": "advise on another process's memory (page it out, read its layout)",
+    "process_mrelease": "reap another process's memory (only memory-pressure daemons need it)",
 }
 
 # ioctl request -> why it is refused. Compared on the low 32 bits: the kernel truncates the
@@ -106,10 +110,10 @@ _compiled: dict[tuple[bool, bool, str | None], bytes] = {}
 def allowed_families(*, network: bool, unix: bool = False) -> tuple[int, ...]:
     """The socket families a command may open with ``socket()``.
 
-    ``socketpair()`` (pipes between a command's own processes) is always allowed. A
-    ``socket(AF_UNIX)`` is not, unless asked for: a pathname socket anywhere the sandbox can
-    see (a docker.sock in some home directory) would be reachable, and a path cannot be
-    judged by a syscall filter.
+    ``socketpair(AF_UNIX)`` (pipes between a command's own processes) is always allowed, a
+    ``socketpair()`` of any other family never. A ``socket(AF_UNIX)`` is not, unless asked
+    for: a pathname socket anywhere the sandbox can see (a docker.sock in some home
+    directory) would be reachable, and a path cannot be judged by a syscall filter.
     """
     families = [AF_NETLINK]
     if unix:
@@ -130,7 +134,9 @@ def policy_digest(*, network: bool, unix: bool = False) -> str:
             sorted(PERSONA_FLAGS.values()),
             allowed_families(network=network, unix=unix),
             platform.machine(),
-            4,  # bump when the compiler below changes
+            TCP_PROTOCOLS,
+            "prlimit64 on others",
+            6,  # bump when the compiler below changes
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -159,9 +165,12 @@ def compile_bpf(*, network: bool, unix: bool = False) -> bytes:
         f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     _deny_personas(f, sc)
+    # prlimit64 on another process with a new limit: RLIMIT_CPU 0 would kill the host.
+    f.add_rule(eperm, "prlimit64", sc.Arg(0, sc.GT, 0), sc.Arg(2, sc.NE, 0))
     _deny_families(f, sc, allowed_families(network=network, unix=unix))
+    _deny_families(f, sc, (AF_UNIX,), "socketpair")
     if network:
-        _streams_only(f, sc)
+        _tcp_only(f, sc)
     reader, writer = os.pipe()
     try:
         with os.fdopen(writer, "wb", closefd=False) as out:
@@ -178,41 +187,46 @@ def compile_bpf(*, network: bool, unix: bool = False) -> bytes:
             os.close(writer)
 
 
-def _deny_families(f: Any, sc: Any, allowed: tuple[int, ...]) -> None:  # noqa: ANN401 - untyped
-    """Refuse ``socket()`` unless the family is one of ``allowed``.
+def _deny_families(f: Any, sc: Any, allowed: tuple[int, ...], call: str = "socket") -> None:  # noqa: ANN401 - untyped
+    """Refuse ``call`` (``socket`` or ``socketpair``) unless the family is one of ``allowed``.
 
     The kernel reads the family as a 32-bit int, so every comparison is on the low 32 bits
     (``0x1_0000_0002`` is ``AF_INET``). libseccomp allows one comparison per argument in a
     rule, so each refused family below 64 is a rule, and each bit from 6 up is one more.
     """
-    action = sc.ERRNO(errno.EAFNOSUPPORT)
+    action = sc.ERRNO(errno.EPERM)
     for family in range(64):
         if family not in allowed:
-            f.add_rule(action, "socket", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family))
+            f.add_rule(action, call, sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family))
     for bit in range(6, 32):
-        f.add_rule(action, "socket", sc.Arg(0, sc.MASKED_EQ, 1 << bit, 1 << bit))
+        f.add_rule(action, call, sc.Arg(0, sc.MASKED_EQ, 1 << bit, 1 << bit))
 
 
+SOCK_STREAM = 1
 SOCK_TYPE_MASK = 0xF  # the type's low bits; SOCK_NONBLOCK and SOCK_CLOEXEC sit above
-STREAM_ONLY_DENIED = (2, 3, 5, 10)  # SOCK_DGRAM, SOCK_RAW, SOCK_SEQPACKET, SOCK_PACKET
+IPPROTO_TCP = 6
+TCP_PROTOCOLS = (0, IPPROTO_TCP)  # 0 picks TCP for an inet stream
 
 
-def _streams_only(f: Any, sc: Any) -> None:  # noqa: ANN401 - pyseccomp is untyped
-    """With network, inet sockets are TCP streams only: no UDP, no raw sockets.
+def _tcp_only(f: Any, sc: Any) -> None:  # noqa: ANN401 - pyseccomp is untyped
+    """With network, an inet socket is a TCP stream: type ``SOCK_STREAM``, protocol 0 or 6.
 
-    The only way out is the egress proxy, a TCP connection; Landlock limits TCP connects
-    to its port but has no rule for UDP, and DNS is resolved by the proxy, so nothing in
-    the sandbox needs a datagram.
+    The only way out is the egress proxy, a TCP connection. Landlock's port rules judge
+    TCP only: an MPTCP (262) or SCTP (132) stream, a datagram or a raw socket would pass
+    them. DNS is resolved by the proxy, so nothing in the sandbox needs a datagram. Every
+    other type value (0..15 but 1) is a rule; the protocol, read by the kernel as an int,
+    is compared on all 64 bits: above 6 is refused (so are high bits the kernel would
+    drop), and so is each of 1..5.
     """
     action = sc.ERRNO(errno.EPERM)
     for family in (AF_INET, AF_INET6):
-        for kind in STREAM_ONLY_DENIED:
-            f.add_rule(
-                action,
-                "socket",
-                sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family),
-                sc.Arg(1, sc.MASKED_EQ, SOCK_TYPE_MASK, kind),
-            )
+        is_family = sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, family)
+        for kind in range(SOCK_TYPE_MASK + 1):
+            if kind != SOCK_STREAM:
+                f.add_rule(action, "socket", is_family, sc.Arg(1, sc.MASKED_EQ, 0xF, kind))
+        f.add_rule(action, "socket", is_family, sc.Arg(2, sc.GT, IPPROTO_TCP))
+        for protocol in range(1, IPPROTO_TCP):
+            f.add_rule(action, "socket", is_family, sc.Arg(2, sc.EQ, protocol))
 
 
 def _deny_personas(f: Any, sc: Any) -> None:  # noqa: ANN401 - pyseccomp is untyped

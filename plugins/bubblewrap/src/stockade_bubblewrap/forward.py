@@ -16,6 +16,7 @@ library only: nothing from the host's environment or site-packages.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -37,9 +38,21 @@ def _hand_over(listener: socket.socket, control: socket.socket) -> None:
             client.close()
 
 
+def _undumpable() -> None:
+    """Keep the command out of this process (``PR_SET_DUMPABLE`` 0): no ``ptrace``, no
+    ``pidfd_getfd``, no ``/proc/PID/fd`` or ``/mem`` of ours, should the seccomp filter ever
+    let such a call through. The command's ``execve`` makes it dumpable again, for itself."""
+    import ctypes
+
+    # Should it fail, the seccomp filter still refuses those calls.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+
+
 def main(argv: list[str]) -> int:
     """Listen, start the command, hand connections over until it ends; its status is ours."""
     port, control_fd, program, *arguments = argv
+    _undumpable()
     control = socket.socket(fileno=int(control_fd))
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
