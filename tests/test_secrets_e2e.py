@@ -98,8 +98,11 @@ def workspace():
     base = Path.home() / ".stockade-tests"
     base.mkdir(mode=0o700, exist_ok=True)
     root = Path(tempfile.mkdtemp(dir=base))
+    # The command's HOME beside its workspace: a home is never a writable root.
+    (root / "ws").mkdir()
+    (root / "home").mkdir()
     try:
-        yield root
+        yield root / "ws"
     finally:
         subprocess.run(["chmod", "-R", "u+rwX", str(root)], check=False)
         shutil.rmtree(root, ignore_errors=True)
@@ -124,7 +127,7 @@ def request(workspace: Path, mode: str) -> ExecRequest:
         [PYTHON, "-S", "-c", CHILD],
         str(workspace),
         mode=mode,
-        env={"HOME": str(workspace)},
+        env={"HOME": str(workspace.parent / "home")},
         credentials={"TOKEN": "github"},
         timeout=60,
     )
