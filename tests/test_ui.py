@@ -152,7 +152,7 @@ class Ui:
 
     def run(self, argv: list[str], profile: str = "careful", **request: object) -> None:
         """Run ``argv`` as the agent's next step (it must not be held)."""
-        self.agent.run(ExecRequest(argv, profile=profile, **request))  # type: ignore[arg-type]
+        self.agent.run(ExecRequest(argv, profile=profile, **request))
 
     def hold(self, argv: list[str], profile: str = "careful") -> tuple[str, int]:
         """Ask for ``argv`` as the agent's next step; it must be held: its run and step."""
