@@ -43,6 +43,13 @@ ask = ["writes"]
 
 [agents.careful.budget]
 steps = 50
+
+[agents.offline]
+workspace = "{ws}"
+
+[agents.online]
+workspace = "{ws}"
+hosts = ["example.org"]
 """
 CSP = (
     "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; "
@@ -143,14 +150,14 @@ class Ui:
             self._agent = Host.from_environment(str(self.config))
         return self._agent
 
-    def run(self, argv: list[str]) -> None:
+    def run(self, argv: list[str], profile: str = "careful", **request: object) -> None:
         """Run ``argv`` as the agent's next step (it must not be held)."""
-        self.agent.run(ExecRequest(argv, profile="careful"))
+        self.agent.run(ExecRequest(argv, profile=profile, **request))
 
-    def hold(self, argv: list[str]) -> tuple[str, int]:
+    def hold(self, argv: list[str], profile: str = "careful") -> tuple[str, int]:
         """Ask for ``argv`` as the agent's next step; it must be held: its run and step."""
         with pytest.raises(PolicyHeld) as held:
-            self.agent.run(ExecRequest(argv, profile="careful"))
+            self.agent.run(ExecRequest(argv, profile=profile))
         return held.value.details["run_id"], held.value.details["step"]
 
     def state(self, run: str, step: int) -> str:
@@ -401,7 +408,7 @@ def test_the_run_page_pairs_each_step_with_its_decision_result_and_changes(ui):
     assert "budget: 3 of 50 steps" in page
     assert "stockade verify:</strong> ok" in page
     step_1 = page[page.index('id="step-1"') : page.index('id="step-2"')]
-    assert "reads: allowed: reads is not in agents.careful.ask" in step_1
+    assert "reads \u2014 allowed: reads is not in agents.careful.ask" in step_1
     assert "by builtin-policy" in step_1
     assert "exit 0 in" in step_1
     assert "<pre>first\n</pre>" in step_1
@@ -409,7 +416,7 @@ def test_the_run_page_pairs_each_step_with_its_decision_result_and_changes(ui):
     assert "exit 2" in step_2
     assert "stderr" in step_2
     step_3 = page[page.index('id="step-3"') :]
-    assert "writes: held for a person: writes is in agents.careful.ask" in step_3
+    assert "writes \u2014 held for a person: writes is in agents.careful.ask" in step_3
     assert "Let it go ahead" in step_3
     assert "Decline" in step_3
     assert "<code>touch</code>" in step_3

@@ -170,3 +170,102 @@ def test_a_new_step_appears_without_a_reload(ui, page):
     )
     assert page.evaluate("window.stillTheSamePage") is True
     assert page.locator("#timeline > li").count() == 3
+
+
+@pytest.fixture
+def lenient(browser: Browser, ui: Ui) -> Iterator[Page]:
+    """A page whose console may report failed loads (a 404 page, a poll that cannot reach
+    the server): those are what these tests cause; any other console error still fails."""
+    context = browser.new_context(viewport={"width": 1200, "height": 900})
+    opened = context.new_page()
+    dialogs: list[str] = []
+    opened.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    errors: list[str] = []
+    opened.on(
+        "console", lambda message: errors.append(message.text) if message.type == "error" else None
+    )
+    opened.goto(ui.url)
+    yield opened
+    context.close()
+    assert dialogs == []
+    others = [text for text in errors if "Failed to load resource" not in text]
+    assert others == [], others
+
+
+def test_the_run_list_shows_what_each_run_is_and_links_what_waits(ui, page):
+    ui.run(["echo", "hello world"])
+    run, step = ui.hold(["touch", "new file.txt"])
+    page.goto(f"http://127.0.0.1:{ui.port}/")
+    row = page.locator("table.runs tbody tr").filter(has=page.locator(f'a[href="/runs/{run}"]'))
+    expect(row.locator("td.first")).to_have_text("echo 'hello world'")
+    expect(row.locator("td.date a")).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d$"))
+    expect(row.locator("td.waits")).to_have_text(f"step {step}: touch 'new file.txt'")
+    row.locator("td.waits a").click()
+    assert page.url == f"http://127.0.0.1:{ui.port}/runs/{run}#step-{step}"
+    expect(page.locator(f"#step-{step} button.go")).to_be_visible()
+
+
+def test_an_unknown_run_is_a_page_with_a_way_back(ui, lenient):
+    page = lenient
+    response = page.goto(f"http://127.0.0.1:{ui.port}/runs/no-such-run")
+    assert response is not None
+    assert response.status == 404
+    expect(page.locator("header.top nav")).to_contain_text("Runs")
+    expect(page.locator("#missing")).to_have_text("no run no-such-run in the record.")
+    page.click("#back")
+    assert page.url == f"http://127.0.0.1:{ui.port}/"
+    expect(page.locator("h1")).to_have_text("Runs")
+
+
+def test_the_buttons_are_off_while_the_page_cannot_reach_its_server(ui, lenient):
+    page = lenient
+    run, step = ui.hold(["sh", "-c", "echo went >> went.txt"])
+    page.goto(f"http://127.0.0.1:{ui.port}/runs/{run}")
+    go, no = page.locator(f"#step-{step} button.go"), page.locator(f"#step-{step} button.no")
+    expect(page.locator("#live-status")).to_have_text("live")
+    expect(go).to_be_enabled()
+    page.route("**/live/**", lambda route: route.abort())  # the server is out of reach
+    expect(page.locator("#live-status")).to_have_text("not updating: the server is gone")
+    expect(go).to_be_disabled()
+    expect(no).to_be_disabled()
+    expect(page.locator(f"#step-{step} .offline")).to_contain_text(
+        "Answers are off: the page cannot reach its server"
+    )
+    expect(go).to_have_attribute("title", re.compile("^Answers are off"))
+    page.unroute("**/live/**")
+    page.route("**/live/**", lambda route: route.fulfill(status=403, body="no"))
+    expect(page.locator(f"#step-{step} .offline")).to_contain_text("the server answered 403")
+    expect(go).to_be_disabled()
+    page.unroute("**/live/**")  # it answers again: the buttons come back
+    expect(page.locator("#live-status")).to_have_text("live")
+    expect(go).to_be_enabled()
+    expect(page.locator(f"#step-{step} .offline")).to_have_count(0)
+    assert ui.state(run, step) == "held"  # nothing was answered meanwhile
+    go.click()
+    expect(page.locator(f"#step-{step}")).to_have_class(re.compile(r"\bstate-ok\b"), timeout=20_000)
+    assert (ui.ws / "went.txt").read_text() == "went\n"
+
+
+def test_a_stopped_server_turns_the_buttons_off(ui, lenient):
+    page = lenient
+    run, step = ui.hold(["touch", "never.txt"])
+    page.goto(f"http://127.0.0.1:{ui.port}/pending")
+    go = page.locator(f"#held-{run}-{step} button.go")
+    expect(go).to_be_enabled()
+    ui.stop()
+    expect(page.locator("#live-status")).to_have_text("not updating: the server is gone")
+    expect(go).to_be_disabled()
+    expect(page.locator(f"#held-{run}-{step} .offline")).to_be_visible()
+
+
+def test_output_and_the_held_card_read_plainly(ui, page):
+    ui.run(["printf", "one\\r\\ntwo\\r\\nsafe\\revil\\n"])
+    run, step = ui.hold(["curl", "-s", "https://example.org/"], profile="offline")
+    page.goto(f"http://127.0.0.1:{ui.port}/runs/{run}")
+    output = page.locator("#step-1 pre")
+    expect(output).to_have_text("one\ntwo\nsafe\\revil\n")  # one marked escape, no \x0d
+    expect(output.locator(".esc")).to_have_count(1)
+    network = page.locator(f"#step-{step} dd.network")
+    expect(network).to_be_visible()
+    expect(network).to_have_class(re.compile(r"\bnet-none\b"))
+    expect(network).to_contain_text("letting it go ahead runs it with no network")

@@ -18,6 +18,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, BinaryIO
 from urllib.parse import parse_qs, quote
 
@@ -40,6 +41,7 @@ from stockade.verify import Checked, Verdict, verify
 
 from . import reading
 from .answers import Answers, Notice
+from .cards import network_of
 from .guard import Guard, Secrets, same
 from .render import HERE, Pages
 from .timeline import build, shown_digest
@@ -64,7 +66,9 @@ class Page:
         self.config = config
         self.answers = answers
         self.secrets = secrets
-        self.pages = Pages({"csrf": secrets.csrf, "digest": shown_digest})
+        self.pages = Pages(
+            {"csrf": secrets.csrf, "digest": shown_digest, "network": partial(network_of, config)}
+        )
         self.notices: dict[str, Notice] = {}
         self._verdicts: dict[str, tuple[float, int, Verdict]] = {}
         self.checked = Checked()
@@ -116,10 +120,18 @@ class Page:
             del self.notices[next(iter(self.notices))]
         return key
 
-    def html(self, name: str, version: str, **context: object) -> HTMLResponse:
+    def html(self, name: str, version: str, status: int = 200, **context: object) -> HTMLResponse:
         """The template ``name`` as a response carrying ``version``."""
         body = self.pages.render(name, waiting=self.waiting(), version=version, **context)
-        return HTMLResponse(body, headers={VERSION_HEADER: version})
+        return HTMLResponse(body, status_code=status, headers={VERSION_HEADER: version})
+
+    def missing(self, what: str) -> HTMLResponse:
+        """A 404 page with the page's header, saying what is not there, and a way back."""
+        return self.html("missing.html", "", status=404, what=what, notice=None)
+
+    def not_found(self, request: Request, _error: Exception) -> Response:
+        """Any path no route answers (Starlette's 404), as the same page."""
+        return self.missing(f"nothing is at {request.url.path}")
 
     # --- the runs list -----------------------------------------------------------------------
 
@@ -181,7 +193,7 @@ class Page:
         """One run's timeline."""
         run_id = request.path_params["run_id"]
         if not reading.run_exists(self.store, run_id):
-            return PlainTextResponse(f"no run {run_id} in the record", status_code=404)
+            return self.missing(f"no run {run_id} in the record")
         version = self.run_version(run_id)
         context = self.run_context(run_id, fresh=True)
         return self.html("run.html", version, notice=self.notice(request), **context)
@@ -190,6 +202,8 @@ class Page:
         """The steps of one run that changed since the version the page shows."""
         run_id = request.path_params["run_id"]
         since = request.query_params.get("since", "")
+        if not reading.run_exists(self.store, run_id):
+            return self.missing(f"no run {run_id} in the record")
         version = self.run_version(run_id)
         if since == version:
             return Response(status_code=204)
@@ -203,10 +217,10 @@ class Page:
         run_id, step = request.path_params["run_id"], request.path_params["step"]
         stream = request.path_params["stream"]
         if stream not in ("stdout", "stderr"):
-            return PlainTextResponse("no such stream", status_code=404)
+            return self.missing(f"no stream {stream}: a step has stdout and stderr")
         result = reading.result_of(self.store, run_id, step)
         if result is None:
-            return PlainTextResponse(f"step {step} of run {run_id} has no result", status_code=404)
+            return self.missing(f"step {step} of run {run_id} has no result")
         digest = result[stream]["blob"]
         if not digest:
             return PlainTextResponse("")
@@ -233,6 +247,8 @@ class Page:
         try:
             step = int(form.get("step", ""))
         except ValueError:
+            step = -1
+        if not 0 <= step <= reading.LARGEST:
             return PlainTextResponse("no step", status_code=400)
         if action in ("approve", "decline"):
             notice = await run_in_threadpool(
@@ -263,7 +279,7 @@ class Page:
         """The stylesheet, the live-update script and the icon."""
         name = request.path_params["name"]
         if name not in self.static:
-            return PlainTextResponse("not found", status_code=404)
+            return self.missing(f"no file {name}")
         return Response(self.static[name], media_type=STATIC[name])
 
 
@@ -322,7 +338,8 @@ def build_app(store: Store, config: Config, answers: Answers, secrets: Secrets) 
             Route("/answer", page.answer, methods=["POST"]),
             get("/static/{name}", page.static_file),
             get("/favicon.ico", page.favicon),  # asked for by a browser on the plain-text pages
-        ]
+        ],
+        exception_handlers={404: page.not_found},
     )
     app.state.page = page
     return Guard(app, secrets)

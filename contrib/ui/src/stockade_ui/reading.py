@@ -26,6 +26,7 @@ RUNS_SHOWN = 200
 PREVIEW_LINES = 12
 PREVIEW_BYTES = 2048
 CHECKED_BYTES = 1 << 20  # a blob this small is previewed from the bytes that were hashed
+LARGEST = (1 << 63) - 1  # SQLite's largest integer: a step or event number past it is none
 
 # Only constants and a fixed clause are formatted in, never input.
 _RUNS = f"""
@@ -37,7 +38,9 @@ SELECT run_id, min(time), max(time),
   sum(kind = 'result'),
   sum(kind = 'error'),
   sum(kind = 'permission' AND json_extract(body, '$.decision.verdict') = 'deny'),
-  group_concat(DISTINCT CASE WHEN kind = 'action' THEN json_extract(body, '$.profile') END)
+  group_concat(DISTINCT CASE WHEN kind = 'action' THEN json_extract(body, '$.profile') END),
+  (SELECT first.body FROM events AS first WHERE first.run_id = events.run_id
+   AND first.kind = 'action' ORDER BY first.seq LIMIT 1)
 FROM events WHERE run_id != '' {{where}} GROUP BY run_id ORDER BY min(seq) DESC LIMIT {RUNS_SHOWN}
 """  # noqa: S608
 
@@ -60,6 +63,8 @@ class RunSummary:
         declined: steps a person declined.
         profiles: the agent profiles of its commands.
         budget: what of its profile's budget it used, in words (empty: no budget).
+        first: the argv of its first command (empty when none was recorded).
+        waits: the steps waiting for a person now, as (step, argv), in step order.
     """
 
     run_id: str
@@ -75,6 +80,8 @@ class RunSummary:
     declined: int = field(kw_only=True)
     profiles: tuple[str, ...] = field(kw_only=True)
     budget: str = field(kw_only=True)
+    first: tuple[str, ...] = field(kw_only=True, default=())
+    waits: tuple[tuple[int, tuple[str, ...]], ...] = field(kw_only=True, default=())
 
     @property
     def status(self) -> str:
@@ -95,8 +102,11 @@ def runs(store: Store, config: Config, run_id: str | None = None) -> list[RunSum
             "SELECT run_id, state, count(*) FROM held GROUP BY run_id, state"
         ).fetchall()
     held: dict[tuple[str, str], int] = {(run, state): count for run, state, count in held_rows}
+    waits: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
+    for one in sorted(store.waiting(), key=lambda one: one.step):
+        waits.setdefault(one.run_id, []).append((one.step, tuple(one.spec.argv)))
     summaries = []
-    for run, started, last, steps, ok, results, errors, denied, profiles in found:
+    for run, started, last, steps, ok, results, errors, denied, profiles, first in found:
         names = tuple(sorted(set(str(profiles or "").split(",")) - {""}))
         summaries.append(
             RunSummary(
@@ -113,6 +123,8 @@ def runs(store: Store, config: Config, run_id: str | None = None) -> list[RunSum
                 declined=held.get((run, "declined"), 0),
                 profiles=names,
                 budget=_budget(config, names, steps, last - started),
+                first=tuple(json.loads(first).get("argv", ())) if first else (),
+                waits=tuple(waits.get(run, ())),
             )
         )
     return summaries
@@ -164,7 +176,10 @@ def version(store: Store, run_id: str | None = None) -> str:
 def seq_of(version_text: str) -> int:
     """The event number a version names (0 for anything else)."""
     head = version_text.partition(".")[0]
-    return int(head) if head.isdigit() else 0
+    # isdigit() also takes other scripts' digits; a number past SQLite's is none either
+    if not (head.isascii() and head.isdigit()) or len(head) > 19:
+        return 0
+    return min(int(head), LARGEST)
 
 
 # --- one run's steps ----------------------------------------------------------------------
@@ -190,7 +205,10 @@ def events_of(store: Store, run_id: str, *, after: int = 0, steps: Iterable[int]
 
 
 def result_of(store: Store, run_id: str, step: int) -> dict[str, Any] | None:
-    """The recorded result of one step (its last), or ``None``."""
+    """The recorded result of one step (its last), or ``None`` (also for a step number no
+    record can hold)."""
+    if not 0 <= step <= LARGEST:
+        return None
     with store.locked():
         found = store.connection.execute(
             "SELECT body FROM events WHERE run_id = ? AND step = ? AND kind = 'result'"

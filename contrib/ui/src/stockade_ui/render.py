@@ -42,8 +42,11 @@ def visible(value: object) -> Markup:
 
 
 def visible_text(value: object) -> Markup:
-    """As :func:`visible`, for output: newlines and tabs stay as they are."""
-    return _html(display.pieces(str(value), keep="\n\t"))
+    """As :func:`visible`, for output: newlines and tabs stay as they are, and a CR just
+    before a newline is part of that line end (CRLF), not a hidden character. A lone CR
+    is still drawn as ``\\r``: at a terminal it returns to the line's start, so text after
+    it would hide the text before."""
+    return _html(display.pieces(str(value).replace("\r\n", "\n"), keep="\n\t"))
 
 
 def command(argv: Iterable[str]) -> Markup:
@@ -57,6 +60,11 @@ def clock(when: float) -> str:
     if time.strftime("%Y-%m-%d", local) == time.strftime("%Y-%m-%d"):
         return time.strftime("%H:%M:%S", local)
     return time.strftime("%Y-%m-%d %H:%M:%S", local)
+
+
+def stamp(when: float) -> str:
+    """A date and time of day, whatever the day."""
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(when))
 
 
 def size(count: int) -> str:
@@ -78,7 +86,12 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        visible=visible, visible_text=visible_text, command=command, clock=clock, size=size
+        visible=visible,
+        visible_text=visible_text,
+        command=command,
+        clock=clock,
+        stamp=stamp,
+        size=size,
     )
     return env
 

@@ -120,17 +120,7 @@ def _step(
         elif row.kind == "permission":
             kind, decision = body["classification"]["kind"], body["decision"]
             verdict = decision["verdict"]
-            tone = {"allow": "ok", "ask": "ask", "deny": "bad"}[verdict]
-            words = {"allow": "allowed", "ask": "held for a person", "deny": "denied"}[verdict]
-            lines.append(
-                Line(
-                    row.seq,
-                    "permission",
-                    f"{kind}: {words}: {decision['reason']}",
-                    decision["by"],
-                    tone,
-                )
-            )
+            lines.append(_permission(row.seq, kind, decision))
         elif row.kind == "grant":
             folders = ", ".join(body["writable"])
             lines.append(
@@ -216,6 +206,28 @@ def _state(
     if verdict == "ask":
         return "asked", "it asked for a person and was not held"
     return "unfinished", "no result recorded (still running, or its process ended first)"
+
+
+PREAPPROVED = "approved in advance: "  # the host's words for a ``--yes`` over an ``ask``
+APPROVED = "approved: "  # the host's words for a person's answer to a held step
+
+
+def _permission(seq: int, kind: str, decision: dict[str, Any]) -> Line:
+    """A decision as a sentence: the class, what was decided and by whom, and why; for an
+    answer given ahead (``--yes``) or later (a person), what the policy itself had said."""
+    verdict, reason, by = decision["verdict"], decision["reason"], decision["by"]
+    tone = {"allow": "ok", "ask": "ask", "deny": "bad"}[verdict]
+    if verdict == "allow" and by == "preapproved" and reason.startswith(PREAPPROVED):
+        asked = reason.removeprefix(PREAPPROVED)
+        text = f"allowed in advance (--yes); the policy would have asked: {asked}"
+        return Line(seq, "permission", f"{kind} \u2014 {text}", tone="ask")
+    if verdict == "allow" and reason.startswith(APPROVED):
+        text = f"let go ahead by {by or 'a person'}; the policy had asked: "
+        return Line(
+            seq, "permission", f"{kind} \u2014 {text}{reason.removeprefix(APPROVED)}", tone=tone
+        )
+    words = {"allow": "allowed", "ask": "held for a person", "deny": "denied"}[verdict]
+    return Line(seq, "permission", f"{kind} \u2014 {words}: {reason}", by, tone)
 
 
 def _connection(seq: int, body: dict[str, Any]) -> Line:

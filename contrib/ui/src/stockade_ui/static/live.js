@@ -34,6 +34,38 @@
     }
   }
 
+  // While the page cannot reach its server, what it shows may be stale and an answer
+  // may not arrive: the answer buttons are off, each form says why, until it is back.
+  function answerable(on, why) {
+    for (const form of document.querySelectorAll("form.answer")) {
+      let note = form.querySelector(".offline");
+      if (on) {
+        if (note) {
+          note.remove();
+        }
+      } else {
+        if (!note) {
+          note = document.createElement("p");
+          note.className = "offline";
+          note.setAttribute("role", "status");
+          form.appendChild(note);
+        }
+        note.textContent = "Answers are off: " + why + ".";
+      }
+      for (const button of form.querySelectorAll("button")) {
+        if (on && button.dataset.offline) {
+          delete button.dataset.offline;
+          button.removeAttribute("title");
+          button.disabled = Boolean(form.dataset.sent); // a sent form stays off
+        } else if (!on && !button.disabled) {
+          button.dataset.offline = "1";
+          button.title = "Answers are off: " + why;
+          button.disabled = true;
+        }
+      }
+    }
+  }
+
   // Put each element of a fragment in place: over the element with its id, or into its
   // data-parent in data-order. Open <details> stay open.
   function merge(html) {
@@ -79,14 +111,18 @@
         merge(await response.text());
         region.dataset.version = response.headers.get("x-stockade-version") || "";
         say("live", "ok");
+        answerable(true, "");
       } else if (response.status === 204) {
         say("live", "ok");
+        answerable(true, "");
       } else {
+        const why = "the server answered " + response.status;
         say("not updating (" + response.status + "): reopen the URL stockade ui printed", "bad");
-        return;
+        answerable(false, why + "; reopen the URL stockade ui printed");
       }
     } catch (error) {
       say("not updating: the server is gone", "bad");
+      answerable(false, "the page cannot reach its server; they come back when it does");
     }
     window.setTimeout(poll, PERIOD_MS);
   }
