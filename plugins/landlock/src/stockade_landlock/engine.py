@@ -38,8 +38,9 @@ from attrs import frozen
 
 from stockade import protected, seccomp
 from stockade.errors import SandboxUnavailable
+from stockade.hiding import Hiding, Recent
 from stockade.sandbox import looks_denied, proxy_env
-from stockade.types import ExecSpec, LaunchPlan, Probe, ProcessOutcome, SandboxFacts
+from stockade.types import ExecSpec, HiddenKind, LaunchPlan, Probe, ProcessOutcome, SandboxFacts
 
 from . import abi
 from .rules import Rule, expand
@@ -147,6 +148,7 @@ class Engine:
         self._lock = threading.Lock()
         self._scratch: str | None = None
         self._spare: list[str] = []
+        self.recent = Recent()  # what each spec confined last is hidden from
 
     @staticmethod
     def probe() -> Probe:
@@ -209,6 +211,7 @@ class Engine:
         survey = self._survey(spec, writable)
         base = self._base(level, spec, writable, port, survey)
         scratch = self._take_scratch()
+        self.recent.remember(spec, self.hiding(spec, writable, survey, scratch))
         try:
             ruleset = self._ruleset(level, base, port, scratch)
         except BaseException:
@@ -307,22 +310,7 @@ class Engine:
         keep += [sys.prefix, sys.base_prefix]
         if cache is not None:
             keep.append(os.path.dirname(cache))
-        homes = protected.homes(spec.env, os.environ)
-        secrets = protected.system_secrets(homes, spec.system_secrets)  # globs expanded now
-        protected.refuse_bound_secrets((*writable, spec.workspace, *spec.caches), secrets)
-        masked = [
-            *PRIVATE_DIRS,
-            *settings.deny_read,
-            *spec.hidden,
-            *protected.socket_paths(os.environ),
-            # Every run's scratch: listable, and only a run's own is granted (per run).
-            self._scratch_parent(),
-            *secrets,
-        ]
-        for home in homes:
-            masked.append(os.path.join(home, ".cache"))
-            masked += [os.path.join(home, name) for name in protected.CREDENTIAL_STORES]
-        masked += survey.masked if survey is not None else ()
+        masked = [path for path, _ in self._veils(spec, writable, survey)]
         grants = [("/", abi.FS_READ)]
         grants += [(root, every) for root in writable]
         # Caches (inside the hidden store) are read in every mode, written in one that writes.
@@ -346,6 +334,48 @@ class Engine:
                 oldest.close()
             self._bases[key] = base
             return base
+
+    def _veils(
+        self, spec: ExecSpec, writable: list[str], survey: protected.Survey | None
+    ) -> list[tuple[str, HiddenKind]]:
+        """What the rules carve out of every read, and why (system secrets looked for now)."""
+        homes = protected.homes(spec.env, os.environ)
+        secrets = protected.system_secrets(homes, spec.system_secrets)  # globs expanded now
+        protected.refuse_bound_secrets((*writable, spec.workspace, *spec.caches), secrets)
+        veils: list[tuple[str, HiddenKind]] = [(p, "private") for p in PRIVATE_DIRS]
+        veils += [(p, "deny-read") for p in self.settings.deny_read]
+        veils += [(p, "store") for p in spec.hidden]
+        veils += [(p, "socket") for p in protected.socket_paths(os.environ)]
+        # Every run's scratch: listable, and only a run's own is granted (per run).
+        veils.append((self._scratch_parent(), "private"))
+        veils += [(p, "system-secret") for p in secrets]
+        for home in homes:
+            veils.append((os.path.join(home, ".cache"), "private"))
+            veils += [
+                (os.path.join(home, n), "credential-store") for n in protected.CREDENTIAL_STORES
+            ]
+        veils += [(p, "credential-store") for p in (survey.masked if survey is not None else ())]
+        return veils
+
+    def hiding(
+        self,
+        spec: ExecSpec,
+        writable: list[str] | None = None,
+        survey: protected.Survey | None = None,
+        scratch: str | None = None,
+    ) -> Hiding:
+        """What ``spec``'s rules hide (see :meth:`_base`): the carve-outs that take reads,
+        less the grants beneath them (writable roots, caches, devices, the run's scratch)."""
+        if writable is None:
+            writable = self._writable(spec)
+            survey = self._survey(spec, writable)
+        veils = [
+            (os.path.realpath(p), kind)
+            for p, kind in self._veils(spec, writable, survey)
+            if os.path.lexists(p)
+        ]
+        shown = [*writable, *(os.path.realpath(c) for c in spec.caches), *DEVICES]
+        return Hiding(veils, (*shown, *((scratch,) if scratch else ())))
 
     def _ruleset(self, level: int, base: _Base, port: int | None, scratch: str) -> int:
         """This run's ruleset (a descriptor the plan owns): ``base``'s rules and one for its
