@@ -289,3 +289,14 @@ def test_cli_notes_a_hidden_argument(box, var_tmp):
     # Control: a copy that works carries no note.
     proc = _cli(box, "cp", str(box.secret), ".")
     assert proc.returncode == 0 and "hidden inside the sandbox" not in proc.stderr
+
+
+def test_a_refusal_releases_its_plan(host, box, var_tmp):
+    tool = script(var_tmp / "tool", "#!/bin/sh\necho ran\n")
+    refused(host, box.request([str(tool)]))  # warm: filters, rulesets, caches
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        refused(host, box.request([str(tool)]))
+    assert len(os.listdir("/proc/self/fd")) == before
+    # Control: a run that starts after them works as ever.
+    assert host.run(box.request(["true"])).exit_code == 0

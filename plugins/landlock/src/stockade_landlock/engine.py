@@ -118,6 +118,7 @@ class _Base:
 
     rules: tuple[Rule, ...]
     listed: tuple[tuple[str, int], ...]  # (directory, mtime_ns) whose entries made rules
+    hiding: Hiding  # what these rules keep from a command, the run's scratch aside
     built: dict[str, int] = attrs.field(factory=dict, eq=False)  # scratch -> ruleset fd
 
     def close(self) -> None:
@@ -211,7 +212,8 @@ class Engine:
         survey = self._survey(spec, writable)
         base = self._base(level, spec, writable, port, survey)
         scratch = self._take_scratch()
-        self.recent.remember(spec, self.hiding(spec, writable, survey, scratch))
+        hidden, shown = base.hiding.hidden, base.hiding.shown
+        self.recent.remember(spec, Hiding(hidden, (*shown, scratch)))
         try:
             ruleset = self._ruleset(level, base, port, scratch)
         except BaseException:
@@ -310,7 +312,8 @@ class Engine:
         keep += [sys.prefix, sys.base_prefix]
         if cache is not None:
             keep.append(os.path.dirname(cache))
-        masked = [path for path, _ in self._veils(spec, writable, survey)]
+        veils = self._veils(spec, writable, survey)
+        masked = [path for path, _ in veils]
         grants = [("/", abi.FS_READ)]
         grants += [(root, every) for root in writable]
         # Caches (inside the hidden store) are read in every mode, written in one that writes.
@@ -326,7 +329,11 @@ class Engine:
             listed: list[str] = []
             rules = expand(grants, carveouts, listed)
             stamps = tuple((d, os.stat(d).st_mtime_ns) for d in listed)
-            base = _Base(tuple(rules), stamps)
+            hiding = Hiding(
+                [(os.path.realpath(p), kind) for p, kind in veils if os.path.lexists(p)],
+                [os.path.realpath(g) for g, _ in grants[1:]],  # all but "/"
+            )
+            base = _Base(tuple(rules), stamps, hiding)
             if cached is not None:
                 cached.close()  # each plan holds its own duplicate
             if len(self._bases) >= _MAX_BASES and key not in self._bases:
@@ -356,26 +363,6 @@ class Engine:
             ]
         veils += [(p, "credential-store") for p in (survey.masked if survey is not None else ())]
         return veils
-
-    def hiding(
-        self,
-        spec: ExecSpec,
-        writable: list[str] | None = None,
-        survey: protected.Survey | None = None,
-        scratch: str | None = None,
-    ) -> Hiding:
-        """What ``spec``'s rules hide (see :meth:`_base`): the carve-outs that take reads,
-        less the grants beneath them (writable roots, caches, devices, the run's scratch)."""
-        if writable is None:
-            writable = self._writable(spec)
-            survey = self._survey(spec, writable)
-        veils = [
-            (os.path.realpath(p), kind)
-            for p, kind in self._veils(spec, writable, survey)
-            if os.path.lexists(p)
-        ]
-        shown = [*writable, *(os.path.realpath(c) for c in spec.caches), *DEVICES]
-        return Hiding(veils, (*shown, *((scratch,) if scratch else ())))
 
     def _ruleset(self, level: int, base: _Base, port: int | None, scratch: str) -> int:
         """This run's ruleset (a descriptor the plan owns): ``base``'s rules and one for its

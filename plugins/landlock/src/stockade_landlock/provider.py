@@ -70,12 +70,11 @@ class LandlockSandbox(SandboxProvider):
         masked credential stores, system secrets, ``deny_read`` and the store, less what
         the rules grant again beneath them; from the rules :meth:`confine` made (made again
         if it did not confine ``spec``)."""
-        engine = self.engine
-        hiding = engine.recent.recall(spec)
-        if hiding is None:
-            hiding = engine.hiding(spec)
-            engine.recent.remember(spec, hiding)
-        return hiding.find(path)
+        hiding = self.engine.recent.recall(spec)
+        if hiding is None:  # confine it once, for its rules: they are what hides
+            self.release(self.confine(spec))
+            hiding = self.engine.recent.recall(spec)
+        return hiding.find(path) if hiding is not None else None
 
     def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
         """Add ``denied`` when a failed run's stderr reads like a Landlock or seccomp refusal."""
