@@ -231,6 +231,11 @@ def test_both_providers_say_the_same(box, var_tmp):
         f"{box.home}/.sshx",
         f"{box.home}/.cache/pip/x",
         f"{box.outside}/x",
+        # The same hidden file named the ways an attacker might: all hidden alike.
+        f"/proc/self/root{var_tmp}/x",
+        f"//{str(var_tmp).lstrip('/')}/x",
+        f"/var//tmp/./{var_tmp.name}/x",
+        f"/var/tmp/../tmp/{var_tmp.name}/x",
     ]
     bubblewrap = BubblewrapSandbox({})
     landlock = LandlockSandbox({})
@@ -243,6 +248,8 @@ def test_both_providers_say_the_same(box, var_tmp):
     assert said[f"{box.ws}/.aws/config"].kind == "credential-store"  # type: ignore[union-attr]
     assert said[f"{box.home}/.ssh/id_ed25519"].kind == "credential-store"  # type: ignore[union-attr]
     assert said["/dev/shm/x"] == HiddenPath("/dev/shm/x", "/dev", "private")
+    for alias in paths[-4:]:
+        assert said[alias] == HiddenPath(alias, "/var/tmp", "private"), alias
     for shown in ("/var/tmpfoo/x", "/etc/passwd", "/usr/bin/env", "/dev/null"):
         assert said[shown] is None, shown
     for shown in ("x", ".awsome"):
