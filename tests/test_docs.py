@@ -612,6 +612,7 @@ def test_cli_json_result_keys(cli):
     assert sorted(result["sandbox"]) == [
         "denied",
         "enforcement",
+        "hidden",
         "missing",
         "mode",
         "provider",

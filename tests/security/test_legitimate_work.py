@@ -121,14 +121,23 @@ def test_cli_reports_the_facts_in_json(box):
         "missing": [],
         "denied": False,
         "runner_failed": False,
+        "hidden": [],
     }
     denied = run("sh", "-c", f"echo x > {box.secret}")
     assert denied["exit_code"] != 0 and denied["sandbox"]["denied"] is True
-    # A program in the host's /tmp is not in the sandbox's private /tmp: bwrap fails.
-    hidden = shutil.copy("/bin/true", "/tmp/stockade-test-true")
-    try:
-        failed = run(hidden)
-    finally:
-        os.unlink(hidden)
+    # A script whose #! interpreter exists nowhere: bwrap's execvp fails, not the command.
+    script = box.ws / "orphan.sh"
+    script.write_text("#!/nonexistent/stockade-interpreter\n")
+    script.chmod(0o755)
+    failed = run(str(script))
     assert failed["sandbox"]["runner_failed"] is True
     assert failed["stderr"]["text"].startswith("bwrap: ")
+    # A program in the host's /tmp is not in the sandbox's private /tmp: refused before
+    # bwrap starts (tests/security/test_hidden_paths.py has the rest).
+    hidden = shutil.copy("/bin/true", "/tmp/stockade-test-true")
+    try:
+        refused = run(hidden)
+    finally:
+        os.unlink(hidden)
+    assert refused["error"]["code"] == "spawn_failed"
+    assert refused["error"]["details"]["folder"] == "/tmp"

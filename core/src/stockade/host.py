@@ -35,6 +35,7 @@ from .errors import (
     UsageError,
 )
 from .executor import AbortToken, Executor
+from .hiding import hidden_arguments, refuse_hidden_program
 from .plugins import Hooks, get_plugin_manager
 from .resolve import resolve
 from .sandbox import SandboxProvider
@@ -358,6 +359,11 @@ class Host:
                 )
             # The provider sees the credentials as part of the environment it must pass on.
             plan = provider.confine(attrs.evolve(spec, env={**spec.env, **secrets}))
+            try:  # a program the sandbox hides would fail inside with a raw error
+                refuse_hidden_program(provider, spec)
+            except BaseException:
+                provider.release(plan)
+                raise
         except StockadeError as error:
             if egress is not None:
                 egress.close()
@@ -775,7 +781,9 @@ class Host:
             timeout_s=plan.timeout,
             stdout=_redact(outcome.stdout, admitted.secrets),
             stderr=_redact(outcome.stderr, admitted.secrets),
-            sandbox=admitted.provider.interpret(plan, outcome),
+            sandbox=hidden_arguments(
+                admitted.provider, spec, admitted.provider.interpret(plan, outcome), outcome
+            ),
             classification=admitted.classification,
             decision=admitted.decision,
             limits=plan.limits,

@@ -15,7 +15,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from .types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
+from .types import (
+    ExecSpec,
+    HiddenPath,
+    LaunchPlan,
+    Mode,
+    Probe,
+    ProcessOutcome,
+    SandboxFacts,
+)
 
 # What a command prints when a sandbox, not its own logic, stopped it. Conservative:
 # ``denied`` is a hint for the reader of a failed run, never a verdict.
@@ -97,6 +105,20 @@ class SandboxProvider(ABC):
     @abstractmethod
     def confine(self, spec: ExecSpec) -> LaunchPlan:
         """The launch plan that runs ``spec`` confined to ``spec.mode``."""
+
+    def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:
+        """Where the sandbox for ``spec`` hides ``path`` (absolute) from the command: the
+        hidden folder it lies in, as named or as it resolves, and why; ``None`` when the
+        command sees it.
+
+        The host asks before a command starts (its program and ``#!`` interpreter: a hidden
+        one is refused with :class:`~stockade.errors.SpawnFailed`) and after a failed run
+        (its path arguments). A provider answers from the lists it masks with, through
+        :class:`stockade.hiding.Hiding`. The default says nothing is hidden: right for a
+        provider that hides nothing, and what a provider written before this method gets.
+        """
+        del path, spec
+        return None
 
     def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
         """The facts of a finished run: ``plan.facts``, plus what the outcome shows.

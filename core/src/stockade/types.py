@@ -26,6 +26,7 @@ Autonomy = Literal["standard", "read-only"]
 Enforcement = Literal["full", "partial"]
 LimitName = Literal["memory", "processes", "file_size", "cpu", "quota"]
 ChangeMethod = Literal["inotify", "scan"]
+HiddenKind = Literal["private", "credential-store", "system-secret", "deny-read", "store", "socket"]
 
 ClassifierRule = Callable[[Sequence[str]], "tuple[Kind, str]"]
 """``rule(args)``: the class of a program's command and why, from the arguments after it."""
@@ -387,6 +388,42 @@ class PendingApproval:
 
 
 @frozen
+class HiddenPath:
+    """A path the sandbox hides from a command, and what hides it.
+
+    Attributes:
+        path: the path as the command names it (its program, an argument).
+        folder: the hidden folder (or file) it lies in, resolved.
+        kind: what hides it: ``private`` (the host's ``/tmp``, ``/var/tmp``, ``/run``,
+            ``/dev/shm`` or a home's ``.cache``: the sandbox has its own), ``credential-store``,
+            ``system-secret``, ``deny-read``, ``store`` (Stockade's own state) or ``socket``.
+    """
+
+    path: str
+    folder: str
+    kind: HiddenKind
+
+    @property
+    def reason(self) -> str:
+        """What hides it, as a person reads it: ``private /var/tmp``."""
+        return f"{_HIDDEN_LABELS[self.kind]} {self.folder}"
+
+
+_HIDDEN_LABELS: dict[str, str] = {
+    "private": "private",
+    "credential-store": "credential store",
+    "system-secret": "system secret",
+    "deny-read": "deny_read",
+    "store": "Stockade's store",
+    "socket": "host socket",
+}
+
+
+def _hidden_paths(items: Iterable[HiddenPath]) -> tuple[HiddenPath, ...]:
+    return tuple(items)
+
+
+@frozen
 class SandboxFacts:
     """How a command was confined.
 
@@ -397,6 +434,8 @@ class SandboxFacts:
         denied: the run failed in a way the provider attributes to its own denial.
         runner_failed: the sandbox runner failed and the command never ran.
         missing: what ``partial`` enforcement leaves out (empty when ``full``).
+        hidden: arguments of a failed run that name a path the sandbox hides (each also
+            sets ``denied``); empty when the run succeeded.
     """
 
     provider: str
@@ -405,6 +444,7 @@ class SandboxFacts:
     denied: bool = field(kw_only=True, default=False)
     runner_failed: bool = field(kw_only=True, default=False)
     missing: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    hidden: tuple[HiddenPath, ...] = field(kw_only=True, default=(), converter=_hidden_paths)
 
 
 @frozen

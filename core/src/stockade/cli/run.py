@@ -125,6 +125,13 @@ def print_result(result: RunResult, *, as_json: bool) -> None:
             f"{refusal.reason}",
             file=sys.stderr,
         )
+    for hidden in result.sandbox.hidden:
+        from ..display import visible  # the path is an argument an agent chose
+
+        print(
+            f"stockade: {visible(hidden.path)} is hidden inside the sandbox ({hidden.reason})",
+            file=sys.stderr,
+        )
     if result.timed_out:
         print(f"stockade: timed out after {result.timeout_s:g}s", file=sys.stderr)
     for path in result.quarantined:  # what the host did after the command, said plainly

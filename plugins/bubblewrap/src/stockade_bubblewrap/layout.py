@@ -22,9 +22,13 @@ from attrs import frozen
 
 from stockade import protected as paths
 from stockade.errors import SandboxUnavailable
+from stockade.hiding import Hiding
+from stockade.types import HiddenKind
 
 # Where host sockets and shared scratch live: replaced by private, empty tmpfs.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")  # noqa: S108 - masked
+# What bwrap's fresh ``/dev`` holds of the host's devices (all else there is hidden).
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 
 
 @frozen
@@ -39,6 +43,7 @@ class Layout:
         scanned: directories visited looking for protected paths.
         survey: the protected paths found in the writable roots (``None`` when none is
             writable), for the host's check after the run.
+        hiding: what the command cannot see of the host, from the same mounts.
     """
 
     args: tuple[str, ...]
@@ -47,6 +52,7 @@ class Layout:
     masked: tuple[str, ...]
     scanned: int
     survey: paths.Survey | None = None
+    hiding: Hiding = Hiding(())  # noqa: RUF009 - frozen, so one shared empty value is safe
 
 
 def build(
@@ -58,6 +64,7 @@ def build(
     host_env: Mapping[str, str],
     extra_writable: Iterable[str] = (),
     deny_read: Iterable[str] = (),
+    store: Iterable[str] = (),
     keep_read_only: Iterable[str] = (),
     scratch: Iterable[str] = (),
     shared: Iterable[str] = (),
@@ -75,6 +82,7 @@ def build(
         host_env: the host's environment (to find its home and sockets).
         extra_writable: more writable roots from configuration.
         deny_read: more paths to mask.
+        store: Stockade's own state, masked like ``deny_read``.
         keep_read_only: resolved paths to keep read-only if they lie in a writable root
             (the host's own installation, the bwrap binary, the seccomp cache).
         scratch: folders writable in every mode (the run's home).
@@ -100,7 +108,9 @@ def build(
         (*((workspace, *extra_writable, *shared) if writing else ()), *scratch)
     )
     read_only = [p for p in (workspace, *shared) if p not in writable]
-    masks = _masks(env, host_env, deny_read, writable, secrets, bound=(*writable, *read_only))
+    masks = _masks(
+        env, host_env, deny_read, writable, secrets, bound=(*writable, *read_only), store=store
+    )
     # The run's home and the caches are the agent's own scratch, outside the person's reach.
     own = {os.path.realpath(p) for p in (*scratch, *shared)}
     survey = _survey([r for r in writable if r not in own], scan_limit, writable_dotfiles)
@@ -110,19 +120,22 @@ def build(
         if paths.inside(real, writable) and os.path.exists(real):
             protected.append(real)
     mounts = [
-        _Mount(p, SCRATCH) for p in PRIVATE_DIRS if os.path.isdir(p) and not os.path.islink(p)
+        _Mount(p, SCRATCH, "private")
+        for p in PRIVATE_DIRS
+        if os.path.isdir(p) and not os.path.islink(p)
     ]
     mounts += [_Mount(f, READ_ONLY) for f in read_only]  # seen even under a private /tmp
     mounts += [_Mount(r, WRITABLE) for r in writable]
     mounts += [_Mount(p, PROTECT) for p in protected]
     for mask in masks:
         kind = SCRATCH if mask.scratch else MASK_DIR if mask.is_dir else MASK_FILE
-        mounts.append(_Mount(mask.path, kind))
+        mounts.append(_Mount(mask.path, kind, mask.why))
     # Credential stores inside a writable root, masked as under a home.
     hidden = {m.path for m in masks}
     for path in stores:
         if path not in hidden:
-            mounts.append(_Mount(path, MASK_DIR if os.path.isdir(path) else MASK_FILE))
+            kind = MASK_DIR if os.path.isdir(path) else MASK_FILE
+            mounts.append(_Mount(path, kind, "credential-store"))
     laid = _ordered(mounts)
     chdir = os.path.realpath(cwd)
     _reachable(chdir, laid)
@@ -136,7 +149,12 @@ def build(
     args += ["--chdir", chdir]
     masked = (*(p for p in stores if p not in hidden), *(m.path for m in masks if not m.scratch))
     scanned = survey.scanned if survey is not None else 0
-    return Layout(tuple(args), tuple(writable), tuple(protected), masked, scanned, survey)
+    # The fresh /dev hides the host's but a few devices; then every mount, laid or not.
+    veils: list[tuple[str, HiddenKind]] = [("/dev", "private")]
+    veils += [(m.path, m.why) for m in mounts if m.kind in (*_EMPTY, MASK_FILE)]
+    shown = [*DEVICES, *(m.path for m in mounts if m.kind not in (*_EMPTY, MASK_FILE))]
+    sight = Hiding(veils, shown)
+    return Layout(tuple(args), tuple(writable), tuple(protected), masked, scanned, survey, sight)
 
 
 def _survey(
@@ -164,6 +182,7 @@ _EMPTY = (SCRATCH, MASK_DIR)  # nothing of the host shows beneath these but late
 class _Mount:
     path: str
     kind: str
+    why: HiddenKind = "private"  # what hides it, for a mask or a scratch tmpfs
 
     def args(self) -> list[str]:
         if self.kind in _EMPTY:
@@ -223,6 +242,7 @@ class _Mask:
     path: str
     is_dir: bool
     scratch: bool = False  # an empty writable tmpfs rather than an unreadable one
+    why: HiddenKind = "private"
 
 
 def _masks(
@@ -233,6 +253,7 @@ def _masks(
     secrets: Iterable[str] = (),
     *,
     bound: Iterable[str] = (),
+    store: Iterable[str] = (),
 ) -> list[_Mask]:
     """What to hide, resolved, each once: credential stores, sockets, ``deny_read``, the
     system secrets; and each home's ``.cache`` replaced by scratch (tools' caches; the
@@ -246,21 +267,25 @@ def _masks(
             masks.append(_Mask(cache, True, scratch=True))
             seen.add(cache)
         for name in paths.CREDENTIAL_STORES:
-            _add_mask(os.path.join(home, name), masks, seen)
-    for path in (*deny_read, *paths.socket_paths(host_env)):
-        _add_mask(path, masks, seen)
+            _add_mask(os.path.join(home, name), masks, seen, "credential-store")
+    for path in deny_read:
+        _add_mask(path, masks, seen, "deny-read")
+    for path in store:
+        _add_mask(path, masks, seen, "store")
+    for path in paths.socket_paths(host_env):
+        _add_mask(path, masks, seen, "socket")
     found = paths.system_secrets(homes, secrets)  # globs expanded now, at confine time
     paths.refuse_bound_secrets(bound, found)
     for path in found:
-        _add_mask(path, masks, seen)
+        _add_mask(path, masks, seen, "system-secret")
     return masks
 
 
-def _add_mask(path: str, masks: list[_Mask], seen: set[str]) -> None:
+def _add_mask(path: str, masks: list[_Mask], seen: set[str], why: HiddenKind) -> None:
     if not os.path.lexists(path):
         return
     real = os.path.realpath(path)  # a symlinked store is masked where it really is
     if real in seen or not os.path.exists(real) or paths.inside(real, PRIVATE_DIRS):
         return  # (the host's /tmp is not there at all: the sandbox's is a fresh tmpfs)
-    masks.append(_Mask(real, os.path.isdir(real)))
+    masks.append(_Mask(real, os.path.isdir(real), why=why))
     seen.add(real)

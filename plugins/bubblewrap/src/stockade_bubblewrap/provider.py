@@ -23,8 +23,17 @@ import attrs
 from stockade import protected as paths
 from stockade import seccomp
 from stockade.errors import SandboxUnavailable
+from stockade.hiding import Recent
 from stockade.sandbox import SandboxProvider, looks_denied, proxy_env, sealed_memfd
-from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
+from stockade.types import (
+    ExecSpec,
+    HiddenPath,
+    LaunchPlan,
+    Mode,
+    Probe,
+    ProcessOutcome,
+    SandboxFacts,
+)
 
 from . import discover, layout
 from .settings import Settings
@@ -56,6 +65,7 @@ class BubblewrapSandbox(SandboxProvider):
         super().__init__(options)
         self.settings = Settings.parse(self.options)
         self._bridges: dict[int, Bridge] = {}
+        self._recent = Recent()
 
     @classmethod
     def probe(cls) -> Probe:
@@ -106,21 +116,8 @@ class BubblewrapSandbox(SandboxProvider):
                 os.path.dirname(bwrap.path),
                 os.path.dirname(cache) if cache is not None else sys.prefix,
             )
-            plan_layout = layout.build(
-                mode=spec.mode,
-                cwd=spec.cwd,
-                workspace=spec.workspace,
-                env=spec.env,
-                host_env=os.environ,
-                extra_writable=(*settings.writable_roots, *spec.grant_writable),
-                deny_read=(*settings.deny_read, *spec.hidden),
-                keep_read_only=keep,
-                scratch=(spec.home,) if spec.home else (),
-                shared=spec.caches,
-                secrets=spec.system_secrets,
-                scan_limit=settings.scan_limit,
-                writable_dotfiles=paths.opened(spec.writable_dotfiles),
-            )
+            plan_layout = self._layout(spec, keep)
+            self._recent.remember(spec, plan_layout.hiding)
             env = dict(spec.env)
             command: tuple[str, ...] = (spec.program, *spec.argv[1:])
             if spec.egress is not None:
@@ -173,6 +170,36 @@ class BubblewrapSandbox(SandboxProvider):
         if bridge is not None:
             self._bridges[id(plan)] = bridge
         return plan
+
+    def _layout(self, spec: ExecSpec, keep: tuple[str, ...] = ()) -> layout.Layout:
+        """The mounts for ``spec``; ``keep``: the host's own paths, kept read-only."""
+        settings = self.settings
+        return layout.build(
+            mode=spec.mode,
+            cwd=spec.cwd,
+            workspace=spec.workspace,
+            env=spec.env,
+            host_env=os.environ,
+            extra_writable=(*settings.writable_roots, *spec.grant_writable),
+            deny_read=settings.deny_read,
+            store=spec.hidden,
+            keep_read_only=keep,
+            scratch=(spec.home,) if spec.home else (),
+            shared=spec.caches,
+            secrets=spec.system_secrets,
+            scan_limit=settings.scan_limit,
+            writable_dotfiles=paths.opened(spec.writable_dotfiles),
+        )
+
+    def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:
+        """Where ``spec``'s mounts hide ``path``: a private tmpfs (``/tmp``, ``/var/tmp``,
+        ``/run``, ``/dev/shm``, a home's ``.cache``), the fresh ``/dev``, or a mask; from
+        the layout :meth:`confine` laid (built again if it did not confine ``spec``)."""
+        hiding = self._recent.recall(spec)
+        if hiding is None:
+            hiding = self._layout(spec).hiding
+            self._recent.remember(spec, hiding)
+        return hiding.find(path)
 
     def release(self, plan: LaunchPlan) -> None:
         """Close the plan's descriptors, and its bridge to the egress proxy if it has one."""

@@ -38,8 +38,9 @@ from attrs import frozen
 
 from stockade import protected, seccomp
 from stockade.errors import SandboxUnavailable
+from stockade.hiding import Hiding, Recent
 from stockade.sandbox import looks_denied, proxy_env
-from stockade.types import ExecSpec, LaunchPlan, Probe, ProcessOutcome, SandboxFacts
+from stockade.types import ExecSpec, HiddenKind, LaunchPlan, Probe, ProcessOutcome, SandboxFacts
 
 from . import abi
 from .rules import Rule, expand
@@ -117,6 +118,7 @@ class _Base:
 
     rules: tuple[Rule, ...]
     listed: tuple[tuple[str, int], ...]  # (directory, mtime_ns) whose entries made rules
+    hiding: Hiding  # what these rules keep from a command, the run's scratch aside
     built: dict[str, int] = attrs.field(factory=dict, eq=False)  # scratch -> ruleset fd
 
     def close(self) -> None:
@@ -147,6 +149,7 @@ class Engine:
         self._lock = threading.Lock()
         self._scratch: str | None = None
         self._spare: list[str] = []
+        self.recent = Recent()  # what each spec confined last is hidden from
 
     @staticmethod
     def probe() -> Probe:
@@ -209,6 +212,8 @@ class Engine:
         survey = self._survey(spec, writable)
         base = self._base(level, spec, writable, port, survey)
         scratch = self._take_scratch()
+        hidden, shown = base.hiding.hidden, base.hiding.shown
+        self.recent.remember(spec, Hiding(hidden, (*shown, scratch)))
         try:
             ruleset = self._ruleset(level, base, port, scratch)
         except BaseException:
@@ -307,22 +312,8 @@ class Engine:
         keep += [sys.prefix, sys.base_prefix]
         if cache is not None:
             keep.append(os.path.dirname(cache))
-        homes = protected.homes(spec.env, os.environ)
-        secrets = protected.system_secrets(homes, spec.system_secrets)  # globs expanded now
-        protected.refuse_bound_secrets((*writable, spec.workspace, *spec.caches), secrets)
-        masked = [
-            *PRIVATE_DIRS,
-            *settings.deny_read,
-            *spec.hidden,
-            *protected.socket_paths(os.environ),
-            # Every run's scratch: listable, and only a run's own is granted (per run).
-            self._scratch_parent(),
-            *secrets,
-        ]
-        for home in homes:
-            masked.append(os.path.join(home, ".cache"))
-            masked += [os.path.join(home, name) for name in protected.CREDENTIAL_STORES]
-        masked += survey.masked if survey is not None else ()
+        veils = self._veils(spec, writable, survey)
+        masked = [path for path, _ in veils]
         grants = [("/", abi.FS_READ)]
         grants += [(root, every) for root in writable]
         # Caches (inside the hidden store) are read in every mode, written in one that writes.
@@ -338,7 +329,11 @@ class Engine:
             listed: list[str] = []
             rules = expand(grants, carveouts, listed)
             stamps = tuple((d, os.stat(d).st_mtime_ns) for d in listed)
-            base = _Base(tuple(rules), stamps)
+            hiding = Hiding(
+                [(os.path.realpath(p), kind) for p, kind in veils if os.path.lexists(p)],
+                [os.path.realpath(g) for g, _ in grants[1:]],  # all but "/"
+            )
+            base = _Base(tuple(rules), stamps, hiding)
             if cached is not None:
                 cached.close()  # each plan holds its own duplicate
             if len(self._bases) >= _MAX_BASES and key not in self._bases:
@@ -346,6 +341,28 @@ class Engine:
                 oldest.close()
             self._bases[key] = base
             return base
+
+    def _veils(
+        self, spec: ExecSpec, writable: list[str], survey: protected.Survey | None
+    ) -> list[tuple[str, HiddenKind]]:
+        """What the rules carve out of every read, and why (system secrets looked for now)."""
+        homes = protected.homes(spec.env, os.environ)
+        secrets = protected.system_secrets(homes, spec.system_secrets)  # globs expanded now
+        protected.refuse_bound_secrets((*writable, spec.workspace, *spec.caches), secrets)
+        veils: list[tuple[str, HiddenKind]] = [(p, "private") for p in PRIVATE_DIRS]
+        veils += [(p, "deny-read") for p in self.settings.deny_read]
+        veils += [(p, "store") for p in spec.hidden]
+        veils += [(p, "socket") for p in protected.socket_paths(os.environ)]
+        # Every run's scratch: listable, and only a run's own is granted (per run).
+        veils.append((self._scratch_parent(), "private"))
+        veils += [(p, "system-secret") for p in secrets]
+        for home in homes:
+            veils.append((os.path.join(home, ".cache"), "private"))
+            veils += [
+                (os.path.join(home, n), "credential-store") for n in protected.CREDENTIAL_STORES
+            ]
+        veils += [(p, "credential-store") for p in (survey.masked if survey is not None else ())]
+        return veils
 
     def _ruleset(self, level: int, base: _Base, port: int | None, scratch: str) -> int:
         """This run's ruleset (a descriptor the plan owns): ``base``'s rules and one for its

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from stockade.errors import SandboxUnavailable
 from stockade.sandbox import SandboxProvider
-from stockade.types import ExecSpec, LaunchPlan, Mode, Probe, ProcessOutcome, SandboxFacts
+from stockade.types import (
+    ExecSpec,
+    HiddenPath,
+    LaunchPlan,
+    Mode,
+    Probe,
+    ProcessOutcome,
+    SandboxFacts,
+)
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -55,6 +63,18 @@ class LandlockSandbox(SandboxProvider):
                 hint="danger-full-access runs unconfined, without this provider",
             )
         return self.engine.confine(spec)
+
+    def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:
+        """Where ``spec``'s rules keep ``path`` from the command: the host's ``/tmp``,
+        ``/var/tmp``, ``/run``, ``/dev`` (but its few devices) and homes' ``.cache``, the
+        masked credential stores, system secrets, ``deny_read`` and the store, less what
+        the rules grant again beneath them; from the rules :meth:`confine` made (made again
+        if it did not confine ``spec``)."""
+        hiding = self.engine.recent.recall(spec)
+        if hiding is None:  # confine it once, for its rules: they are what hides
+            self.release(self.confine(spec))
+            hiding = self.engine.recent.recall(spec)
+        return hiding.find(path) if hiding is not None else None
 
     def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
         """Add ``denied`` when a failed run's stderr reads like a Landlock or seccomp refusal."""
