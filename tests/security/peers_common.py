@@ -94,7 +94,9 @@ def net_config(box, hosts: tuple[str, ...], names: tuple[str, ...] = ()) -> Conf
     """A ``net`` agent allowed ``hosts``; each of ``names`` resolves to 127.0.0.1."""
     agent = Profile(name="net", hosts=hosts, ask=(), workspace=str(box.ws))
     resolve = dict.fromkeys(("allowed.test", "denied.test", *names), "127.0.0.1")
-    return Config(sandbox=box.sandbox, agents={"net": agent}, network=NetworkConfig(resolve=resolve))
+    return Config(
+        sandbox=box.sandbox, agents={"net": agent}, network=NetworkConfig(resolve=resolve)
+    )
 
 
 class NetworkPython:

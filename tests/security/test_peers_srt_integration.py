@@ -15,8 +15,8 @@ import sys
 import time
 
 import pytest
-from helpers import procs
 
+from helpers import procs
 from stockade.errors import PolicyHeld, ProgramNotFound
 
 from .peers_common import PYTHON, SRT_INTEGRATION
@@ -153,7 +153,9 @@ def test_allows_reads_from_anywhere(host, box):
     (box.home / ".bashrc").write_text("# rc\n")
     (box.home / ".ssh").mkdir()
     (box.home / ".ssh" / "id_ed25519").write_text(box.canary)
-    read = _ok(host.run(box.request(["head", "-n", "5", str(box.home / ".bashrc"), str(box.secret)])))
+    read = _ok(
+        host.run(box.request(["head", "-n", "5", str(box.home / ".bashrc"), str(box.secret)]))
+    )
     assert "# rc" in read.stdout.text and box.canary in read.stdout.text
     masked = host.run(box.request(["cat", str(box.home / ".ssh" / "id_ed25519")]))
     assert box.canary not in masked.stdout.text
@@ -245,14 +247,18 @@ def test_children_die_when_stockade_is_terminated(box):
     argv += ["--sandbox", box.sandbox, "--yes"]
     argv += ["--", "sh", "-c", f"sleep {marker} & sleep {marker}; echo finished"]
     env = {**os.environ, "HOME": str(box.home)}
-    runner = subprocess.Popen(argv, cwd=box.ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    runner = subprocess.Popen(
+        argv, cwd=box.ws, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         started = procs.wait_until(lambda: len(procs.sleeping(marker)) == 2, timeout=30)
         assert started, runner.poll() or runner.stderr
         runner.send_signal(signal.SIGTERM)
         out, _err = runner.communicate(timeout=30)
         assert b"finished" not in out
-        assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=10), procs.sleeping(marker)
+        assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=10), procs.sleeping(
+            marker
+        )
     finally:
         if runner.poll() is None:
             runner.kill()
@@ -262,21 +268,28 @@ def test_children_die_when_stockade_is_terminated(box):
 # should not leave orphan processes after timeout kills sandbox
 def test_no_orphans_after_a_timeout(host, box):
     marker = _marker()
-    request = box.request(["sh", "-c", f"setsid sleep {marker} & nohup sleep {marker} & sleep {marker}"])
-    result = host.run(type(request)(request.argv, request.cwd, env=request.env, sandbox=box.sandbox, timeout=1))
+    request = box.request(
+        ["sh", "-c", f"setsid sleep {marker} & nohup sleep {marker} & sleep {marker}"]
+    )
+    result = host.run(
+        type(request)(request.argv, request.cwd, env=request.env, sandbox=box.sandbox, timeout=1)
+    )
     assert result.timed_out
     assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=10), procs.sleeping(marker)
 
 
-ESCALATE = """
+SU = ["su", "-s", "/bin/sh", "-c", "id -u", "nobody"]
+ESCALATE = f"""
+SU = {SU!r}
 import os, shutil, subprocess
 shutil.copy("/usr/bin/id", "id-suid")
 os.chmod("id-suid", 0o4755)
 print(os.stat("id-suid").st_mode & 0o4000 != 0)
-print(subprocess.run(["./id-suid", "-u"], capture_output=True, text=True).stdout.strip() == str(os.getuid()))
+ran = subprocess.run(["./id-suid", "-u"], capture_output=True, text=True)
+print(ran.stdout.strip() == str(os.getuid()))
 status = dict(l.split(":", 1) for l in open("/proc/self/status"))
 print(status["CapEff"].strip(), status["NoNewPrivs"].strip())
-su = subprocess.run(["su", "-c", "id -u", "nobody"], capture_output=True, text=True)
+su = subprocess.run(SU, capture_output=True, text=True)
 print(su.returncode != 0)
 """
 
@@ -284,8 +297,13 @@ print(su.returncode != 0)
 # should prevent privilege escalation attempts: a setuid copy runs as the caller, no
 # capabilities even as root, no_new_privs set, and su cannot switch user
 def test_privilege_escalation_is_refused(host, box):
+    if os.getuid() == 0:  # control: as root outside the sandbox, su does switch user
+        host_su = subprocess.run(SU, check=False, capture_output=True, text=True)
+        assert host_su.stdout == "65534\n"
     result = _ok(host.run(box.py(ESCALATE)))
-    assert result.stdout.text.split("\n")[:4] == ["True", "True", "0000000000000000 1", "True"], result.stdout.text + result.stderr.text
+    assert result.stdout.text.split("\n")[:4] == ["True", "True", "0000000000000000 1", "True"], (
+        result.stdout.text + result.stderr.text
+    )
 
 
 SPECIAL = """

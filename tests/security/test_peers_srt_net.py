@@ -184,7 +184,9 @@ PEERS = {
 @pytest.fixture
 def upstream():
     with http_upstream() as port:
-        assert urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read() == BODY.encode()
+        assert (
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10).read() == BODY.encode()
+        )
         yield port  # the control above: the host itself reaches the server
 
 
@@ -203,7 +205,9 @@ def _blocked(result):
 
 def _refused_by_rule(result):
     _blocked(result)
-    assert "not in the profile's hosts" in result.stdout.text, result.stdout.text + result.stderr.text
+    assert "not in the profile's hosts" in result.stdout.text, (
+        result.stdout.text + result.stderr.text
+    )
 
 
 UNIX = """
@@ -329,9 +333,16 @@ def test_empty_versus_undefined_hosts(make_host, box, upstream):
     from stockade.types import Profile
 
     for hosts in ((), None):
-        agent = Profile(name="net", ask=(), workspace=str(box.ws), **({"hosts": hosts} if hosts is not None else {}))
+        agent = Profile(
+            name="net",
+            ask=(),
+            workspace=str(box.ws),
+            **({"hosts": hosts} if hosts is not None else {}),
+        )
         config = Config(sandbox=box.sandbox, agents={"net": agent})
-        result = make_host(allow_all=True, config=config).run(_curl(box, f"http://127.0.0.1:{upstream}/"))
+        result = make_host(allow_all=True, config=config).run(
+            _curl(box, f"http://127.0.0.1:{upstream}/")
+        )
         assert _blocked(result).exit_code != 0
 
 
@@ -374,7 +385,7 @@ def test_inet_socket_creation(make_host, box, kind):
     assert json.loads(classed.stdout.text) == expected, classed.stderr.text
 
 
-STATUS = "import sys; print([l for l in open('/proc/self/status') if l.startswith('Seccomp:')][0], end='')"
+STATUS = "print([x for x in open('/proc/self/status') if x.startswith('Seccomp:')][0], end='')"
 
 
 # seccomp-filter.test.ts: should allow network infrastructure to run before filter
@@ -386,9 +397,9 @@ def test_network_path_runs_while_the_filter_holds(make_host, box, upstream):
         plugins=[NetworkPython()],
     )
     fetch = (
-        "import urllib.request, sys\n"
-        f"print(urllib.request.urlopen('http://allowed.test:{upstream}/', timeout=10).read().decode(), end='')\n"
-        + STATUS
+        "import urllib.request\n"
+        f"reply = urllib.request.urlopen('http://allowed.test:{upstream}/', timeout=10)\n"
+        "print(reply.read().decode(), end='')\n" + STATUS
     )
     (box.ws / "fetch.py").write_text(fetch)
     result = host.run(box.request([PYTHON, "-S", "fetch.py"], profile="net"))
@@ -408,7 +419,16 @@ def test_unrestricted_only_when_explicit(host, box):
     with pytest.raises(SandboxUnavailable):
         host.run(box.py(STATUS, mode="danger-full-access"))
     request = box.py(STATUS, mode="danger-full-access")
-    free = host.run(type(request)(request.argv, request.cwd, mode="danger-full-access", env=request.env, sandbox="none", timeout=60))
+    free = host.run(
+        type(request)(
+            request.argv,
+            request.cwd,
+            mode="danger-full-access",
+            env=request.env,
+            sandbox="none",
+            timeout=60,
+        )
+    )
     assert free.stdout.text == "Seccomp:\t0\n"
 
 
