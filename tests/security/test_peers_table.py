@@ -13,9 +13,21 @@ import os
 import re
 from pathlib import Path
 
-from . import test_peers_codex, test_peers_srt_deny, test_peers_srt_integration, test_peers_srt_net
+from . import (
+    test_peers_codex,
+    test_peers_codex_proxy,
+    test_peers_srt_deny,
+    test_peers_srt_integration,
+    test_peers_srt_net,
+)
 
-MODULES = (test_peers_codex, test_peers_srt_integration, test_peers_srt_net, test_peers_srt_deny)
+MODULES = (
+    test_peers_codex,
+    test_peers_codex_proxy,
+    test_peers_srt_integration,
+    test_peers_srt_net,
+    test_peers_srt_deny,
+)
 BACKENDS = ("bubblewrap", "landlock")
 PAGE = Path(__file__).parents[2] / "docs" / "peers.md"
 START, END = "<!-- peers-table:start -->", "<!-- peers-table:end -->"
