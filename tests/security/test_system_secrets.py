@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade import protected
+from stockade import protected, system_secrets
 from stockade.config import Config, parse_config
 from stockade.errors import ConfigError, SandboxUnavailable
 
@@ -241,9 +241,9 @@ def test_a_workspace_inside_a_secret_is_refused_before_it_starts(make_host, box,
 def test_root_home_is_masked_unless_a_home_in_use_is_or_lies_in_it():
     if not os.path.isdir("/root"):
         pytest.skip("no /root here")
-    assert "/root" in protected.system_secrets(["/home/someone"])
-    assert "/root" not in protected.system_secrets(["/root"])
-    assert "/root" not in protected.system_secrets(["/root/.local/state/stockade/homes/r1"])
+    assert "/root" in system_secrets.system_secrets(["/home/someone"])
+    assert "/root" not in system_secrets.system_secrets(["/root"])
+    assert "/root" not in system_secrets.system_secrets(["/root/.local/state/stockade/homes/r1"])
 
 
 @pytest.mark.skipif(ROOT, reason="as root, /root is the running user's own home")
@@ -269,15 +269,16 @@ def test_the_list_names_the_promised_secrets():
     import fnmatch
 
     for promised in ("/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/etc/sudoers.d"):
-        assert any(fnmatch.fnmatch(promised, p) for p in protected.SYSTEM_SECRETS), promised
-    for pattern in protected.SYSTEM_SECRETS:
+        assert any(fnmatch.fnmatch(promised, p) for p in system_secrets.SYSTEM_SECRETS), promised
+    for pattern in system_secrets.SYSTEM_SECRETS:
         assert os.path.isabs(pattern)
     # Host public keys stay readable: the key glob never matches a .pub.
     assert not any(
-        fnmatch.fnmatch("/etc/ssh/ssh_host_ed25519_key.pub", p) for p in protected.SYSTEM_SECRETS
+        fnmatch.fnmatch("/etc/ssh/ssh_host_ed25519_key.pub", p)
+        for p in system_secrets.SYSTEM_SECRETS
     )
     assert any(
-        fnmatch.fnmatch("/etc/ssh/ssh_host_ed25519_key", p) for p in protected.SYSTEM_SECRETS
+        fnmatch.fnmatch("/etc/ssh/ssh_host_ed25519_key", p) for p in system_secrets.SYSTEM_SECRETS
     )
 
 
@@ -310,7 +311,7 @@ def test_the_docs_list_every_system_secret():
     root = Path(__file__).resolve().parents[2] / "docs"
     bubblewrap = (root / "bubblewrap.md").read_text(encoding="utf-8")
     section = bubblewrap.split("## System secrets", 1)[1].split("\n## ", 1)[0]
-    for pattern in protected.SYSTEM_SECRETS:
+    for pattern in system_secrets.SYSTEM_SECRETS:
         assert f"`{pattern}`" in section, pattern
     assert "## System secrets" in (root / "landlock.md").read_text(encoding="utf-8")
     assert "| `system_secrets` |" in (root / "configuration.md").read_text(encoding="utf-8")

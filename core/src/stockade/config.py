@@ -190,7 +190,7 @@ class Config:
         network: the egress proxy's settings.
         skills: where Agent Skills are found, and the global safety of their scripts.
         system_secrets: more absolute paths or globs masked (unreadable) in every confined
-            mode, added to :data:`stockade.protected.SYSTEM_SECRETS`; globs are expanded
+            mode, added to :data:`stockade.system_secrets.SYSTEM_SECRETS`; globs are expanded
             when each command is confined.
         source: the file this was read from, if any (not a key in the file).
     """

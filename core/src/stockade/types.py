@@ -220,7 +220,7 @@ class ExecSpec:
         hidden: folders a sandbox must make unreadable: Stockade's own state (the record,
             its signing key, the held steps).
         system_secrets: more system secrets a sandbox must mask besides the built-in
-            :data:`stockade.protected.SYSTEM_SECRETS` (the ``system_secrets`` config key:
+            :data:`stockade.system_secrets.SYSTEM_SECRETS` (the ``system_secrets`` config key:
             paths or globs, expanded when the command is confined).
         egress: for a ``network`` command whose profile names hosts, the proxy it may reach;
             ``None`` (no network at all) for every other command.

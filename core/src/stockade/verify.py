@@ -28,15 +28,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import field, frozen
 
 from .blobs import BlobError, CheckedBlobs, open_blob_file
-from .record import (
-    CHAIN_FORMAT,
-    GENESIS,
-    head_path,
-    key_path,
-    link,
-    load_key,
-    public_hex,
-)
+from .record import CHAIN_FORMAT, GENESIS, head_path, key_path, link, load_key, public_hex
 from .store import Store, StoreError
 
 if TYPE_CHECKING:

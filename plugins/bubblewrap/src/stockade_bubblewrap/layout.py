@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from attrs import frozen
 
 from stockade import protected as paths
+from stockade import system_secrets
 from stockade.errors import SandboxUnavailable
 from stockade.hiding import Hiding
 from stockade.types import HiddenKind
@@ -88,7 +89,7 @@ def build(
         scratch: folders writable in every mode (the run's home).
         shared: folders writable in ``workspace-write`` and read-only otherwise (caches).
         secrets: more system secrets (paths or globs) masked besides
-            :data:`stockade.protected.SYSTEM_SECRETS`.
+            :data:`stockade.system_secrets.SYSTEM_SECRETS`.
         scan_limit: directories to visit at most looking for protected paths.
         writable_dotfiles: protected dotfiles left writable (the profile's opt-out).
 
@@ -274,8 +275,8 @@ def _masks(
         _add_mask(path, masks, seen, "store")
     for path in paths.socket_paths(host_env):
         _add_mask(path, masks, seen, "socket")
-    found = paths.system_secrets(homes, secrets)  # globs expanded now, at confine time
-    paths.refuse_bound_secrets(bound, found)
+    found = system_secrets.system_secrets(homes, secrets)  # globs expanded now, at confine time
+    system_secrets.refuse_bound_secrets(bound, found)
     for path in found:
         _add_mask(path, masks, seen, "system-secret")
     return masks

@@ -36,7 +36,7 @@ from typing import Any
 import attrs
 from attrs import frozen
 
-from stockade import protected, seccomp
+from stockade import protected, seccomp, system_secrets
 from stockade.errors import SandboxUnavailable
 from stockade.hiding import Hiding, Recent
 from stockade.sandbox import looks_denied, proxy_env
@@ -347,8 +347,8 @@ class Engine:
     ) -> list[tuple[str, HiddenKind]]:
         """What the rules carve out of every read, and why (system secrets looked for now)."""
         homes = protected.homes(spec.env, os.environ)
-        secrets = protected.system_secrets(homes, spec.system_secrets)  # globs expanded now
-        protected.refuse_bound_secrets((*writable, spec.workspace, *spec.caches), secrets)
+        secrets = system_secrets.system_secrets(homes, spec.system_secrets)  # globs expanded now
+        system_secrets.refuse_bound_secrets((*writable, spec.workspace, *spec.caches), secrets)
         veils: list[tuple[str, HiddenKind]] = [(p, "private") for p in PRIVATE_DIRS]
         veils += [(p, "deny-read") for p in self.settings.deny_read]
         veils += [(p, "store") for p in spec.hidden]
