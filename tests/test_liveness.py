@@ -47,12 +47,12 @@ def _daemon(pidfile, linger: float = 0.0) -> list[str]:
 
 
 def _pid(path) -> int:
-    assert procs.wait_until(lambda: path.exists() and path.read_text().strip(), timeout=5)
+    assert procs.wait_until(lambda: path.exists() and path.read_text().strip(), timeout=30)
     return int(path.read_text())
 
 
 def _dead(pid: int) -> bool:
-    return procs.wait_until(lambda: not procs.alive(pid), timeout=3)
+    return procs.wait_until(lambda: not procs.alive(pid), timeout=30)
 
 
 def test_sigterm_trapping_command_reports_timed_out_and_its_own_exit(host):
@@ -153,7 +153,7 @@ def test_orphaned_zombies_are_reaped_by_the_sweep(host, tmp_path, escapees):
     zombie = _pid(pidfile)
     escapees.append(zombie)
     assert result.exit_code == 0
-    assert procs.wait_until(lambda: procs.state(zombie) is None, timeout=1), (
+    assert procs.wait_until(lambda: procs.state(zombie) is None, timeout=30), (
         f"{zombie} is left as a zombie child of the host: {procs.state(zombie)}"
     )
 
@@ -342,7 +342,7 @@ def _kill_host_and_watch(argv, pidfile, escapees) -> None:
         assert procs.alive(child)
         os.kill(host.pid, signal.SIGKILL)
         host.wait()
-        assert procs.wait_until(lambda: not procs.alive(child), timeout=5), "outlived its host"
+        assert procs.wait_until(lambda: not procs.alive(child), timeout=30), "outlived its host"
         procs.reap_if_ours(child)  # we are a subreaper: the orphan may be our zombie now
     finally:
         host.kill()

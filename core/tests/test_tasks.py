@@ -74,7 +74,7 @@ def test_kill_ends_the_task_and_everything_it_started(host, tmp_path):
     assert all(_alive(p) for p in pids)  # the control
     killed = host.kill(info.task_id, owner="a")
     assert killed.status == "killed" and killed.signal is not None
-    _until(lambda: not any(_alive(p) for p in pids), timeout=10)
+    _until(lambda: not any(_alive(p) for p in pids), timeout=30)
 
 
 def test_another_owner_can_neither_see_read_nor_kill_a_task(host, tmp_path):

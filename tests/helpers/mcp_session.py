@@ -122,7 +122,8 @@ def processes_with(arg: str) -> list[int]:
     return found
 
 
-async def until(check: Callable[[], object], timeout: float = 10.0) -> None:
+async def until(check: Callable[[], object], timeout: float = 60.0) -> None:
+    """Wait for ``check`` to hold: an event, polled, under a generous cap (never a timing)."""
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, "timed out waiting"

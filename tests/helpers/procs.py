@@ -37,7 +37,7 @@ def reap_if_ours(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def wait_until(predicate: object, timeout: float = 2.0, interval: float = 0.01) -> bool:
+def wait_until(predicate: object, timeout: float = 30.0, interval: float = 0.01) -> bool:
     """Poll ``predicate()`` until it is true or ``timeout`` seconds passed; its last value."""
     deadline = time.monotonic() + timeout
     while True:
@@ -48,7 +48,7 @@ def wait_until(predicate: object, timeout: float = 2.0, interval: float = 0.01) 
         time.sleep(interval)
 
 
-def wait_dead(pid: int, timeout: float = 2.0) -> bool:
+def wait_dead(pid: int, timeout: float = 30.0) -> bool:
     """Poll until ``pid`` cannot run any more (gone, or a zombie we then reap)."""
 
     def dead() -> bool:
@@ -58,7 +58,7 @@ def wait_dead(pid: int, timeout: float = 2.0) -> bool:
     return wait_until(dead, timeout)
 
 
-def read_pid(path: Path, timeout: float = 5.0) -> int:
+def read_pid(path: Path, timeout: float = 30.0) -> int:
     """The PID a command wrote to ``path`` (waits for the file to be complete)."""
 
     def ready() -> bool:

@@ -236,7 +236,7 @@ def test_background_processes_end_with_the_command(host, box):
     loop = f"(while true; do echo alive >> marker.txt; sleep {marker}; done) & sleep 0.5"
     _ok(host.run(box.request(["sh", "-c", loop])))
     assert (box.ws / "marker.txt").read_text().startswith("alive")  # control: it ran
-    assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=10), procs.sleeping(marker)
+    assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=30), procs.sleeping(marker)
 
 
 # should kill child processes when sandbox is terminated via SIGTERM (--die-with-parent):
@@ -256,7 +256,7 @@ def test_children_die_when_stockade_is_terminated(box):
         runner.send_signal(signal.SIGTERM)
         out, _err = runner.communicate(timeout=30)
         assert b"finished" not in out
-        assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=10), procs.sleeping(
+        assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=30), procs.sleeping(
             marker
         )
     finally:
@@ -275,7 +275,7 @@ def test_no_orphans_after_a_timeout(host, box):
         type(request)(request.argv, request.cwd, env=request.env, sandbox=box.sandbox, timeout=1)
     )
     assert result.timed_out
-    assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=10), procs.sleeping(marker)
+    assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=30), procs.sleeping(marker)
 
 
 SU = ["su", "-s", "/bin/sh", "-c", "id -u", "nobody"]
