@@ -31,7 +31,7 @@ Interleave = Callable[[dict[str, Callable[[], int]], int, int], dict[str, dict[s
 COLD = r"""
 import sys, time
 import stockade.cli.run, stockade.host  # what the CLI has imported by then
-from stockade.changes import Watch
+from stockade.run.changes import Watch
 start = time.perf_counter()
 Watch(sys.argv[1]).finish()  # imports inotify_simple on first use
 print((time.perf_counter() - start) * 1000)
@@ -73,7 +73,7 @@ def scandir_walk(path: str) -> int:
 
 def bench_changes(interleaved: Interleave, runs: int = 20, warmup: int = 3) -> dict[str, Any]:
     """Watch()+finish() on 10,000 files changing 3, against raw walks of the same tree."""
-    from stockade.changes import Watch
+    from stockade.run.changes import Watch
 
     with tempfile.TemporaryDirectory(prefix="stockade-bench-changes-") as root:
         targets = plant(root)

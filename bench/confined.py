@@ -113,10 +113,10 @@ def bench_bubblewrap(
     from stockade_bubblewrap import layout
     from stockade_bubblewrap.provider import BubblewrapSandbox
 
-    from stockade import seccomp
-    from stockade.config import Config
+    from stockade.config.schema import Config
+    from stockade.confine import seccomp
     from stockade.host import Host
-    from stockade.types import ExecRequest
+    from stockade.request.spec import ExecRequest
 
     probe = BubblewrapSandbox.probe()
     if not probe.usable:
@@ -264,9 +264,9 @@ def bench_landlock(
     """Host.run under Landlock (workspace-write) against raw ``subprocess.run``."""
     from stockade_landlock.provider import LandlockSandbox
 
-    from stockade.config import Config
+    from stockade.config.schema import Config
     from stockade.host import Host
-    from stockade.types import ExecRequest
+    from stockade.request.spec import ExecRequest
 
     probe = LandlockSandbox.probe()
     if not probe.usable:

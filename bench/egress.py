@@ -2,7 +2,7 @@
 
 A local upstream (a child Python process, so it does not share the proxy's GIL) serves a
 256 MiB body over plain HTTP on loopback. The same client downloads it (a) directly and
-(b) through :class:`stockade.egress.Proxy` with ``CONNECT`` (``curl -p -x``: a tunnel, the
+(b) through :class:`stockade.egress.proxy.Proxy` with ``CONNECT`` (``curl -p -x``: a tunnel, the
 path TLS traffic takes, without measuring TLS), interleaved. The client is ``curl`` where it
 is installed, else a child Python process. The target: at least 500 MB/s through the proxy.
 """
@@ -83,7 +83,7 @@ def _download(argv: list[str]) -> Callable[[], int]:
 
 def bench_egress(interleaved: Interleave, runs: int = 5, warmup: int = 1) -> dict[str, Any]:
     """MB/s of one 256 MiB download, direct and through the proxy, and their ratio."""
-    from stockade.egress import Connection, Proxy, parse_hosts
+    from stockade.egress.proxy import Connection, Proxy, parse_hosts
 
     upstream = subprocess.Popen(
         [sys.executable, "-c", UPSTREAM, str(SIZE)], stdout=subprocess.PIPE, text=True
@@ -147,7 +147,7 @@ def report_egress(
     )
     print(head)
     print(row("direct loopback download", egress["direct"]))
-    print(row("through stockade.egress.Proxy (CONNECT)", egress["proxied"]))
+    print(row("through stockade.egress.proxy.Proxy (CONNECT)", egress["proxied"]))
     ok = egress["proxied_mbps"] >= EGRESS_TARGET_MBPS
     print(
         f"  direct {egress['direct_mbps']:.0f} MB/s, proxied {egress['proxied_mbps']:.0f} MB/s "

@@ -91,7 +91,7 @@ class _Client:
 def bench_mcp(runs: int, warmup: int, interleaved: Interleave) -> dict[str, Any]:
     """``run_command`` through the server against ``Host.run`` in this process."""
     from stockade.host import Host
-    from stockade.types import ExecRequest
+    from stockade.request.spec import ExecRequest
 
     with tempfile.TemporaryDirectory(prefix="stockade-bench-mcp-") as scratch:
         host = Host.from_environment()

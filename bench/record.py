@@ -25,11 +25,11 @@ Interleave = Callable[[dict[str, Callable[[], int]], int, int], dict[str, dict[s
 
 def bench_record(runs: int, warmup: int, interleaved: Interleave) -> dict[str, Any]:
     """The recording overhead per command, and the time to verify 1,000 commands."""
-    from stockade.config import Config, PluginsConfig, StoreConfig
+    from stockade.config.schema import Config, PluginsConfig, StoreConfig
     from stockade.host import Host
-    from stockade.record import verify
-    from stockade.store import Store
-    from stockade.types import ExecRequest
+    from stockade.record.store import Store
+    from stockade.record.verify import verify
+    from stockade.request.spec import ExecRequest
 
     with tempfile.TemporaryDirectory(prefix="stockade-bench-record-") as scratch:
         store = os.path.join(scratch, "timed", "store.db")

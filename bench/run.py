@@ -120,7 +120,7 @@ def _check(name: str, status: int) -> None:
 def bench_library(runs: int, warmup: int) -> dict[str, Any]:
     """Host.run against raw subprocess.run in this process."""
     from stockade.host import Host
-    from stockade.types import ExecRequest
+    from stockade.request.spec import ExecRequest
 
     host = Host()
     try:

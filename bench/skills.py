@@ -30,9 +30,9 @@ ARGS = ["5", "km", "mi"]
 
 def bench_skills(interleaved: Interleave, runs: int = 40, warmup: int = 5) -> dict[str, Any]:
     """The skill tool, ``Host.run`` and raw ``subprocess`` running the same script."""
-    from stockade.config import Config, SkillsConfig
+    from stockade.config.schema import Config, SkillsConfig
     from stockade.host import Host
-    from stockade.types import ExecRequest
+    from stockade.request.spec import ExecRequest
     from stockade_skills import SkillTool
     from stockade_skills.catalog import Catalog
     from stockade_skills.resources import materialize

@@ -9,7 +9,7 @@ preview) is written by a real host. Then, interleaved in the same run:
   and render the HTML;
 - **verify**: ``stockade.record.verify`` alone, the part of the page that is the record's
   own check;
-- **raw**: the floor, reading the same rows with ``stockade.record.rows`` and writing them
+- **raw**: the floor, reading the same rows with ``stockade.record.chain.rows`` and writing them
   out with ``json.dumps``: what any page of these events would pay before drawing anything.
 
 The target: the page in under 500 ms, median. The ratio page / raw is printed beside it.
@@ -35,11 +35,12 @@ def bench_ui_page(interleaved: Interleave, runs: int, warmup: int) -> dict[str, 
     """The run page of a 1,000-step run, against ``verify`` and raw rows + JSON."""
     from starlette.requests import Request
 
-    from stockade.config import Config, StoreConfig
+    from stockade.config.schema import Config, StoreConfig
     from stockade.host import Host
-    from stockade.record import rows, verify
-    from stockade.store import Store
-    from stockade.types import ExecRequest
+    from stockade.record.chain import rows
+    from stockade.record.store import Store
+    from stockade.record.verify import verify
+    from stockade.request.spec import ExecRequest
     from stockade_ui.answers import Answers
     from stockade_ui.app import Page
     from stockade_ui.guard import Secrets

@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import procs
-from stockade.config import Config
+from stockade.config.schema import Config
 from stockade.host import Host
 
 FULL = "danger-full-access"

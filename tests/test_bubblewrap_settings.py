@@ -7,9 +7,9 @@ import os
 import pytest
 from stockade_bubblewrap.settings import Settings
 
-from stockade.config import Config, PluginsConfig
+from stockade.config.schema import Config, PluginsConfig
 from stockade.errors import ConfigError
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
 
 
 def test_defaults():

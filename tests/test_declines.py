@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from stockade.config import Config, StoreConfig
+from stockade.config.schema import Config, StoreConfig
 from stockade.errors import PolicyHeld
 from stockade.host import Host
-from stockade.record import rows
-from stockade.store import Store, store_path
-from stockade.types import ExecRequest
-from stockade.verify import Verdict, verify
+from stockade.record.chain import rows
+from stockade.record.store import Store, store_path
+from stockade.record.verify import Verdict, verify
+from stockade.request.spec import ExecRequest
 
 FULL = "danger-full-access"
 STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]

@@ -29,10 +29,12 @@ from stockade_bubblewrap.settings import Settings
 from stockade_landlock import provider as landlock_provider
 from stockade_landlock.settings import Settings as LandlockSettings
 
-from stockade import hookimpl, hookspecs, protected, seccomp
-from stockade.builtin import policy
+from stockade import hookimpl
 from stockade.cli import main
-from stockade.config import Config, OutputConfig, PluginsConfig, parse_config
+from stockade.config.load import parse_config
+from stockade.config.schema import Config, OutputConfig, PluginsConfig
+from stockade.confine import protected, seccomp, stores
+from stockade.confine.provider import DENIAL_SIGNATURES, SandboxProvider
 from stockade.errors import (
     PluginError,
     PolicyDenied,
@@ -40,22 +42,15 @@ from stockade.errors import (
     SandboxUnavailable,
     StockadeError,
 )
-from stockade.resolve import resolve
-from stockade.sandbox import DENIAL_SIGNATURES, SandboxProvider
-from stockade.store import store_path
+from stockade.plugin import hookspecs
+from stockade.policy import rules as policy
+from stockade.policy.resolve import resolve
+from stockade.record.store import store_path
+from stockade.request.plan import LaunchPlan, SandboxFacts
+from stockade.request.result import PendingApproval, ProcessOutcome
+from stockade.request.spec import Budget, ExecRequest, ExecSpec, Limits, Profile
+from stockade.request.verdict import Classification
 from stockade.testing import EventLog
-from stockade.types import (
-    Budget,
-    Classification,
-    ExecRequest,
-    ExecSpec,
-    LaunchPlan,
-    Limits,
-    PendingApproval,
-    ProcessOutcome,
-    Profile,
-    SandboxFacts,
-)
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
@@ -732,7 +727,7 @@ def test_every_bubblewrap_setting_has_a_row(page, heading):
 @pytest.mark.parametrize(
     "name",
     [
-        *protected.CREDENTIAL_STORES,
+        *stores.CREDENTIAL_STORES,
         *sorted(protected.AGENT_CONFIG),
         *sorted(protected.DOTFILES),
         *protected.RUN_LATER,
@@ -1082,7 +1077,7 @@ def test_the_policy_example_profiles_set_what_the_keys_table_says(workspace, tmp
 
 
 def test_the_workspaces_page_lists_every_kept_cache_and_the_quota_result():
-    from stockade.workspaces import CACHE_ENV
+    from stockade.workspace.folders import CACHE_ENV
 
     text = (DOCS / "workspaces.md").read_text(encoding="utf-8")
     rows = dict(re.findall(r"^\s*\| `([A-Za-z_]+)` \| `([a-z-]+)` \|$", text, re.MULTILINE))
@@ -1109,7 +1104,7 @@ RECORD_PAGE = DOCS / "record.md"
 def test_the_record_page_quotes_what_verify_says():
     stockade = ROOT / "core" / "src" / "stockade"
     # One message may be split over adjacent literals: join them.
-    source = re.sub(r'"\s*\n\s*f?"', "", (stockade / "verify.py").read_text(encoding="utf-8"))
+    source = re.sub(r'"\s*\n\s*f?"', "", (stockade / "record" / "verify.py").read_text(encoding="utf-8"))
     table = section(RECORD_PAGE, "## What `stockade verify` checks")
     quoted = re.findall(r"\| `([^`]+)`", table)
     assert len(quoted) == 15, quoted
@@ -1126,7 +1121,7 @@ def test_the_record_page_quotes_what_verify_says():
 def test_the_record_page_names_every_event_kind():
     import typing
 
-    from stockade import events
+    from stockade.record import events
 
     kinds = {
         cls.__attrs_attrs__.kind.default  # type: ignore[attr-defined]
@@ -1142,7 +1137,7 @@ NETWORK_PAGE = DOCS / "network.md"
 
 
 def test_the_network_page_rules_parse_as_it_says():
-    from stockade.egress import decide, parse_hosts
+    from stockade.egress.proxy import decide, parse_hosts
     from stockade.errors import ConfigError
 
     table = section(NETWORK_PAGE, "## Host rules")
@@ -1166,7 +1161,7 @@ def test_the_network_page_rules_parse_as_it_says():
 
 
 def test_the_network_page_quotes_the_refusal():
-    from stockade.egress import decide, parse_hosts
+    from stockade.egress.proxy import decide, parse_hosts
 
     allowed, reason = decide(parse_hosts(["github.com"]), "evil.com", 443)
     assert not allowed

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from helpers import procs
-from stockade.config import Config, TimeoutConfig
-from stockade.executor import AbortToken
-from stockade.types import ExecRequest
+from stockade.config.schema import Config, TimeoutConfig
+from stockade.request.spec import ExecRequest
+from stockade.run.executor import AbortToken
 
 FULL = "danger-full-access"
 
@@ -324,7 +324,7 @@ HOST_SCRIPT = textwrap.dedent(
     """
     import sys, threading, time
     from stockade.host import Host
-    from stockade.types import ExecRequest
+    from stockade.request.spec import ExecRequest
     from stockade.testing import AllowAll
     host = Host(plugins=[AllowAll()])
     request = ExecRequest(sys.argv[1:], mode="danger-full-access", timeout=600)

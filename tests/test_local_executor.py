@@ -19,10 +19,10 @@ from pathlib import Path
 import attrs
 import pytest
 
-from stockade.config import Config, EnvConfig
+from stockade.config.schema import Config, EnvConfig
 from stockade.errors import BadCwd, ProgramNotFound, SandboxUnavailable, SpawnFailed, Unsupported
-from stockade.events import ActionEvent, ErrorEvent, PermissionEvent, ResultEvent
-from stockade.types import ExecRequest
+from stockade.record.events import ActionEvent, ErrorEvent, PermissionEvent, ResultEvent
+from stockade.request.spec import ExecRequest
 
 FULL = "danger-full-access"
 HELPERS = Path(__file__).parent / "helpers"

@@ -24,9 +24,9 @@ import pytest
 from mcp import types
 
 from helpers.mcp_session import CLI, answering, connect, make_setup, script, text_of
-from stockade import record
-from stockade.config import load_config
-from stockade.store import open_store
+from stockade.config.load import load_config
+from stockade.record import chain as record
+from stockade.record.store import open_store
 
 SANDBOXES = ("bubblewrap", "landlock")
 

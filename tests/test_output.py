@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.config import Config, OutputConfig, PluginsConfig
-from stockade.types import ExecRequest
+from stockade.config.schema import Config, OutputConfig, PluginsConfig
+from stockade.request.spec import ExecRequest
 
 FULL = "danger-full-access"
 HELPERS = Path(__file__).parent / "helpers"

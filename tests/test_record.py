@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from stockade.blobs import BlobError, blob_path
-from stockade.config import Config, StoreConfig
+from stockade.config.schema import Config, StoreConfig
 from stockade.errors import RecorderFailed
-from stockade.record import get_blob, head_path, key_path, rows, verify
-from stockade.store import Store
-from stockade.types import ExecRequest
+from stockade.record.blobs import BlobError, blob_path, get_blob
+from stockade.record.chain import head_path, key_path, rows
+from stockade.record.store import Store
+from stockade.record.verify import verify
+from stockade.request.spec import ExecRequest
 
 FULL = "danger-full-access"
 STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
@@ -94,7 +95,7 @@ def test_reordered_events_are_named(recorded):
 def test_a_chain_rebuilt_and_re_signed_with_another_key_is_caught(recorded):
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from stockade.record import GENESIS, link
+    from stockade.record.chain import GENESIS, link
 
     forger = Ed25519PrivateKey.generate()
     db = sqlite3.connect(recorded)
@@ -137,8 +138,8 @@ def test_the_key_and_the_store_are_owner_only(recorded):
     for path in (key_path(store), str(recorded), head_path(store), os.path.dirname(recorded)):
         assert os.stat(path).st_mode & 0o077 == 0, path
     os.chmod(key_path(store), 0o644)
-    from stockade.record import load_key
-    from stockade.store import StoreError
+    from stockade.record.chain import load_key
+    from stockade.record.store import StoreError
 
     with pytest.raises(StoreError, match="readable by others"):
         load_key(key_path(store), create=False)
@@ -291,7 +292,7 @@ def test_redaction_rules_keep_matches_out_of_the_record(make_host, tmp_path):
     [("(", "is not a regular expression"), ("x*", "matches the empty string")],
 )
 def test_a_bad_redaction_rule_is_a_config_error(pattern, problem):
-    from stockade.config import parse_config
+    from stockade.config.load import parse_config
     from stockade.errors import ConfigError
 
     with pytest.raises(ConfigError, match=problem):

@@ -25,10 +25,10 @@ from urllib.parse import quote, quote_plus
 import attrs
 import pytest
 
-from stockade.config import Config, OutputConfig
-from stockade.redact import MARKER, secret_forms
-from stockade.types import ExecRequest
-from stockade.wire import to_json
+from stockade.config.schema import Config, OutputConfig
+from stockade.record.redact import MARKER, secret_forms
+from stockade.request.spec import ExecRequest
+from stockade.request.wire import to_json
 
 PYTHON = "/usr/bin/python3"  # the system interpreter: visible inside every sandbox
 RUNS = [
@@ -73,7 +73,7 @@ def make_secret() -> str:
 
 
 def printed_forms(secret: str) -> list[str]:
-    """The forms the child prints, computed here on their own (not by stockade.redact)."""
+    """The forms the child prints, computed here on their own (not by stockade.record.redact)."""
     raw = secret.encode()
     return [
         secret,

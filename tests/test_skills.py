@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from stockade.config import Config, SkillsConfig
+from stockade.config.schema import Config, SkillsConfig
 from stockade.errors import UsageError
+from stockade.request.spec import ExecRequest, Profile
 from stockade.testing import EventLog
-from stockade.types import ExecRequest, Profile
 from stockade_skills import BadResource, Catalog, ExecutionError, SkillNotFound, SkillTool
 from stockade_skills.model import load_skill
 from stockade_skills.resources import materialize
@@ -403,7 +403,7 @@ def test_the_cli_lists_shows_and_runs(tmp_path, ws, capsys, monkeypatch):
 
 
 def test_a_request_from_the_wire_cannot_carry_a_gate_or_a_workspace():
-    from stockade.wire import from_json
+    from stockade.request.wire import from_json
 
     for key, value in (("gate", '{"verdict": "allow", "reason": "x"}'), ("workspace", '"/"')):
         with pytest.raises(UsageError, match=f"{key} is set by a caller in code"):
@@ -497,7 +497,7 @@ def test_the_cli_does_not_import_skills_until_asked():
 
 
 def test_a_gate_allows_or_denies_and_never_asks():
-    from stockade.types import Decision
+    from stockade.request.verdict import Decision
 
     with pytest.raises(ValueError, match="asking a person is the policy's"):
         ExecRequest(["true"], gate=Decision("ask", "why", by="me"))

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from stockade.config import Config, OutputConfig, PluginsConfig
+from stockade.config.schema import Config, OutputConfig, PluginsConfig
 from stockade.errors import ConfigError
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
 
 DAY = 24 * 3600
 

@@ -31,9 +31,9 @@ import pytest
 
 from stockade.errors import PolicyHeld
 from stockade.host import Host
-from stockade.record import blob_dir
-from stockade.store import open_store
-from stockade.types import ExecRequest
+from stockade.record.blobs import blob_dir
+from stockade.record.store import open_store
+from stockade.request.spec import ExecRequest
 
 CLI = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
 CONFIG = """\
@@ -168,7 +168,7 @@ class Ui:
             store.close()
 
     def results(self, run: str, step: int) -> list[dict[str, object]]:
-        from stockade.record import rows
+        from stockade.record.chain import rows
 
         store = open_store(self.agent.config)
         try:
@@ -580,7 +580,7 @@ def test_a_taken_port_is_a_clear_error(ui):
 
 
 def test_an_approved_step_waits_for_a_busy_workspace_then_runs_from_the_page(ui):
-    from stockade.workspaces import Locks
+    from stockade.workspace.folders import Locks
 
     run, step = ui.hold(["touch", "late.txt"])
     other = Locks(ui.agent.config, "r-other")

@@ -18,10 +18,10 @@ from urllib.parse import urlencode
 import attrs
 import pytest
 
-from stockade.config import load_config
+from stockade.config.load import load_config
 from stockade.host import Host
-from stockade.store import open_store
-from stockade.types import ExecRequest
+from stockade.record.store import open_store
+from stockade.request.spec import ExecRequest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_ui import Ui

@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 
-from stockade.blobs import BlobError, blob_path, open_blob
-from stockade.config import Config, StoreConfig
+from stockade.config.schema import Config, StoreConfig
 from stockade.errors import StockadeError
 from stockade.host import Host
-from stockade.record import GENESIS, head_path, key_path, link, rows
-from stockade.store import Store, store_path
-from stockade.types import ExecRequest
-from stockade.verify import PROBLEMS_LISTED, Verdict, verify
+from stockade.record.blobs import BlobError, blob_path, open_blob
+from stockade.record.chain import GENESIS, head_path, key_path, link, rows
+from stockade.record.store import Store, store_path
+from stockade.record.verify import PROBLEMS_LISTED, Verdict, verify
+from stockade.request.spec import ExecRequest
 
 FULL = "danger-full-access"
 STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
@@ -241,7 +241,7 @@ def test_a_blob_too_big_for_memory_is_checked_whole_then_read_from_a_private_cop
 ):
     import stockade.blobs
 
-    monkeypatch.setattr(stockade.blobs, "SPOOL_BYTES", 4)  # every blob takes the spool path
+    monkeypatch.setattr(stockade.record.blobs, "SPOOL_BYTES", 4)  # every blob takes the spool path
     store_path, run = recorded
     store = Store(str(store_path))
     blob = blob_of(store_path, run, 1)
@@ -255,7 +255,7 @@ def test_a_blob_too_big_for_memory_is_checked_whole_then_read_from_a_private_cop
 
 def test_what_a_long_lived_reader_remembers_cannot_hide_a_later_change(recorded):
     """The run page keeps what it checked (:class:`Checked`); attack that memory."""
-    from stockade.verify import Checked
+    from stockade.record.verify import Checked
 
     store_path, run = recorded
     memo = Checked()

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stockade.changes import TooLarge, Watch, watch
-from stockade.types import Changes
+from stockade.request.result import Changes
+from stockade.run.changes import TooLarge, Watch, watch
 
 
 def tree(root, spec):

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from stockade.builtin import classify
-from stockade.builtin.classify import INLINE, SHELLS, classify_argv
+from stockade.policy import classifier as classify
+from stockade.policy.classifier import classify_argv
+from stockade.policy.programs import INLINE, SHELLS
 
 CASES = {
     "reads": [
@@ -311,7 +312,7 @@ def test_an_unknown_program_is_never_reads(name, args):
 
 
 def test_the_host_loads_it_and_classifies_every_command(make_host, tmp_path):
-    from stockade.types import ExecRequest
+    from stockade.request.spec import ExecRequest
 
     host = make_host(allow_all=True)
     full = {"mode": "danger-full-access", "cwd": str(tmp_path)}
@@ -323,7 +324,7 @@ def test_the_host_loads_it_and_classifies_every_command(make_host, tmp_path):
 
 
 def test_a_reads_program_must_be_the_systems_own(tmp_path, make_host):
-    from stockade.types import ExecRequest
+    from stockade.request.spec import ExecRequest
 
     fake = tmp_path / "ls"
     fake.write_text("#!/bin/sh\ntouch pwned\n")

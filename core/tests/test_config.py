@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stockade.config import Config, config_path, load_config, parse_config
+from stockade.config.load import config_path, load_config, parse_config
+from stockade.config.schema import Config
 from stockade.errors import ConfigError
 
 
@@ -68,7 +69,7 @@ def test_every_problem_is_listed_at_once():
 
 @given(st.dictionaries(st.text(min_size=1, max_size=8), st.integers() | st.text(max_size=5)))
 def test_arbitrary_tables_never_crash(data):
-    from stockade.wire import structure_config
+    from stockade.config.load import structure_config
 
     try:
         structure_config(data, source="fuzz")

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
-from stockade.builtin import credentials
-from stockade.config import Config, CredentialsConfig
+from stockade.config.schema import Config, CredentialsConfig
 from stockade.errors import CredentialUnavailable, UsageError
-from stockade.redact import (
+from stockade.record import broker as credentials
+from stockade.record.redact import (
     MARKER,
     MIN_FORM,
     marker_for,
@@ -25,7 +25,7 @@ from stockade.redact import (
     scrub_file,
     secret_forms,
 )
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
 
 UNCONFINED = {"mode": "danger-full-access"}
 PYTHON = "/usr/bin/python3"

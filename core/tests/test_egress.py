@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from stockade import egress
-from stockade.egress import Connection, Proxy, Rule, decide, parse_hosts
+from stockade.egress import proxy as egress
+from stockade.egress.proxy import Connection, Proxy, Rule, decide, parse_hosts
 from stockade.errors import ConfigError
 from stockade.testing import self_signed_cert
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade.egress_http import (
+from stockade.egress.http import (
     MAX_HEADERS,
     BadRequest,
     BodyReader,
@@ -401,8 +401,8 @@ def test_fuzz_bodies_split_anywhere_read_the_same(data, step, chunked, length):
 def test_an_unexpected_failure_answers_500_and_is_recorded(monkeypatch, capfd):
     import socket
 
-    from stockade import egress_http
-    from stockade.egress import Proxy, parse_hosts
+    from stockade.egress import http as egress_http
+    from stockade.egress.proxy import Proxy, parse_hosts
 
     def broken(head):
         raise RuntimeError("a bug")

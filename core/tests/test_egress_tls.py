@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade.egress_tls import (
+from stockade.egress.tls import (
     HELLO_LIMIT,
     HRR_RANDOM,
     ClientHello,

@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from stockade import egress_relay
-from stockade.egress import Proxy, parse_hosts
-from stockade.egress_tls import HRR_RANDOM
+from stockade.egress import relay as egress_relay
+from stockade.egress.proxy import Proxy, parse_hosts
+from stockade.egress.tls import HRR_RANDOM
 from stockade.testing import self_signed_cert
 
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade.egress import Proxy, parse_hosts
-from stockade.egress_http import Refusal, TunnelHttp, request_line_kind
+from stockade.egress.http import Refusal, TunnelHttp, request_line_kind
+from stockade.egress.proxy import Proxy, parse_hosts
 
 
 def feed_all(reader, data, step):

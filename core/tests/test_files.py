@@ -17,9 +17,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from stockade import files
 from stockade.errors import BadCwd, StockadeError, UsageError
-from stockade.files import READ_LIMIT, WRITE_LIMIT, Workspace
+from stockade.workspace import files
+from stockade.workspace.file_types import READ_LIMIT, WRITE_LIMIT
+from stockade.workspace.files import Workspace
 
 
 def _has_openat2() -> bool:
@@ -551,7 +552,7 @@ def test_protected_paths_are_never_written(ws, path):
 
 
 def test_protected_names_come_from_the_shared_list():
-    from stockade.protected import AGENT_CONFIG
+    from stockade.confine.protected import AGENT_CONFIG
 
     assert {n.lower() for n in AGENT_CONFIG} | {".git"} == files._PROTECTED
 
@@ -636,7 +637,7 @@ def test_walk_resolves_in_tree_links_like_the_kernel(tmp_path):
 
 # --8<-- [start:example]
 def test_the_docs_example(tmp_path):
-    from stockade.files import Workspace
+    from stockade.workspace.files import Workspace
 
     with Workspace(str(tmp_path)) as ws:
         written = ws.file_write("src/app.py", "print('hi')\n")  # parents are made

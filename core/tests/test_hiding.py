@@ -9,19 +9,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stockade import hiding
+from stockade.confine import hiding
+from stockade.confine.hiding import Hiding, hidden_arguments, interpreters, refuse_hidden_program
+from stockade.confine.provider import SandboxProvider
 from stockade.errors import SpawnFailed
-from stockade.hiding import Hiding, hidden_arguments, interpreters, refuse_hidden_program
-from stockade.sandbox import SandboxProvider
-from stockade.types import (
-    CollectedOutput,
-    ExecSpec,
-    HiddenPath,
-    LaunchPlan,
-    Probe,
-    ProcessOutcome,
-    SandboxFacts,
-)
+from stockade.request.plan import HiddenPath, LaunchPlan, Probe, SandboxFacts
+from stockade.request.result import CollectedOutput, ProcessOutcome
+from stockade.request.spec import ExecSpec
 
 SIGHT = Hiding(
     [("/tmp", "private"), ("/tmp/ws/.aws", "credential-store"), ("/tmp/d", "deny-read")],

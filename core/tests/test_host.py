@@ -7,7 +7,7 @@ import hashlib
 import pytest
 
 from stockade import hookimpl
-from stockade.config import Config, PluginsConfig
+from stockade.config.schema import Config, PluginsConfig
 from stockade.errors import (
     CredentialUnavailable,
     PolicyDenied,
@@ -16,7 +16,9 @@ from stockade.errors import (
     SandboxUnavailable,
     UsageError,
 )
-from stockade.types import Classification, Decision, ExecRequest, PendingApproval
+from stockade.request.result import PendingApproval
+from stockade.request.spec import ExecRequest
+from stockade.request.verdict import Classification, Decision
 
 UNCONFINED = {"mode": "danger-full-access"}
 

@@ -8,13 +8,15 @@ import sys
 import pytest
 
 from stockade import hookimpl
-from stockade.config import Config, PluginsConfig
-from stockade.entrypoints import entry_points
+from stockade.config.schema import Config, PluginsConfig
+from stockade.confine.provider import SandboxProvider
 from stockade.errors import PluginError, SandboxUnavailable
-from stockade.executor import Executor
-from stockade.plugins import get_plugin_manager
-from stockade.sandbox import SandboxProvider
-from stockade.types import ExecRequest, LaunchPlan, Probe, ProcessOutcome, SandboxFacts
+from stockade.plugin.entrypoints import entry_points
+from stockade.plugin.manager import get_plugin_manager
+from stockade.request.plan import LaunchPlan, Probe, SandboxFacts
+from stockade.request.result import ProcessOutcome
+from stockade.request.spec import ExecRequest
+from stockade.run.executor import Executor
 
 
 def test_entry_point_scan_matches_importlib_metadata():

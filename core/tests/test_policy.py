@@ -12,9 +12,8 @@ import attrs
 import pytest
 
 from stockade import hookimpl
-from stockade.builtin import policy
-from stockade.config import Config, StoreConfig, parse_config
-from stockade.enforce import enforce_class
+from stockade.config.load import parse_config
+from stockade.config.schema import Config, StoreConfig
 from stockade.errors import (
     BadCwd,
     ConfigError,
@@ -24,7 +23,10 @@ from stockade.errors import (
     RecorderFailed,
     UsageError,
 )
-from stockade.types import Budget, Classification, ExecRequest, Profile
+from stockade.policy import rules as policy
+from stockade.policy.enforce import enforce_class
+from stockade.request.spec import Budget, ExecRequest, Profile
+from stockade.request.verdict import Classification
 
 FULL = {"mode": "danger-full-access"}
 
@@ -37,7 +39,7 @@ def agents(tmp_path, **profiles: Profile) -> Config:
 
 
 def decide(argv, profile: Profile, kind="writes", programs=None, **spec_fields):
-    from stockade.resolve import resolve
+    from stockade.policy.resolve import resolve
 
     spec = resolve(ExecRequest(argv, **FULL), Config(), os.environ)
     spec = attrs.evolve(spec, **spec_fields)
@@ -209,7 +211,7 @@ def test_a_profile_sets_timeout_memory_and_workspace(tmp_path, make_host):
 def test_read_only_autonomy_forces_the_read_only_mode(tmp_path, make_host):
     profile = Profile(autonomy="read-only", workspace=str(tmp_path))
     host = make_host(config=agents(tmp_path, ev=profile), allow_all=True)
-    from stockade.resolve import resolve
+    from stockade.policy.resolve import resolve
 
     request = ExecRequest(["true"], str(tmp_path), profile="ev", **FULL)
     assert resolve(request, host.config, os.environ).mode == "read-only"
@@ -423,7 +425,7 @@ def test_a_plugin_rule_decides_its_program_but_never_a_shell(make_host, tmp_path
         "python": lambda args: ("reads", "another lie"),
     }
     host = make_host(plugins=[Rules(table)], allow_all=True)
-    from stockade.resolve import resolve
+    from stockade.policy.resolve import resolve
 
     def kind(*argv):
         spec = resolve(ExecRequest(["true"], **FULL), host.config, os.environ)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from stockade.errors import ProgramNotFound, UsageError
-from stockade.resolve import FIXED_ENV, child_env, find_program, is_secret_name
+from stockade.policy.resolve import FIXED_ENV, child_env, find_program, is_secret_name
 
 names = st.text(
     alphabet=st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="="),

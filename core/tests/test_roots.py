@@ -16,16 +16,16 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from stockade.config import Config, PluginsConfig, StoreConfig
-from stockade.errors import PolicyHeld, SandboxUnavailable, UnsafeRoot
-from stockade.protected import CREDENTIAL_STORES
-from stockade.roots import (
+from stockade.config.schema import Config, PluginsConfig, StoreConfig
+from stockade.confine.roots import (
     SHARED_FOLDERS,
     SYSTEM_TREES,
     SYSTEM_TREES_BUT_OWN_HOME,
     RootRules,
 )
-from stockade.types import ExecRequest
+from stockade.confine.stores import CREDENTIAL_STORES
+from stockade.errors import PolicyHeld, SandboxUnavailable, UnsafeRoot
+from stockade.request.spec import ExecRequest
 
 FULL = "danger-full-access"
 HOMES = ("/home/alice", "/var/lib/jenkins", "/root", "/srv/svc")

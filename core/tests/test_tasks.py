@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stockade.config import Config
+from stockade.config.schema import Config
 from stockade.errors import PolicyDenied
-from stockade.tasks import Tasks, TooManyTasks, UnknownTask
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
+from stockade.run.tasks import Tasks, TooManyTasks, UnknownTask
 
 FULL = {"mode": "danger-full-access", "timeout": 60}
 
@@ -134,7 +134,7 @@ def test_closing_the_host_kills_every_task(make_host, tmp_path):
 
 
 def test_a_denied_command_is_refused_at_start_and_no_task_is_made(make_host, tmp_path):
-    from stockade.types import Profile
+    from stockade.request.spec import Profile
 
     profile = Profile(name="ci", programs=("echo",), workspace=str(tmp_path))
     host = make_host(config=Config(agents={"ci": profile}))  # the built-in policy

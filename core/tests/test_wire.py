@@ -7,9 +7,9 @@ import json
 import pytest
 
 from stockade.errors import UsageError
-from stockade.events import ActionEvent, PermissionEvent, ResultEvent
-from stockade.types import ExecRequest
-from stockade.wire import from_json, structure, to_json, unstructure
+from stockade.record.events import ActionEvent, PermissionEvent, ResultEvent
+from stockade.request.spec import ExecRequest
+from stockade.request.wire import from_json, structure, to_json, unstructure
 
 
 def test_result_json_has_the_documented_keys(make_host):

@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from stockade.config import Config, StoreConfig
+from stockade.config.schema import Config, StoreConfig
 from stockade.errors import UnsafeRoot
-from stockade.types import ExecRequest, Profile
-from stockade.workspaces import WorkspaceBusy
+from stockade.request.spec import ExecRequest, Profile
+from stockade.workspace.folders import WorkspaceBusy
 
 FULL = {"mode": "danger-full-access"}
 
@@ -151,8 +151,8 @@ def test_stockade_workspace_shows_and_clears_with_a_record(tmp_path):
     assert os.listdir(shown["path"]) == [] and os.listdir(pip) == []
     steps = cli("replay", json.loads(cli("log", "--json").stdout)[0]["run_id"], "--json")
     assert steps.returncode == 0
-    from stockade.record import rows
-    from stockade.store import Store
+    from stockade.record.chain import rows
+    from stockade.record.store import Store
 
     store = Store(str(state / "stockade" / "store.db"))
     kinds = [r.kind for r in rows(store)]
@@ -165,7 +165,7 @@ def test_stockade_workspace_shows_and_clears_with_a_record(tmp_path):
 
 def test_an_approved_step_waits_for_a_busy_workspace_and_stays_approved(make_host, tmp_path):
     from stockade.errors import PolicyHeld
-    from stockade.workspaces import Locks
+    from stockade.workspace.folders import Locks
 
     ws = tmp_path / "ws"
     ws.mkdir()
@@ -183,7 +183,7 @@ def test_an_approved_step_waits_for_a_busy_workspace_and_stays_approved(make_hos
 
 
 def test_quota_usage_counts_allocated_bytes_and_each_inode_once(tmp_path):
-    from stockade.quota import MIB, usage
+    from stockade.run.quota import MIB, usage
 
     (tmp_path / "d").mkdir()
     data = tmp_path / "d" / "data"

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from stockade.errors import PolicyHeld, StockadeError
 from stockade.host import Host
-from stockade.types import ExecRequest, RunResult
+from stockade.request.result import RunResult
+from stockade.request.spec import ExecRequest
 
 
 # --8<-- [start:run]

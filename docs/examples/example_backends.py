@@ -15,17 +15,12 @@ import shutil
 from collections.abc import Callable
 
 from stockade import hookimpl
+from stockade.confine.provider import SandboxProvider
 from stockade.errors import SandboxUnavailable
-from stockade.executor import AbortToken, Executor
-from stockade.sandbox import SandboxProvider
-from stockade.types import (
-    CollectedOutput,
-    ExecSpec,
-    LaunchPlan,
-    Probe,
-    ProcessOutcome,
-    SandboxFacts,
-)
+from stockade.request.plan import LaunchPlan, Probe, SandboxFacts
+from stockade.request.result import CollectedOutput, ProcessOutcome
+from stockade.request.spec import ExecSpec
+from stockade.run.executor import AbortToken, Executor
 
 
 # --8<-- [start:executor]

@@ -15,7 +15,8 @@ from __future__ import annotations
 import os
 
 from stockade import hookimpl
-from stockade.types import Classification, Decision, ExecSpec, Profile
+from stockade.request.spec import ExecSpec, Profile
+from stockade.request.verdict import Classification, Decision
 
 NAME = "example"
 READ_ONLY_PROGRAMS = frozenset({"ls", "cat"})

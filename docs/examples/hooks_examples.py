@@ -12,9 +12,12 @@ import threading
 from collections.abc import Callable, Sequence
 
 from stockade import hookimpl
-from stockade.events import Event
-from stockade.types import ClassifierRule, Decision, ExecSpec, Kind, PendingApproval, Verdict
-from stockade.wire import to_json
+from stockade.record.events import Event
+from stockade.request.literals import ClassifierRule, Kind, Verdict
+from stockade.request.result import PendingApproval
+from stockade.request.spec import ExecSpec
+from stockade.request.verdict import Decision
+from stockade.request.wire import to_json
 
 
 # --8<-- [start:classifier_rules]

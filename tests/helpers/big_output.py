@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import sys
 
-from stockade.config import Config, OutputConfig
+from stockade.config.schema import Config, OutputConfig
 from stockade.host import Host
+from stockade.request.spec import ExecRequest
 from stockade.testing import AllowAll
-from stockade.types import ExecRequest
 
 
 def peak_kb() -> int:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import subprocess
 
 from stockade.host import Host
+from stockade.request.spec import ExecRequest
 from stockade.testing import AllowAll
-from stockade.types import ExecRequest
 
 own = subprocess.Popen(["sleep", "30"])
 try:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.config import Config
-from stockade.types import ExecRequest
+from stockade.config.schema import Config
+from stockade.request.spec import ExecRequest
 
 PYTHON = "/usr/bin/python3"  # the system interpreter: visible inside every sandbox
 MODES = ("read-only", "workspace-write")

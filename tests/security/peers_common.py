@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from stockade import hookimpl
-from stockade.config import Config, NetworkConfig
-from stockade.types import Profile
+from stockade.config.schema import Config, NetworkConfig
+from stockade.request.spec import Profile
 
 PYTHON = "/usr/bin/python3"  # the system interpreter: visible inside every sandbox
 CURL = "/usr/bin/curl"

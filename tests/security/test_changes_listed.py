@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stockade.config import Config
-from stockade.types import Profile
+from stockade.config.schema import Config
+from stockade.request.spec import Profile
 
 
 @pytest.fixture

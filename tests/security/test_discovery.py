@@ -12,9 +12,9 @@ import pytest
 from stockade_bubblewrap import discover
 
 from helpers.ci import require
-from stockade.config import Config
+from stockade.config.schema import Config
 from stockade.errors import SandboxUnavailable
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
 
 pytestmark = pytest.mark.sandboxes("bubblewrap")
 

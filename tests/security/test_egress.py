@@ -17,9 +17,9 @@ import attrs
 import pytest
 
 from stockade import hookimpl
-from stockade.config import Config, NetworkConfig
+from stockade.config.schema import Config, NetworkConfig
+from stockade.request.spec import ExecRequest, Profile
 from stockade.testing import self_signed_cert
-from stockade.types import ExecRequest, Profile
 
 from .conftest import PYTHON
 
@@ -228,7 +228,7 @@ def test_the_cli_fetches_https_from_an_allowed_host(box, tmp_path):
 
 @pytest.mark.sandboxes("landlock")
 def test_landlock_without_tcp_rules_refuses_network_commands(box, make_host, upstream):
-    from stockade.config import PluginsConfig
+    from stockade.config.schema import PluginsConfig
     from stockade.errors import SandboxUnavailable
 
     old = {"landlock": {"max_abi": 3, "accept_partial": True}}  # as a kernel before TCP rules

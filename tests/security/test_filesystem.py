@@ -269,7 +269,7 @@ def test_an_unreadable_git_file_is_refused(host, box):
 
 
 def test_a_workspace_too_large_to_scan_is_refused(make_host, box):
-    from stockade.config import Config, PluginsConfig
+    from stockade.config.schema import Config, PluginsConfig
 
     settings = {box.sandbox: {"scan_limit": 5}}
     config = Config(sandbox=box.sandbox, plugins=PluginsConfig(settings=settings))

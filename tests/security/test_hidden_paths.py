@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from stockade.config import Config
+from stockade.config.schema import Config
 from stockade.errors import SpawnFailed
-from stockade.resolve import resolve
-from stockade.types import ExecRequest, HiddenPath
+from stockade.policy.resolve import resolve
+from stockade.request.plan import HiddenPath
+from stockade.request.spec import ExecRequest
 
 from .conftest import PYTHON
 

@@ -7,8 +7,8 @@ import os
 
 import attrs
 
-from stockade.config import Config, StoreConfig
-from stockade.types import Profile
+from stockade.config.schema import Config, StoreConfig
+from stockade.request.spec import Profile
 
 from .conftest import PYTHON
 

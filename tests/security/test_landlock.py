@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stockade.config import Config, PluginsConfig
+from stockade.config.schema import Config, PluginsConfig
 from stockade.errors import SandboxUnavailable
 
 pytestmark = pytest.mark.sandboxes("landlock")
@@ -29,10 +29,10 @@ _load_filter(seccomp.bpf_program(network=True, unix=True, cache_dir=""))
 NO_NAMESPACES = (
     REFUSE_NAMESPACES
     + """
-from stockade.config import Config
+from stockade.config.schema import Config
 from stockade.host import Host
 from stockade.testing import AllowAll
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
 ws, secret, home = sys.argv[1:]
 with Host(Config(), plugins=[AllowAll()]) as host:
     bwrap = host.probe(host.sandboxes.get("bubblewrap"))

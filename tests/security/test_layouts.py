@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from stockade import protected as paths
-from stockade.config import Config
+from stockade.config.schema import Config
+from stockade.confine import protected as paths
 from stockade.errors import SandboxUnavailable
 
 from .conftest import PYTHON
@@ -226,7 +226,7 @@ def test_a_home_inside_the_users_cache_with_the_workspace_beside_it(
         monkeypatch.delenv("XDG_STATE_HOME", raising=False)
         monkeypatch.setenv("HOME", str(home))
         host = make_host(allow_all=True, config=Config(sandbox=sandbox))
-        from stockade.types import ExecRequest
+        from stockade.request.spec import ExecRequest
 
         probe = (
             "import sys\n"

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from helpers import procs
-from stockade.config import Config
-from stockade.types import ExecRequest, Limits
+from stockade.config.schema import Config
+from stockade.request.spec import ExecRequest, Limits
 
 from .conftest import PYTHON
 

@@ -14,9 +14,9 @@ import json
 
 import pytest
 
-from stockade import protected
-from stockade.config import Config
-from stockade.types import Profile
+from stockade.config.schema import Config
+from stockade.confine import protected
+from stockade.request.spec import Profile
 
 from .peers_common import SRT_DENY
 
@@ -208,7 +208,7 @@ def test_git_hooks_blocked_even_with_dotfiles_opened(make_host, planted):
 
 
 # The peer's macGetMandatoryDenyPatterns unit tests, against Stockade's own list
-# (stockade.protected), which both backends enforce.
+# (stockade.confine.protected), which both backends enforce.
 def test_list_includes_git_config(sandbox):
     assert protected.enclosing("/w/.git/config") == "read-only"
     assert protected.enclosing("/w/src/config") is None  # control: a neighbour is not

@@ -329,8 +329,8 @@ def test_specific_host_blocks_others(make_host, box, upstream):
 # integration.test.ts: empty allowedDomains should block network. Stockade has no
 # "undefined means everything": a profile without hosts and one with [] both block.
 def test_empty_versus_undefined_hosts(make_host, box, upstream):
-    from stockade.config import Config
-    from stockade.types import Profile
+    from stockade.config.schema import Config
+    from stockade.request.spec import Profile
 
     for hosts in ((), None):
         agent = Profile(

@@ -17,9 +17,9 @@ import subprocess
 import attrs
 import pytest
 
-from stockade.config import Config, PluginsConfig, state_dir
+from stockade.config.schema import Config, PluginsConfig, state_dir
 from stockade.errors import SandboxUnavailable
-from stockade.types import ExecRequest, Profile
+from stockade.request.spec import ExecRequest, Profile
 
 ATTEMPT = """
 import json, os, sys
@@ -301,8 +301,8 @@ def test_a_profile_may_open_named_dotfiles(make_host, box):
 
 
 def test_a_profile_naming_an_unknown_dotfile_is_refused():
+    from stockade.config.load import structure_config
     from stockade.errors import ConfigError
-    from stockade.wire import structure_config
 
     with pytest.raises(ValueError, match="writable_dotfiles"):
         Profile(writable_dotfiles=(".git",))
@@ -385,7 +385,7 @@ def test_the_file_tools_keep_the_same_names(tmp_path):
     """The file tools (MCP ``file_write``/``file_read``) run in the host, unconfined: they
     refuse the dotfiles, run-later folders and credential stores themselves."""
     from stockade.errors import UsageError
-    from stockade.files import Workspace
+    from stockade.workspace.files import Workspace
 
     root = tmp_path / "ws"
     (root / ".aws").mkdir(parents=True)

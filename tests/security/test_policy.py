@@ -12,9 +12,9 @@ import sys
 import pytest
 
 from stockade import hookimpl
-from stockade.config import load_config
+from stockade.config.load import load_config
 from stockade.errors import PolicyDenied, PolicyHeld
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
 
 GIT = "/usr/bin/git"
 STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]

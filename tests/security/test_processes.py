@@ -41,7 +41,7 @@ print(json.dumps({"pids": pids, "environs": found, "env": dict(os.environ)}))
 
 
 def test_host_environments_are_invisible(make_host, box, victim, mode):
-    from stockade.config import Config
+    from stockade.config.schema import Config
 
     environ = {**os.environ, "AMBIENT_SECRET_KEY": box.canary, "GITHUB_TOKEN": box.canary}
     host = make_host(allow_all=True, config=Config(sandbox=box.sandbox), environ=environ)
@@ -149,7 +149,7 @@ def test_a_timed_out_command_leaves_nothing(host, box):
 
 
 def _graced_host(make_host, box, kill_grace: float):
-    from stockade.config import Config, TimeoutConfig
+    from stockade.config.schema import Config, TimeoutConfig
 
     config = Config(sandbox=box.sandbox, timeout=TimeoutConfig(kill_grace=kill_grace))
     return make_host(allow_all=True, config=config)

@@ -6,11 +6,11 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from stockade.config import Config, StoreConfig
+from stockade.config.schema import Config, StoreConfig
 from stockade.errors import StockadeError
-from stockade.files import Workspace
-from stockade.quota import MIB, usage
-from stockade.types import Profile
+from stockade.request.spec import Profile
+from stockade.run.quota import MIB, usage
+from stockade.workspace.files import Workspace
 
 from .conftest import PYTHON
 
@@ -72,7 +72,7 @@ def test_a_workspace_over_its_quota_takes_no_more_until_something_is_removed(box
 def test_the_caller_can_still_abort_a_command_under_a_quota(box, make_host):
     import threading
 
-    from stockade.executor import AbortToken
+    from stockade.run.executor import AbortToken
 
     host = _agent(box, make_host, quota_mb=1000)
     token = AbortToken()

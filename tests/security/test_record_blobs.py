@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 
-from stockade.config import Config, StoreConfig
-from stockade.store import Store
-from stockade.verify import verify
+from stockade.config.schema import Config, StoreConfig
+from stockade.record.store import Store
+from stockade.record.verify import verify
 
 from .conftest import PYTHON
 

@@ -2,7 +2,7 @@
 
 Each attack asks for write access to a folder the rule refuses and tries to plant or change
 a canary there; its control makes the same write in a folder the rule allows, and sees it
-land, in the same sandbox. The rule is the core's (``stockade.roots``), so the refusal comes
+land, in the same sandbox. The rule is the core's (``stockade.confine.roots``), so the refusal comes
 before any sandbox starts; both backends are run to show that nothing in either lets the
 write through another way, and that the allowed folders really are writable.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from stockade.config import Config, StoreConfig
+from stockade.config.schema import Config, StoreConfig
 from stockade.errors import UnsafeRoot
 
 APPEND = 'printf "%s\\n" "$2" >> "$1"'  # sh -c APPEND _ FILE TEXT: the same write everywhere

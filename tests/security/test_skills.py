@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from stockade.config import Config, SkillsConfig
+from stockade.config.schema import Config, SkillsConfig
 from stockade_skills import SkillTool
 
 # python3 from the system: a virtual environment under /tmp is not there inside a sandbox.

@@ -23,8 +23,8 @@ import attrs
 import pytest
 
 from stockade import hookimpl
-from stockade.config import Config, NetworkConfig
-from stockade.types import Profile
+from stockade.config.schema import Config, NetworkConfig
+from stockade.request.spec import Profile
 
 from .conftest import PYTHON
 

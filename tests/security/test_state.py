@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stockade.config import Config, StoreConfig
+from stockade.config.schema import Config, StoreConfig
 
 from .conftest import PYTHON
 
@@ -44,7 +44,7 @@ def test_an_agents_own_workspace_shows_through_the_hidden_store_and_nothing_else
 ):
     """An agent's folder lives in the hidden store: it is seen (and, to write, writable);
     the store's other files around it are still not."""
-    from stockade.types import Profile
+    from stockade.request.spec import Profile
 
     state = box.home / ".local" / "state" / "stockade"
     config = Config(

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from stockade import seccomp
-from stockade.config import Config, PluginsConfig
+from stockade.config.schema import Config, PluginsConfig
+from stockade.confine import seccomp
 
 from .conftest import PYTHON
 
@@ -217,10 +217,10 @@ def test_a_command_cannot_poison_a_filter_cache_inside_its_workspace(make_host, 
 
 FRESH_RUN = f"""
 import sys
-from stockade.config import Config, PluginsConfig
+from stockade.config.schema import Config, PluginsConfig
 from stockade.host import Host
 from stockade.testing import AllowAll
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
 ws, cache, home, sandbox = sys.argv[1:]
 settings = {{sandbox: {{"seccomp_cache": cache}}}}
 config = Config(sandbox=sandbox, plugins=PluginsConfig(settings=settings))
@@ -235,11 +235,11 @@ def test_without_pyseccomp_the_sandbox_is_unavailable_not_a_crash(box):
     code = f"""
 import sys
 sys.modules["pyseccomp"] = None  # as if it were not installed
-from stockade.config import Config, PluginsConfig
+from stockade.config.schema import Config, PluginsConfig
 from stockade.errors import SandboxUnavailable
 from stockade.host import Host
 from stockade.testing import AllowAll
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
 settings = {{{box.sandbox!r}: {{"seccomp_cache": ""}}}}
 config = Config(sandbox={box.sandbox!r}, plugins=PluginsConfig(settings=settings))
 with Host(config, plugins=[AllowAll()]) as host:

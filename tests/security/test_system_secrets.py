@@ -21,8 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stockade import protected, system_secrets
-from stockade.config import Config, parse_config
+from stockade.config.load import parse_config
+from stockade.config.schema import Config
+from stockade.confine import protected, system_secrets
 from stockade.errors import ConfigError, SandboxUnavailable
 
 ROOT = os.geteuid() == 0
@@ -288,7 +289,7 @@ def test_the_list_names_the_promised_secrets():
     | st.text(max_size=12)
 )
 def test_the_config_key_takes_a_list_of_absolute_paths_only(entries):
-    from stockade.wire import structure_config
+    from stockade.config.load import structure_config
 
     try:
         config = structure_config({"system_secrets": entries}, source="fuzz")

@@ -1,7 +1,7 @@
 """Stockade: run an agent's commands by argv, classified, approved, confined, bounded, recorded.
 
 Plugins import :data:`hookimpl` from here; everything else is imported from its own module
-(``stockade.host``, ``stockade.types``, ...) so that importing the package stays cheap.
+(``stockade.host``, ``stockade.request.spec``, ...) so that importing the package stays cheap.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ class UnsafeRoot(StockadeError):
 
     ``details`` names the folder (``path``, ``resolved``), what named it (``role``), the
     rule it broke (``rule``) and the folder that rule is about (``folder``); see
-    :mod:`stockade.roots`.
+    :mod:`stockade.confine.roots`.
     """
 
     code = "unsafe_root"
@@ -124,7 +124,7 @@ class RecorderFailed(StockadeError):
     """A recorder raised. Before the run, the command is refused; after, the result is kept.
 
     Attributes:
-        result: the :class:`~stockade.types.RunResult` when the command had already run.
+        result: the :class:`~stockade.request.result.RunResult` when the command had already run.
     """
 
     code = "recorder_failed"

@@ -23,8 +23,10 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import pluggy
 
-from .config import Config, load_config
-from .enforce import enforce_class
+from .config.load import load_config
+from .config.schema import Config
+from .confine.hiding import hidden_arguments, refuse_hidden_program
+from .confine.provider import SandboxProvider
 from .errors import (
     CredentialUnavailable,
     PolicyDenied,
@@ -34,36 +36,30 @@ from .errors import (
     StockadeError,
     UsageError,
 )
-from .executor import AbortToken, Executor
-from .hiding import hidden_arguments, refuse_hidden_program
-from .plugins import Hooks, get_plugin_manager
-from .resolve import resolve
-from .sandbox import SandboxProvider
+from .plugin.manager import Hooks, get_plugin_manager
+from .policy.enforce import enforce_class
+from .policy.resolve import resolve
+from .run.executor import AbortToken, Executor
 
 if TYPE_CHECKING:
-    from . import events
-    from .egress import CommandProxy
-    from .observe import Observation
-    from .store import HeldStep, Store
-    from .tasks import TaskInfo, TaskOutput, Tasks
-    from .workspaces import Home, Locks
+    from .egress.proxy import CommandProxy
+    from .record import events
+    from .record.store import HeldStep, Store
+    from .run.observe import Observation
+    from .run.tasks import TaskInfo, TaskOutput, Tasks
+    from .workspace.folders import Home, Locks
 
-from .types import (
+from .request.plan import LaunchPlan, Probe
+from .request.result import (
     Changes,
-    Classification,
     CollectedOutput,
-    Decision,
-    Egress,
-    ExecRequest,
-    ExecSpec,
-    LaunchPlan,
     PendingApproval,
-    Probe,
     ProcessOutcome,
     Refusal,
     RunResult,
-    new_run_id,
 )
+from .request.spec import Egress, ExecRequest, ExecSpec, new_run_id
+from .request.verdict import Classification, Decision
 
 UNCLASSIFIED = Classification(
     "writes", ("no classifier is installed, so every command counts as writes",), by=("host",)
@@ -215,7 +211,7 @@ class Host:
             raise
 
     def read_output(self, task_id: str, *, owner: str) -> TaskOutput:
-        """What task ``task_id`` printed since the previous read (see :mod:`stockade.tasks`)."""
+        """What task ``task_id`` printed since the previous read (see :mod:`stockade.run.tasks`)."""
         return self.tasks.read(owner, task_id)
 
     def kill(self, task_id: str, *, owner: str) -> TaskInfo:
@@ -234,7 +230,7 @@ class Host:
     def tasks(self) -> Tasks:
         """The host's background tasks (made on first use)."""
         if self._tasks is None:
-            from .tasks import Tasks
+            from .run.tasks import Tasks
 
             with self._lock:
                 if self._tasks is None:
@@ -277,7 +273,7 @@ class Host:
 
         Raises:
             UnsafeRoot: a writable root it would get is a home, a system folder, the
-                store, ... (:mod:`stockade.roots`); checked once its mode is known, before
+                store, ... (:mod:`stockade.confine.roots`); checked once its mode is known, before
                 the decision, and recorded.
             PolicyHeld: the command waits for a person; it is kept as this run's step.
         """
@@ -298,13 +294,13 @@ class Host:
         except CredentialUnavailable as error:
             # No value was found, so none can be in argv: the refusal is recorded.
             if self._recording:
-                from . import events
+                from .record import events
 
                 self._record(events.ActionEvent.of(spec))
                 self._record_error(spec, error)
             raise
         if self._recording:
-            from . import events
+            from .record import events
 
             self._record(events.ActionEvent.of(spec))
         classification = self.classify(spec)
@@ -316,9 +312,9 @@ class Host:
         return self._prepare(spec, classification, decision, secrets)
 
     def _check_roots(self, spec: ExecSpec) -> None:
-        """Refuse, recorded, a command whose writable roots break :mod:`stockade.roots`."""
+        """Refuse, recorded, a command whose writable roots break :mod:`stockade.confine.roots`."""
+        from .confine.roots import check_spec
         from .errors import UnsafeRoot
-        from .roots import check_spec
 
         try:
             check_spec(spec, self.config, self.environ)
@@ -329,7 +325,7 @@ class Host:
     def _gate(self, spec: ExecSpec, classification: Classification, gate: Decision) -> None:
         """A caller's gate in front of the policy: recorded; a ``deny`` refuses here."""
         if self._recording:
-            from . import events
+            from .record import events
 
             self._record(events.PermissionEvent(spec.action_id, classification, decision=gate))
         if gate.verdict == "deny":
@@ -401,7 +397,7 @@ class Host:
                 )
             if not self._recording:
                 return
-            from . import events
+            from .record import events
 
             try:
                 self.hooks.record(events.ConnectionEvent(action_id, **attrs.asdict(connection)))
@@ -410,7 +406,7 @@ class Host:
 
                 print(f"stockade: warning: connection not recorded: {error}", file=sys.stderr)
 
-        from .egress import CommandProxy
+        from .egress.proxy import CommandProxy
 
         return CommandProxy(hosts, self.config.network.resolve, record)
 
@@ -455,7 +451,7 @@ class Host:
                 pending = PendingApproval(spec, classification, decision)
                 decision = self.hooks.ask(pending) or decision
         if self._recording:
-            from . import events
+            from .record import events
 
             self._record(events.PermissionEvent(spec.action_id, classification, decision=decision))
             if spec.grant_writable and decision.verdict == "allow":
@@ -488,7 +484,7 @@ class Host:
     def store(self) -> Store:
         """The embedded store (opened on first use)."""
         if self._store is None:
-            from .store import open_store
+            from .record.store import open_store
 
             with self._lock:
                 if self._store is None:
@@ -510,7 +506,7 @@ class Host:
         """
         held = self.store.answer(run_id, step, approve=approve, by=by)
         if not approve and self._recording:
-            from . import events
+            from .record import events
 
             self._record(events.DeclineEvent(held.spec.action_id, by=by, reason=reason))
         return held
@@ -533,7 +529,7 @@ class Host:
             PolicyDenied: a person declined it.
             UsageError: no such step, or another process is running it now.
         """
-        from .wire import from_json, to_json
+        from .request.wire import from_json, to_json
 
         held = self.store.get(run_id, step)
         spec, classification, shown = held.spec, held.classification, held.decision
@@ -561,7 +557,7 @@ class Host:
             try:
                 self._check_roots(spec)  # homes and the store may have moved since it was held
                 if self._recording:
-                    from . import events
+                    from .record import events
 
                     self._record(
                         events.PermissionEvent(spec.action_id, classification, decision=decision)
@@ -601,13 +597,13 @@ class Host:
         return watch.finish(outcome)
 
     def _observe(self, admitted: Admitted, abort: AbortToken | None) -> Observation:
-        from .observe import Observation
+        from .run.observe import Observation
 
         return Observation(admitted.spec, self.config, abort, admitted.plan)
 
     @staticmethod
     def _grant(spec: ExecSpec, decision: Decision) -> events.GrantEvent:
-        from . import events
+        from .record import events
 
         return events.GrantEvent(spec.action_id, writable=spec.grant_writable, by=decision.by)
 
@@ -618,7 +614,7 @@ class Host:
         Raises:
             WorkspaceBusy: another run's command is executing there.
         """
-        from .workspaces import Locks, has_own
+        from .workspace.folders import Locks, has_own
 
         if not has_own(self.config, spec.profile):
             return contextlib.nullcontext()
@@ -639,7 +635,7 @@ class Host:
 
     def _home_for(self, profile: str) -> str | None:
         """This run's home, made on an agent's first command; a person's profile has none."""
-        from .workspaces import Home, has_own
+        from .workspace.folders import Home, has_own
 
         if not has_own(self.config, profile):
             return None
@@ -683,7 +679,7 @@ class Host:
         if not spec.credentials:
             return {}
         values = self.credentials(spec)
-        from .redact import refuse_in_argv
+        from .record.redact import refuse_in_argv
 
         refuse_in_argv(spec.argv, values.values())
         return values
@@ -796,7 +792,7 @@ class Host:
         )
         if not self._recording:
             return result
-        from . import events
+        from .record import events
 
         try:
             if outcome.guarded is not None:
@@ -828,7 +824,7 @@ class Host:
         message: str = "",
     ) -> None:
         if self._recording:
-            from . import events
+            from .record import events
 
             if error is not None:
                 code, message = error.code, error.message
@@ -864,7 +860,7 @@ def _redact(output: CollectedOutput, secrets: tuple[str, ...]) -> CollectedOutpu
         return output
     import hashlib
 
-    from .redact import scrub, scrub_file
+    from .record.redact import scrub, scrub_file
 
     text = scrub(output.text, secrets)
     if output.spill_path is not None and scrub_file(output.spill_path, secrets):

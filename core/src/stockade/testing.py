@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from . import hookimpl
-from .config import Config
-from .events import Event
+from .config.schema import Config
 from .host import Host
-from .types import Classification, Decision, ExecSpec, Profile
+from .record.events import Event
+from .request.spec import ExecSpec, Profile
+from .request.verdict import Classification, Decision
 
 
 class AllowAll:
@@ -99,7 +100,7 @@ def make_host() -> Iterator[HostFactory]:
     """A factory for fresh hosts; every host it made is closed after the test.
 
     Arguments (all keyword): ``plugins`` (extra plugin objects), ``config`` (a
-    :class:`~stockade.config.Config`), ``environ`` (the ambient environment, ``os.environ``
+    :class:`~stockade.config.schema.Config`), ``environ`` (the ambient environment, ``os.environ``
     by default), ``load_entry_points`` (default true), ``allow_all`` (register
     :class:`AllowAll`, default false).
     """

@@ -15,7 +15,7 @@ from mcp import types
 from mcp.shared.exceptions import MCPError
 
 from stockade.errors import PolicyDenied, PolicyHeld, RecorderFailed, StockadeError, UsageError
-from stockade.executor import AbortToken
+from stockade.run.executor import AbortToken
 
 from . import render
 from .results import Outcome, failure, ok, success
@@ -23,8 +23,8 @@ from .running import settle_thread, with_progress
 
 if TYPE_CHECKING:
     from stockade.host import Host
-    from stockade.tasks import TaskInfo
-    from stockade.types import RunResult
+    from stockade.request.result import RunResult
+    from stockade.run.tasks import TaskInfo
 
     from .running import Context
 
@@ -107,8 +107,8 @@ class Approvals:
 
     def question(self, run_id: str, step: int) -> str:
         """What a person is asked: exactly what would run, where, and why it asks."""
-        from stockade.builtin.approval import describe
-        from stockade.types import PendingApproval
+        from stockade.policy.prompt import describe
+        from stockade.request.result import PendingApproval
 
         waiting = self.host.store.get(run_id, step)
         shown = describe(PendingApproval(waiting.spec, waiting.classification, waiting.decision))

@@ -16,9 +16,9 @@ import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from stockade.confine.protected import inside
 from stockade.errors import BadCwd, PolicyHeld, UsageError
-from stockade.protected import inside
-from stockade.types import ExecRequest
+from stockade.request.spec import ExecRequest
 
 from . import render
 from .results import Outcome, integer, ok, string, success, task_id
@@ -28,7 +28,7 @@ from .tools import OUTPUT_LIMIT
 if TYPE_CHECKING:
     from mcp import types
 
-    from stockade.types import CollectedOutput, RunResult
+    from stockade.request.result import CollectedOutput, RunResult
 
     from .running import Context
     from .server import Service
@@ -209,8 +209,8 @@ def stream_bytes(
             return handle.read(limit), "spill"
     if not output.truncated:
         return output.text.encode("utf-8", "surrogateescape")[offset : offset + limit], "result"
-    from stockade.record import get_blob
-    from stockade.store import StoreError
+    from stockade.record.blobs import get_blob
+    from stockade.record.store import StoreError
 
     try:
         whole = get_blob(service.host.store, output.sha256)
@@ -224,7 +224,7 @@ def stream_bytes(
 
 def find(service: Service, arguments: Mapping[str, Any]) -> tuple[RunResult, dict[str, str]]:
     """The ended command ``task_id`` or ``action_id`` names and its names."""
-    from stockade.tasks import UnknownTask
+    from stockade.run.tasks import UnknownTask
 
     names = {k: arguments[k] for k in ("task_id", "action_id") if k in arguments}
     if len(names) != 1 or not all(isinstance(v, str) for v in names.values()):

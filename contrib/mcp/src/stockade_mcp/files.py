@@ -1,5 +1,5 @@
 """The file tools: ``file_list``, ``file_read`` and ``file_write``, on the workspace the
-server was started for (:class:`stockade.files.Workspace` keeps every path inside it)."""
+server was started for (:class:`stockade.workspace.files.Workspace` keeps every path inside it)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ async def file_read(
     service: Service, _ctx: Context, arguments: Mapping[str, Any]
 ) -> types.CallToolResult:
     """Part of a text file, or a binary file described."""
-    from stockade.files import READ_LIMIT
+    from stockade.workspace.file_types import READ_LIMIT
 
     path = string(arguments, "path")
     offset, limit = arguments.get("offset", 0), arguments.get("limit", READ_LIMIT)

@@ -15,9 +15,9 @@ from stockade.display import command, quote, visible
 
 if TYPE_CHECKING:
     from stockade.errors import StockadeError
-    from stockade.files import Entry
-    from stockade.tasks import TaskInfo, TaskOutput
-    from stockade.types import CollectedOutput, RunResult
+    from stockade.request.result import CollectedOutput, RunResult
+    from stockade.run.tasks import TaskInfo, TaskOutput
+    from stockade.workspace.file_types import Entry
 
 OUTPUT_KEEP = "\n\t"
 """What output keeps as it is; every other hidden character is shown as an escape."""

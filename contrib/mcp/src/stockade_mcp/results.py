@@ -16,12 +16,12 @@ import attrs
 from mcp import types
 
 from stockade.errors import StockadeError, UsageError
-from stockade.wire import plain
+from stockade.request.wire import plain
 
 from . import render
 
 if TYPE_CHECKING:
-    from stockade.types import RunResult
+    from stockade.request.result import RunResult
 
 Outcome = types.CallToolResult | types.InputRequiredResult
 """What a tool call answers: a result, or (2026-07-28) a question for the client's person."""

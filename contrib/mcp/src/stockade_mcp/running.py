@@ -14,7 +14,7 @@ import anyio
 from mcp.server.context import ServerRequestContext
 from mcp.shared.jsonrpc_dispatcher import progress_token_from_params
 
-from stockade.executor import AbortToken
+from stockade.run.executor import AbortToken
 
 T = TypeVar("T")
 Context = ServerRequestContext[Any, Any]

@@ -36,7 +36,7 @@ from mcp.server.stdio import stdio_server
 
 from stockade import __version__
 from stockade.errors import StockadeError, UsageError
-from stockade.executor import AbortToken
+from stockade.run.executor import AbortToken
 
 from . import commands, files, skills
 from .approval import Approvals
@@ -45,9 +45,9 @@ from .running import Context, StdinLines, settle_thread, with_progress
 from .tools import tools
 
 if TYPE_CHECKING:
-    from stockade.files import Workspace
     from stockade.host import Host
-    from stockade.types import RunResult
+    from stockade.request.result import RunResult
+    from stockade.workspace.files import Workspace
 
 Handler = Callable[[Context, Mapping[str, Any]], Awaitable[Outcome]]
 
@@ -184,7 +184,7 @@ class Service(Approvals):
         server's current directory. Every command and file path stays inside it."""
         with self._opening:
             if self._root is None:
-                from stockade.workspaces import workspace_of
+                from stockade.workspace.folders import workspace_of
 
                 profile = self.host.config.profile(self.agent)
                 named = workspace_of(self.host.config, profile)
@@ -196,7 +196,7 @@ class Service(Approvals):
         root = self.root()
         with self._opening:
             if self._workspace is None:
-                from stockade.files import Workspace
+                from stockade.workspace.files import Workspace
 
                 quota = self.host.config.profile(self.agent).quota_mb
                 self._workspace = Workspace(root, quota_mb=quota)

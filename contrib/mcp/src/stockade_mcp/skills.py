@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from mcp import types
 
 from stockade.errors import UsageError
-from stockade.executor import AbortToken
-from stockade.wire import plain
+from stockade.request.wire import plain
+from stockade.run.executor import AbortToken
 
 from . import render
 

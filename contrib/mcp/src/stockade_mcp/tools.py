@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from mcp import types
 
-from stockade.files import READ_LIMIT
+from stockade.workspace.file_types import READ_LIMIT
 
 if TYPE_CHECKING:
-    from stockade.config import Config
+    from stockade.config.schema import Config
 
 OUTPUT_LIMIT = 256 * 1024
 """The most bytes of a whole stream one ``read_output`` window returns."""
@@ -63,7 +63,8 @@ _RESULT_REQUIRED = ["action_id", "argv", "exit_code", "signal", "timed_out", "st
 RUN_OUTPUT: dict[str, Any] = {
     "type": "object",
     "description": (
-        "the command's result (stockade.types.RunResult, each stream's text cut to its head "
+        "the command's result (stockade.request.result.RunResult, each stream's text cut to "
+        "its head "
         "and tail), or, with isError, the error that refused it: code, message, hint, details"
     ),
     "properties": {

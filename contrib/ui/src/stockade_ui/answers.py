@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from attrs import frozen
 
 from stockade.errors import StockadeError
-from stockade.executor import AbortToken
 from stockade.host import Host
-from stockade.store import HeldStep
+from stockade.record.store import HeldStep
+from stockade.run.executor import AbortToken
 
 from .timeline import shown_digest
 
@@ -50,7 +50,7 @@ class Answers:
 
     def by(self) -> str:
         """Who answers, as the record names them."""
-        from stockade.builtin.approval import user_name
+        from stockade.policy.prompt import user_name
 
         return f"{user_name()} (stockade ui)"
 

@@ -34,10 +34,10 @@ from starlette.responses import (
 )
 from starlette.routing import Route
 
-from stockade.blobs import BlobError, open_blob
-from stockade.config import Config
-from stockade.store import Store
-from stockade.verify import Checked, Verdict, verify
+from stockade.config.schema import Config
+from stockade.record.blobs import BlobError, open_blob
+from stockade.record.store import Store
+from stockade.record.verify import Checked, Verdict, verify
 
 from . import reading
 from .answers import Answers, Notice

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from attrs import frozen
 
-from stockade.config import Config
+from stockade.config.schema import Config
 from stockade.errors import StockadeError
-from stockade.store import HeldStep
+from stockade.record.store import HeldStep
 
 
 @frozen

@@ -1,8 +1,8 @@
 """Reading the store for the page: runs, one run's steps paired, and what has changed.
 
-The record (:mod:`stockade.record`) and the held steps (:mod:`stockade.store`) are read
+The record (:mod:`stockade.record.chain`) and the held steps (:mod:`stockade.record.store`) are read
 as they are; nothing here writes. Two readers are of the page's own, beside
-:func:`stockade.record.rows`: the runs list is one aggregate query (the page must not parse
+:func:`stockade.record.chain.rows`: the runs list is one aggregate query (the page must not parse
 every event of every run to list them), and one run's events can be read for a few steps
 only, so that a live update of a long run costs what changed, not the whole run.
 """
@@ -16,11 +16,17 @@ from typing import Any
 
 from attrs import field, frozen
 
-from stockade.blobs import BlobError, CheckedBlobs, blob_changed, file_identity, open_blob_file
-from stockade.config import Config
+from stockade.config.schema import Config
 from stockade.errors import StockadeError
-from stockade.record import Row
-from stockade.store import HeldStep, Store
+from stockade.record.blobs import (
+    BlobError,
+    CheckedBlobs,
+    blob_changed,
+    file_identity,
+    open_blob_file,
+)
+from stockade.record.chain import Row
+from stockade.record.store import HeldStep, Store
 
 RUNS_SHOWN = 200
 PREVIEW_LINES = 12

@@ -16,9 +16,9 @@ import sys
 import tempfile
 from collections.abc import Mapping
 
-from stockade.config import load_config
+from stockade.config.load import load_config
 from stockade.errors import UsageError
-from stockade.store import open_store
+from stockade.record.store import open_store
 
 from .answers import Answers
 from .app import build_app

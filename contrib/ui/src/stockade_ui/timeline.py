@@ -16,9 +16,9 @@ from typing import Any
 
 from attrs import field, frozen
 
-from stockade.blobs import CheckedBlobs
-from stockade.record import Row
-from stockade.store import HeldStep, Store
+from stockade.record.blobs import CheckedBlobs
+from stockade.record.chain import Row
+from stockade.record.store import HeldStep, Store
 
 from .reading import Preview, preview
 
@@ -241,7 +241,7 @@ def _connection(seq: int, body: dict[str, Any]) -> Line:
 def shown_digest(held: HeldStep) -> str:
     """A digest of exactly what the page shows a held step would run: the form carries
     it, and the step is answered only when the store still holds that very spec."""
-    from stockade.wire import to_json
+    from stockade.request.wire import to_json
 
     stdin = hashlib.sha256(held.spec.stdin).hexdigest()
     text = "\n".join((held.run_id, str(held.step), to_json(held.spec), stdin))

@@ -11,7 +11,7 @@ from .common import make_host, report_error
 if TYPE_CHECKING:
     import argparse
 
-    from ..store import HeldStep
+    from ..record.store import HeldStep
 
 
 def pending_command(args: argparse.Namespace, _parser: object = None) -> int:
@@ -22,7 +22,7 @@ def pending_command(args: argparse.Namespace, _parser: object = None) -> int:
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     if args.json:
-        from ..wire import to_json
+        from ..request.wire import to_json
 
         print(to_json([_summary(held) for held in waiting], indent=2))
         return 0
@@ -45,7 +45,7 @@ def decline_command(args: argparse.Namespace, _parser: object = None) -> int:
 
 def answer_command(args: argparse.Namespace, *, approve: bool) -> int:
     """Approve (and run, exactly as shown) or decline the held step ``RUN STEP``."""
-    from ..builtin.approval import user_name
+    from ..policy.prompt import user_name
     from .run import exit_status, print_result
 
     by = f"{user_name()} (stockade {'approve' if approve else 'decline'})"
@@ -78,9 +78,9 @@ def _summary(held: HeldStep) -> dict[str, object]:
 
 
 def _show(held: HeldStep) -> str:
-    from ..builtin.approval import describe
     from ..display import visible
-    from ..types import PendingApproval
+    from ..policy.prompt import describe
+    from ..request.result import PendingApproval
 
     pending = PendingApproval(held.spec, held.classification, held.decision)
     head = f"{visible(held.run_id)} {held.step} ({visible(held.spec.profile)})"

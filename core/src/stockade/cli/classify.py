@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 def classify_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Print the class of the argv after ``--`` (JSON with ``--json``); exit 0."""
     from ..host import Host
-    from ..resolve import resolve
-    from ..types import ExecRequest
+    from ..policy.resolve import resolve
+    from ..request.spec import ExecRequest
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not argv:
@@ -31,7 +31,7 @@ def classify_command(args: argparse.Namespace, parser: argparse.ArgumentParser) 
     except (TypeError, ValueError) as error:
         return report_error(UsageError(str(error)), as_json=args.json)
     if args.json:
-        from ..wire import to_json
+        from ..request.wire import to_json
 
         print(to_json(classification, indent=2))
     else:

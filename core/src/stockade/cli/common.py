@@ -28,7 +28,7 @@ def report_error(error: StockadeError, *, as_json: bool) -> int:
 
         print(json.dumps({"error": error.to_dict()}, indent=2, sort_keys=True))
     else:
-        from ..display import visible  # messages quote argv and paths an agent chose
+        from ..display import visible
 
         print(f"stockade: error[{error.code}]: {visible(error.message)}", file=sys.stderr)
         if error.hint:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from attrs import frozen
 
+from ..confine.kernel import Fact, all_facts
 from ..errors import StockadeError
-from ..kernel import Fact, all_facts
-from ..types import MODES
+from ..request.literals import MODES
 
 if TYPE_CHECKING:
     import argparse
@@ -43,8 +43,8 @@ class DoctorReport:
 def build_report(args: argparse.Namespace) -> DoctorReport:
     """Probe everything; a broken config or plugin is reported, not raised."""
     from ..host import Host
-    from ..resolve import resolve
-    from ..types import ExecRequest
+    from ..policy.resolve import resolve
+    from ..request.spec import ExecRequest
     from .common import make_host
 
     python = f"{platform.python_implementation()} {platform.python_version()} on {sys.platform}"
@@ -96,11 +96,11 @@ def doctor_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Print the report; exit 0 when the configured default mode can run here, else 1."""
     report = build_report(args)
     if args.json:
-        from ..wire import to_json
+        from ..request.wire import to_json
 
         print(to_json(report, indent=2))
         return 0 if report.ok else 1
-    from ..display import visible  # paths and details may name hostile folders
+    from ..display import visible
 
     print(f"python: {visible(report.python)}")
     print(f"config: {visible(report.config)}")

@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 def _root(args: argparse.Namespace) -> tuple[str, int | None]:
     """The agent profile's workspace (else the current directory) and its quota."""
-    from ..config import load_config
-    from ..workspaces import workspace_of
+    from ..config.load import load_config
+    from ..workspace.folders import workspace_of
 
     config = load_config(args.config, environ=os.environ)
     profile = config.profile(args.profile)
@@ -25,7 +25,7 @@ def _root(args: argparse.Namespace) -> tuple[str, int | None]:
 
 def file_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Run one file tool and print its result (JSON with ``--json``)."""
-    from ..files import Workspace
+    from ..workspace.files import Workspace
 
     try:
         root, quota_mb = _root(args)
@@ -39,7 +39,7 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     if args.json:
-        from ..wire import to_json
+        from ..request.wire import to_json
 
         print(to_json(result, indent=2))
         return 0
@@ -51,7 +51,7 @@ def _print(tool: str, result: object) -> None:
     """A tool's result for a person: names as shell words, hidden characters escaped, and
     file text escaped too when stdout is a terminal (exact when piped)."""
     from ..display import quote, visible
-    from ..files import Listing, ReadResult, WriteResult
+    from ..workspace.file_types import Listing, ReadResult, WriteResult
 
     if isinstance(result, Listing):
         for entry in result.entries:

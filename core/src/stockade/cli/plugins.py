@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from attrs import frozen
 
 from ..errors import StockadeError
-from ..plugins import PluginInfo
+from ..plugin.manager import PluginInfo
 from .common import make_host, report_error
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def plugins_command(args: argparse.Namespace, _parser: object = None) -> int:
         ),
     )
     if args.json:
-        from ..wire import to_json
+        from ..request.wire import to_json
 
         print(to_json(report, indent=2))
         return 0

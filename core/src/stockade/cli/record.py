@@ -15,8 +15,8 @@ from .common import report_error
 if TYPE_CHECKING:
     import argparse
 
-    from ..record import Row
-    from ..store import Store
+    from ..record.chain import Row
+    from ..record.store import Store
 
 REDACTED = "[redacted]"
 
@@ -24,8 +24,8 @@ REDACTED = "[redacted]"
 def _open(args: argparse.Namespace) -> Store:
     import os
 
-    from ..config import load_config
-    from ..store import open_store
+    from ..config.load import load_config
+    from ..record.store import open_store
 
     return open_store(load_config(args.config, environ=os.environ))
 
@@ -58,7 +58,7 @@ def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
 
 def log_command(args: argparse.Namespace, _parser: object = None) -> int:
     """List the recorded steps (of one run with ``--run``)."""
-    from ..record import rows
+    from ..record.chain import rows
 
     try:
         store = _open(args)
@@ -85,8 +85,8 @@ def log_command(args: argparse.Namespace, _parser: object = None) -> int:
 def show_command(args: argparse.Namespace, _parser: object = None) -> int:
     """The whole output of one recorded step: stdout to stdout, stderr to stderr; a stream
     whose blob is missing or no longer matches its digest is refused, nothing of it shown."""
-    from ..blobs import open_blob
-    from ..record import rows
+    from ..record.blobs import open_blob
+    from ..record.chain import rows
 
     try:
         store = _open(args)
@@ -131,7 +131,7 @@ def _write(stream: Any, handle: BinaryIO) -> None:  # noqa: ANN401 - a text stre
 
 def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
     """One run as a timeline: what was asked, what was decided, what came back."""
-    from ..record import rows
+    from ..record.chain import rows
 
     try:
         store = _open(args)
@@ -164,7 +164,7 @@ def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
 def _check_outputs(store: Store, timeline: list[dict[str, Any]]) -> StockadeError | None:
     """Re-hash the blobs of the run's results: a stream whose blob is missing or changed is
     marked refused in its entry (its text never read); the first such error, if any."""
-    from ..blobs import BlobError, check_blob
+    from ..record.blobs import BlobError, check_blob
 
     first: StockadeError | None = None
     for entry in timeline:
@@ -303,7 +303,7 @@ def _redacted(body: dict[str, Any]) -> dict[str, Any]:
 def verify_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Check every link, every signature, the head and every output blob; exit 0 when all
     hold, 1 naming each thing that does not; either way, say exactly what was checked."""
-    from ..record import verify
+    from ..record.verify import verify
 
     try:
         store = _open(args)

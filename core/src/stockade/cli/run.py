@@ -12,7 +12,7 @@ from .common import make_host, report_error
 if TYPE_CHECKING:
     import argparse
 
-    from ..types import RunResult
+    from ..request.result import RunResult
 
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
@@ -41,8 +41,8 @@ def _parse_env(entries: list[str], option: str = "--env") -> dict[str, str]:
 
 def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Run the command named after ``--``; print its output or its JSON result."""
-    from ..executor import AbortToken
-    from ..types import ExecRequest
+    from ..request.spec import ExecRequest
+    from ..run.executor import AbortToken
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not argv:
@@ -75,12 +75,12 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     except RecorderFailed as error:
-        from ..types import RunResult
+        from ..request.result import RunResult
 
         if not isinstance(error.result, RunResult):
             return report_error(error, as_json=args.json)
         if args.json:  # one JSON document: the error, and the result it did not stop
-            from ..wire import to_json
+            from ..request.wire import to_json
 
             document = {"error": error.to_dict(), "result": error.result}
             print(to_json(document, indent=2))
@@ -112,7 +112,7 @@ def _same_dir(path: str) -> bool:
 def print_result(result: RunResult, *, as_json: bool) -> None:
     """The command's output on stdout and stderr, or the whole result as JSON."""
     if as_json:
-        from ..wire import to_json
+        from ..request.wire import to_json
 
         print(to_json(result, indent=2))
         return
@@ -126,7 +126,7 @@ def print_result(result: RunResult, *, as_json: bool) -> None:
             file=sys.stderr,
         )
     for hidden in result.sandbox.hidden:
-        from ..display import visible  # the path is an argument an agent chose
+        from ..display import visible
 
         print(
             f"stockade: {visible(hidden.path)} is hidden inside the sandbox ({hidden.reason})",

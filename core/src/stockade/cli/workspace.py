@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
 def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Print the workspace's path and size; with ``--clear``, empty it and record who did."""
-    from ..builtin.approval import user_name
-    from ..workspaces import Locks, clear, clear_caches, usage, workspace_of
+    from ..policy.prompt import user_name
+    from ..workspace.folders import Locks, clear, clear_caches, usage, workspace_of
 
     try:
         with make_host(args) as host:
@@ -33,8 +33,8 @@ def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
                 with Locks(host.config, f"(cleared by {by})").hold(folder):
                     removed = clear(folder) + clear_caches(host.config, args.name)
                 if host.hooks.has_recorder():
-                    from ..events import WorkspaceEvent
-                    from ..types import new_action_id
+                    from ..record.events import WorkspaceEvent
+                    from ..request.spec import new_action_id
 
                     event = WorkspaceEvent(
                         new_action_id(), agent=args.name, path=folder, action="clear",

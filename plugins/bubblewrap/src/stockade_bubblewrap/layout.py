@@ -9,7 +9,7 @@ secrets (at one path a mask is laid last, so it wins even inside a workspace). M
 folders are made read-only at the very end.
 
 Only what exists can be mounted over: a protected name that appears during the run is the
-host's to quarantine afterwards (:mod:`stockade.guard`), from the survey kept here.
+host's to quarantine afterwards (:mod:`stockade.run.guard`), from the survey kept here.
 Credential stores found inside a writable root are masked like those under a home.
 """
 
@@ -20,11 +20,11 @@ from collections.abc import Iterable, Mapping
 
 from attrs import frozen
 
-from stockade import protected as paths
-from stockade import system_secrets
+from stockade.confine import protected as paths
+from stockade.confine import stores, system_secrets
+from stockade.confine.hiding import Hiding
 from stockade.errors import SandboxUnavailable
-from stockade.hiding import Hiding
-from stockade.types import HiddenKind
+from stockade.request.literals import HiddenKind
 
 # Where host sockets and shared scratch live: replaced by private, empty tmpfs.
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")  # noqa: S108 - masked
@@ -89,7 +89,7 @@ def build(
         scratch: folders writable in every mode (the run's home).
         shared: folders writable in ``workspace-write`` and read-only otherwise (caches).
         secrets: more system secrets (paths or globs) masked besides
-            :data:`stockade.system_secrets.SYSTEM_SECRETS`.
+            :data:`stockade.confine.system_secrets.SYSTEM_SECRETS`.
         scan_limit: directories to visit at most looking for protected paths.
         writable_dotfiles: protected dotfiles left writable (the profile's opt-out).
 
@@ -267,7 +267,7 @@ def _masks(
         if os.path.isdir(cache) and not os.path.islink(cache) and not paths.inside(cache, writable):
             masks.append(_Mask(cache, True, scratch=True))
             seen.add(cache)
-        for name in paths.CREDENTIAL_STORES:
+        for name in stores.CREDENTIAL_STORES:
             _add_mask(os.path.join(home, name), masks, seen, "credential-store")
     for path in deny_read:
         _add_mask(path, masks, seen, "deny-read")

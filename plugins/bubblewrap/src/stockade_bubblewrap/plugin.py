@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stockade import hookimpl
-from stockade.sandbox import SandboxProvider
+from stockade.confine.provider import SandboxProvider
 
 
 @hookimpl

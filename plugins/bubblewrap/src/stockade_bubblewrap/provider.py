@@ -20,20 +20,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
-from stockade import protected as paths
-from stockade import seccomp
+from stockade.confine import protected as paths
+from stockade.confine import seccomp
+from stockade.confine.hiding import Recent
+from stockade.confine.provider import SandboxProvider, looks_denied, proxy_env, sealed_memfd
 from stockade.errors import SandboxUnavailable
-from stockade.hiding import Recent
-from stockade.sandbox import SandboxProvider, looks_denied, proxy_env, sealed_memfd
-from stockade.types import (
-    ExecSpec,
-    HiddenPath,
-    LaunchPlan,
-    Mode,
-    Probe,
-    ProcessOutcome,
-    SandboxFacts,
-)
+from stockade.request.literals import Mode
+from stockade.request.plan import HiddenPath, LaunchPlan, Probe, SandboxFacts
+from stockade.request.result import ProcessOutcome
+from stockade.request.spec import ExecSpec
 
 from . import discover, layout
 from .settings import Settings

@@ -7,8 +7,8 @@ from typing import Any
 
 from attrs import frozen
 
-from stockade import settings as check
-from stockade.protected import DEFAULT_SCAN_LIMIT
+from stockade.confine.protected import DEFAULT_SCAN_LIMIT
+from stockade.plugin import settings as check
 
 CHECKS: dict[str, check.Check] = {
     "writable_roots": check.real_dirs,
@@ -40,5 +40,5 @@ class Settings:
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Settings:
-        """Check ``options`` (see :mod:`stockade.settings`) and build the settings."""
+        """Check ``options`` (see :mod:`stockade.plugin.settings`) and build the settings."""
         return cls(**check.parse("bubblewrap", options, CHECKS))

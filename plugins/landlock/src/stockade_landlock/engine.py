@@ -36,11 +36,14 @@ from typing import Any
 import attrs
 from attrs import frozen
 
-from stockade import protected, seccomp, system_secrets
+from stockade.confine import protected, seccomp, stores, system_secrets
+from stockade.confine.hiding import Hiding, Recent
+from stockade.confine.provider import looks_denied, proxy_env
 from stockade.errors import SandboxUnavailable
-from stockade.hiding import Hiding, Recent
-from stockade.sandbox import looks_denied, proxy_env
-from stockade.types import ExecSpec, HiddenKind, LaunchPlan, Probe, ProcessOutcome, SandboxFacts
+from stockade.request.literals import HiddenKind
+from stockade.request.plan import LaunchPlan, Probe, SandboxFacts
+from stockade.request.result import ProcessOutcome
+from stockade.request.spec import ExecSpec
 
 from . import abi
 from .rules import Rule, expand
@@ -358,9 +361,7 @@ class Engine:
         veils += [(p, "system-secret") for p in secrets]
         for home in homes:
             veils.append((os.path.join(home, ".cache"), "private"))
-            veils += [
-                (os.path.join(home, n), "credential-store") for n in protected.CREDENTIAL_STORES
-            ]
+            veils += [(os.path.join(home, n), "credential-store") for n in stores.CREDENTIAL_STORES]
         veils += [(p, "credential-store") for p in (survey.masked if survey is not None else ())]
         return veils
 

@@ -11,17 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from stockade.confine.provider import SandboxProvider
 from stockade.errors import SandboxUnavailable
-from stockade.sandbox import SandboxProvider
-from stockade.types import (
-    ExecSpec,
-    HiddenPath,
-    LaunchPlan,
-    Mode,
-    Probe,
-    ProcessOutcome,
-    SandboxFacts,
-)
+from stockade.request.literals import Mode
+from stockade.request.plan import HiddenPath, LaunchPlan, Probe, SandboxFacts
+from stockade.request.result import ProcessOutcome
+from stockade.request.spec import ExecSpec
 
 if TYPE_CHECKING:
     from .engine import Engine

@@ -12,7 +12,7 @@ The price: a directory that holds a carve-out somewhere beneath it cannot grant 
 the carve-out removes to its own new entries, since making an entry in a directory is a
 right on that directory and so would reach into the carve-out as well. That is why a
 ``.git`` is not a carve-out (the host puts it back after the run instead, see
-:mod:`stockade.guard`): only masked credential stores and the host's own files are.
+:mod:`stockade.run.guard`): only masked credential stores and the host's own files are.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterable
 
 from attrs import frozen
 
-from stockade import protected
+from stockade.confine import protected
 
 from . import abi
 

@@ -13,7 +13,7 @@ import os
 import threading
 from typing import BinaryIO
 
-from stockade.types import CollectedOutput
+from stockade.request.result import CollectedOutput
 
 PREFIX = "stockade-spill-"
 KEEP_HOURS = 24.0

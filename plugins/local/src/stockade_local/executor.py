@@ -25,10 +25,11 @@ from typing import Any
 
 import attrs
 
-from stockade import settings as check
 from stockade.errors import ProgramNotFound, SandboxUnavailable, SpawnFailed, Unsupported
-from stockade.executor import AbortToken, Executor
-from stockade.types import LaunchPlan, Probe, ProcessOutcome
+from stockade.plugin import settings as check
+from stockade.request.plan import LaunchPlan, Probe
+from stockade.request.result import ProcessOutcome
+from stockade.run.executor import AbortToken, Executor
 
 from . import limits, reaper
 from .capture import KEEP_HOURS, SpillDir, StreamCapture

@@ -41,7 +41,9 @@ import stat
 import threading
 import time
 
-from stockade.types import LimitName, Limits, ProcessOutcome
+from stockade.request.literals import LimitName
+from stockade.request.result import ProcessOutcome
+from stockade.request.spec import Limits
 
 PRLIMIT_PATHS = ("/usr/bin/prlimit", "/bin/prlimit")
 _MIB = 1 << 20

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from stockade import hookimpl
-from stockade.executor import Executor
+from stockade.run.executor import Executor
 
 
 @hookimpl

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from attrs import frozen
 
-from stockade.config import Config, SkillsConfig
+from stockade.config.schema import Config, SkillsConfig
 
 from .errors import SkillNotFound
 from .model import SKILL_FILE, Level, Problem, Skill, load_skill

@@ -12,7 +12,7 @@ import sys
 
 from stockade.cli.common import make_host, report_error
 from stockade.errors import StockadeError
-from stockade.wire import to_json
+from stockade.request.wire import to_json
 
 from .tool import SkillTool
 

@@ -17,7 +17,8 @@ from typing import Literal
 
 from attrs import frozen
 
-from stockade.types import Decision, Profile
+from stockade.request.spec import Profile
+from stockade.request.verdict import Decision
 
 GATE = "skill-gate"
 

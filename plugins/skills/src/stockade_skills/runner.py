@@ -15,10 +15,12 @@ import os
 import tempfile
 
 from stockade.errors import PolicyDenied, PolicyHeld, ProgramNotFound, StockadeError
-from stockade.executor import AbortToken
 from stockade.host import Host
-from stockade.types import ExecRequest, Origin, RunResult
-from stockade.workspaces import workspace_of
+from stockade.request.literals import Origin
+from stockade.request.result import RunResult
+from stockade.request.spec import ExecRequest
+from stockade.run.executor import AbortToken
+from stockade.workspace.folders import workspace_of
 
 from . import resources
 from .errors import ExecutionError

@@ -16,10 +16,11 @@ from typing import Any
 from attrs import field, frozen
 
 from stockade.errors import UsageError
-from stockade.executor import AbortToken
 from stockade.host import Host
-from stockade.types import Origin, RunResult
-from stockade.workspaces import workspace_of
+from stockade.request.literals import Origin
+from stockade.request.result import RunResult
+from stockade.run.executor import AbortToken
+from stockade.workspace.folders import workspace_of
 
 from . import resources, runner
 from .catalog import Catalog

@@ -1,0 +1,1 @@
+"""The configuration: its schema (:mod:`.schema`) and reading it from a file (:mod:`.load`)."""

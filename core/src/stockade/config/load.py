@@ -1,0 +1,123 @@
+"""Reading the configuration: where the file is, parsing it, checking it against the schema."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from ..errors import ConfigError
+from ..request.wire import structure_or_problems
+from .schema import Config
+
+
+def config_path(environ: Mapping[str, str]) -> str | None:
+    """The file to read: ``STOCKADE_CONFIG``, else the user's XDG config, else none."""
+    explicit = environ.get("STOCKADE_CONFIG")
+    if explicit:
+        return explicit
+    base = environ.get("XDG_CONFIG_HOME") or (
+        os.path.join(environ["HOME"], ".config") if environ.get("HOME") else None
+    )
+    if base:
+        candidate = os.path.join(base, "stockade", "config.toml")
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def load_config(path: str | None = None, *, environ: Mapping[str, str]) -> Config:
+    """Read the configuration from ``path`` (or where :func:`config_path` finds it).
+
+    Raises:
+        ConfigError: the file is missing, is not TOML, or does not match the schema; the
+            message lists every bad key with its path, e.g. ``unknown key 'timout' @ $``.
+    """
+    path = path or config_path(environ)
+    if path is None:
+        return Config()
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as error:
+        raise ConfigError(
+            f"cannot read config file {path}: {error.strerror}",
+            hint="fix the path given by --config or STOCKADE_CONFIG",
+        ) from None
+    return parse_config(raw, source=path)
+
+
+def parse_config(raw: bytes | str, *, source: str = "<string>") -> Config:
+    """Parse TOML text into a :class:`Config`, with readable errors."""
+    import tomllib
+
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{source} is not valid TOML: {error}") from None
+    return structure_config(data, source=source)
+
+
+def structure_config(data: Mapping[str, Any], *, source: str) -> Config:
+    """Build a :class:`Config` from parsed TOML.
+
+    Raises:
+        ConfigError: naming the file and every bad key with its path.
+    """
+    problems = ["unknown key 'source' @ $"] if "source" in data else []
+    agents = data.get("agents")
+    if isinstance(agents, Mapping):
+        problems += _agent_problems(agents)
+    config, found = structure_or_problems(data, Config)
+    problems += found
+    if problems or config is None:
+        raise ConfigError(
+            f"invalid config {source}: " + "; ".join(problems),
+            hint="fix or remove those keys; see the configuration reference",
+            details={"source": source, "problems": problems},
+        )
+    named = {name: attrs.evolve(p, name=name) for name, p in config.agents.items()}
+    return attrs.evolve(config, agents=named, source=source)
+
+
+_AGENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def _agent_problems(agents: Mapping[str, Any]) -> list[str]:
+    """What the schema cannot say about ``[agents.NAME]`` tables."""
+    problems = []
+    for name, table in agents.items():
+        where = f"$.agents[{name!r}]"
+        if not _AGENT_NAME.match(name):
+            problems.append(f"invalid agent name {name!r}: letters, digits, '_.-' @ {where}")
+        if not isinstance(table, Mapping):
+            continue
+        if "name" in table:
+            problems.append(f"unknown key 'name' (the table's key is the name) @ {where}")
+        programs = table.get("programs")
+        if isinstance(programs, list):
+            for program in programs:
+                if isinstance(program, str) and ("/" in program or not program):
+                    problems.append(
+                        f"invalid value {program!r}: programs are named bare, without a "
+                        f"path @ {where}.programs"
+                    )
+        hosts = table.get("hosts")
+        if isinstance(hosts, list) and hosts and all(isinstance(h, str) for h in hosts):
+            from ..egress.rules import parse_hosts
+
+            try:
+                parse_hosts(hosts)
+            except ConfigError as error:
+                problems.append(f"invalid value: {error.message} @ {where}.hosts")
+        workspace = table.get("workspace")
+        if isinstance(workspace, str) and not os.path.isabs(os.path.expanduser(workspace)):
+            problems.append(
+                f"invalid value {workspace!r}: workspace must be an absolute path @ "
+                f"{where}.workspace"
+            )
+    return problems

@@ -1,0 +1,135 @@
+"""The six seams of Stockade, as pluggy hook specifications.
+
+Each docstring ends with the calling convention. Plugins implement these with
+:data:`stockade.hookimpl`; the host calls them only through :class:`stockade.plugin.manager.Hooks`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+import pluggy
+
+from .. import NAME
+from ..confine.provider import SandboxProvider
+from ..request.literals import ClassifierRule
+from ..request.result import PendingApproval
+from ..request.spec import ExecSpec, Profile
+from ..request.verdict import Classification, Decision
+from ..run.executor import Executor
+
+if TYPE_CHECKING:
+    from ..record.events import Event
+
+hookspec = pluggy.HookspecMarker(NAME)
+
+# --- executor ----------------------------------------------------------------------------
+
+
+@hookspec
+def stockade_register_executors(register: Callable[[type[Executor]], None]) -> None:
+    """Register executor classes by calling ``register(cls)`` for each.
+
+    Each class carries a unique ``PLUGIN_NAME``; configuration (``executor = "local"``)
+    selects one. A name registered twice is an error.
+
+    Convention: all implementations are called; the return value is ignored.
+    """
+
+
+# --- sandbox provider --------------------------------------------------------------------
+
+
+@hookspec
+def stockade_register_sandboxes(register: Callable[[type[SandboxProvider]], None]) -> None:
+    """Register sandbox provider classes by calling ``register(cls)`` for each.
+
+    Configuration (``sandbox = "bubblewrap"``) selects one by ``PLUGIN_NAME``; ``auto``
+    picks the usable provider with the highest ``PRIORITY`` that supports the mode.
+
+    Convention: all implementations are called; the return value is ignored.
+    """
+
+
+# --- classifier --------------------------------------------------------------------------
+
+
+@hookspec
+def stockade_classifier_rules() -> Mapping[str, ClassifierRule] | None:
+    """Extend the classifier's table: program name -> ``rule(args) -> (kind, why)``.
+
+    A rule decides for the program it names, after wrappers are seen through, over the
+    built-in table; it cannot make a shell or an interpreter given inline code anything but
+    ``destroys``. Two plugins naming the same program is an error.
+
+    Convention: all implementations are called once per host; the tables are merged.
+    """
+
+
+@hookspec
+def stockade_classify(spec: ExecSpec, rules: Mapping[str, ClassifierRule]) -> Classification | None:
+    """Judge what the command may affect: ``reads``, ``writes``, ``network``, ``destroys``.
+
+    ``rules`` is the merged table from :func:`stockade_classifier_rules`, for classifiers
+    that keep one (an implementation may leave the argument out). Return ``None`` to
+    abstain. With no votes at all the command counts as ``writes``.
+
+    Convention: all results are merged: the most severe kind wins, every reason is kept.
+    """
+
+
+# --- approval ----------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def stockade_decide(
+    spec: ExecSpec, classification: Classification, profile: Profile
+) -> Decision | None:
+    """Decide ``allow``, ``ask`` or ``deny`` for the command under the agent's profile.
+
+    The built-in policy runs last (``trylast``): it applies the profile's rules (autonomy,
+    programs, budget, ask) in order. Whatever a policy decides, a command that asks for a
+    writable grant waits for a person.
+
+    Convention: firstresult: the first non-None wins.
+    """
+
+
+@hookspec(firstresult=True)
+def stockade_ask(pending: PendingApproval) -> Decision | None:
+    """Ask a person about a held command; return their ``allow`` or ``deny``.
+
+    Return ``None`` when this approver cannot reach a person; with no answer at all the
+    command is held (:class:`~stockade.errors.PolicyHeld`) and does not run.
+
+    Convention: firstresult: the first non-None wins.
+    """
+
+
+# --- credential broker -------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def stockade_resolve_credential(handle: str, spec: ExecSpec) -> str | None:
+    """Turn a credential handle into its secret value, at spawn time only.
+
+    The value goes into the child's environment and is redacted from the kept output; it
+    never appears in the spec, the events or the result.
+
+    Convention: firstresult: the first non-None wins.
+    """
+
+
+# --- recorder ----------------------------------------------------------------------------
+
+
+@hookspec
+def stockade_record(event: Event) -> None:
+    """Receive every event: action, permission, result and error, paired by ``action_id``.
+
+    A recorder that raises before the command runs stops it from running; one that raises
+    afterwards is reported with the result kept.
+
+    Convention: observer: every implementation sees every event; the return value is ignored.
+    """

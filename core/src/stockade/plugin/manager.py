@@ -1,0 +1,271 @@
+"""The plugin manager factory, the typed facade over its hooks, and the class registries.
+
+Nothing here is global: :func:`get_plugin_manager` builds a fresh manager from config every
+time, so tests and embedders never share state. Blocked names are set before any entry point
+loads, so a blocked plugin's module is never imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import pluggy
+from attrs import frozen
+
+from .. import NAME
+from ..config.schema import Config
+from ..confine.provider import SandboxProvider
+from ..errors import PluginError
+from ..request.literals import ClassifierRule
+from ..request.result import PendingApproval
+from ..request.spec import ExecSpec, Profile
+from ..request.verdict import Classification, Decision
+from ..run.executor import Executor
+from . import hookspecs
+from .entrypoints import entry_points
+
+if TYPE_CHECKING:
+    from ..record.events import Event
+
+DISABLE_ENV = "STOCKADE_DISABLE_PLUGINS"
+BUILTIN_PLUGINS = {
+    "stockade.builtin.classify": "stockade.policy.classifier",
+    "stockade.builtin.policy": "stockade.policy.rules",
+    "stockade.builtin.approval": "stockade.policy.prompt",
+    "stockade.builtin.credentials": "stockade.record.broker",
+    "stockade.builtin.recorder": "stockade.record.recorder",
+    "stockade.builtin.unconfined": "stockade.confine.unconfined",
+}
+"""The built-in defaults: the name each is registered under (like any plugin) -> its module.
+
+The names are stable (``plugins.disable``, ``STOCKADE_DISABLE_PLUGINS``); the modules live
+in their concern's package.
+
+A module that needs the configuration defines ``make_plugin(config, environ)``; what it
+returns is registered in the module's place (so no state lives in a module, shared by
+every host of the process).
+"""
+
+T = TypeVar("T", Executor, SandboxProvider)
+
+
+@frozen
+class PluginInfo:
+    """A loaded plugin, for ``stockade plugins``.
+
+    Attributes:
+        name: the name the manager knows it by (the entry point's name for installed ones).
+        dist: the distribution that provides it (``stockade`` for built-ins).
+        version: that distribution's version.
+        hooks: the ``stockade_*`` hooks it implements.
+    """
+
+    name: str
+    dist: str
+    version: str
+    hooks: tuple[str, ...]
+
+
+def blocked_names(config: Config, environ: Mapping[str, str]) -> frozenset[str]:
+    """Plugin names blocked by config and by ``STOCKADE_DISABLE_PLUGINS`` (comma separated)."""
+    from_env = (n.strip() for n in environ.get(DISABLE_ENV, "").split(","))
+    return frozenset(config.plugins.disable) | {n for n in from_env if n}
+
+
+def get_plugin_manager(
+    config: Config,
+    *,
+    environ: Mapping[str, str],
+    plugins: Sequence[object] = (),
+    load_entry_points: bool = True,
+) -> pluggy.PluginManager:
+    """A fresh manager: specs added, blocked names set, built-ins and entry points loaded.
+
+    Args:
+        config: supplies ``plugins.disable``.
+        environ: supplies ``STOCKADE_DISABLE_PLUGINS``.
+        plugins: extra plugin objects (modules or instances) registered last, e.g. by tests.
+        load_entry_points: load the installed ``stockade`` entry points.
+
+    Raises:
+        PluginError: a plugin failed to import, or implements a hook that does not exist.
+    """
+    import importlib
+
+    pm = pluggy.PluginManager(NAME)
+    pm.add_hookspecs(hookspecs)
+    for name in blocked_names(config, environ):
+        pm.set_blocked(name)
+    dists: dict[str, tuple[str, str]] = {}
+    for name, module_name in BUILTIN_PLUGINS.items():
+        if not pm.is_blocked(name):
+            module = importlib.import_module(module_name)
+            factory = getattr(module, "make_plugin", None)
+            plugin = factory(config, environ) if factory is not None else module
+            pm.register(plugin, name=name)
+    if load_entry_points:
+        for ep in entry_points(NAME):
+            if pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as error:
+                raise PluginError(
+                    f"plugin {ep.name!r} from {ep.dist} {ep.version} failed to load: {error}",
+                    hint=f"reinstall it, or block it with {DISABLE_ENV}={ep.name}",
+                ) from error
+            try:
+                pm.register(plugin, name=ep.name)
+            except pluggy.PluginValidationError as error:
+                raise PluginError(
+                    f"plugin {ep.name!r} from {ep.dist} {ep.version} breaks a hook spec: {error}",
+                    hint=f"upgrade it, or block it with {DISABLE_ENV}={ep.name}",
+                ) from None
+            dists[ep.name] = (ep.dist, ep.version)
+    try:
+        for plugin in plugins:
+            pm.register(plugin)
+        pm.check_pending()
+    except pluggy.PluginValidationError as error:
+        raise PluginError(
+            f"plugin {error.plugin!r} implements an unknown hook: {error}",
+            hint="check the hook name against the hooks reference",
+        ) from None
+    pm.stockade_dists = dists  # type: ignore[attr-defined]
+    return pm
+
+
+class Registry(Generic[T]):
+    """Classes registered by name; an unknown name is an error that lists what is there."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._classes: dict[str, type[T]] = {}
+
+    def add(self, cls: type[T]) -> None:
+        """Register ``cls`` under its ``PLUGIN_NAME``; a second class of that name is an error."""
+        name = getattr(cls, "PLUGIN_NAME", None)
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"{self.kind} class {cls.__qualname__} has no PLUGIN_NAME")
+        previous = self._classes.get(name)
+        if previous is not None and previous is not cls:
+            raise PluginError(
+                f"two {self.kind}s are named {name!r}: "
+                f"{previous.__module__}.{previous.__qualname__} and "
+                f"{cls.__module__}.{cls.__qualname__}",
+                hint="uninstall or block one of them",
+            )
+        self._classes[name] = cls
+
+    def get(self, name: str) -> type[T]:
+        """The class named ``name``."""
+        try:
+            return self._classes[name]
+        except KeyError:
+            installed = ", ".join(sorted(self._classes)) or "none"
+            raise PluginError(
+                f"unknown {self.kind} {name!r}; installed: {installed}",
+                hint=f"install a plugin that provides the {self.kind} {name!r}, or pick one above",
+                details={"name": name, "installed": sorted(self._classes)},
+            ) from None
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        return sorted(self._classes)
+
+    def classes(self) -> list[type[T]]:
+        """The registered classes, in name order."""
+        return [self._classes[n] for n in self.names()]
+
+
+class Hooks:
+    """Typed calls into the plugins: the only code that touches ``pm.hook``."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+        self._hook = pm.hook
+
+    def executors(self) -> Registry[Executor]:
+        """Every executor class the plugins register."""
+        registry: Registry[Executor] = Registry("executor")
+        self._hook.stockade_register_executors(register=registry.add)
+        return registry
+
+    def sandboxes(self) -> Registry[SandboxProvider]:
+        """Every sandbox provider class the plugins register."""
+        registry: Registry[SandboxProvider] = Registry("sandbox provider")
+        self._hook.stockade_register_sandboxes(register=registry.add)
+        return registry
+
+    def classifier_rules(self) -> dict[str, ClassifierRule]:
+        """The program rules every plugin adds to the classifier's table, merged.
+
+        Raises:
+            PluginError: two plugins name the same program.
+        """
+        merged: dict[str, ClassifierRule] = {}
+        owner: dict[str, str] = {}
+        impls = self._hook.stockade_classifier_rules.get_hookimpls()
+        for impl in reversed(impls):  # registration order
+            table: Mapping[str, ClassifierRule] | None = impl.function()  # type: ignore[assignment]
+            for program, rule in (table or {}).items():
+                if program in merged:
+                    raise PluginError(
+                        f"plugins {owner[program]!r} and {impl.plugin_name!r} both add a "
+                        f"classifier rule for {program!r}",
+                        hint="uninstall or block one of them",
+                    )
+                merged[program], owner[program] = rule, impl.plugin_name
+        return merged
+
+    def classify(self, spec: ExecSpec, rules: Mapping[str, ClassifierRule]) -> list[Classification]:
+        """Every classifier's vote (abstentions dropped)."""
+        votes: list[Classification | None] = self._hook.stockade_classify(spec=spec, rules=rules)
+        return [v for v in votes if v is not None]
+
+    def decide(
+        self, spec: ExecSpec, classification: Classification, profile: Profile
+    ) -> Decision | None:
+        """The first policy decision."""
+        result: Decision | None = self._hook.stockade_decide(
+            spec=spec, classification=classification, profile=profile
+        )
+        return result
+
+    def ask(self, pending: PendingApproval) -> Decision | None:
+        """A person's answer, if an approver could reach one."""
+        result: Decision | None = self._hook.stockade_ask(pending=pending)
+        return result
+
+    def resolve_credential(self, handle: str, spec: ExecSpec) -> str | None:
+        """The secret value behind ``handle``, if a broker knows it."""
+        result: str | None = self._hook.stockade_resolve_credential(handle=handle, spec=spec)
+        return result
+
+    def record(self, event: Event) -> None:
+        """Hand ``event`` to every recorder."""
+        self._hook.stockade_record(event=event)
+
+    def has_recorder(self) -> bool:
+        """Whether any plugin records events."""
+        return bool(self._hook.stockade_record.get_hookimpls())
+
+    def plugin_infos(self) -> list[PluginInfo]:
+        """Every registered plugin with its distribution, version and hooks."""
+        from .. import __version__
+
+        dists: dict[str, tuple[str, str]] = getattr(self.pm, "stockade_dists", {})
+        infos = []
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:
+                continue
+            hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or ()))
+            dist, version = dists.get(
+                name,
+                ("stockade", __version__)
+                if name in BUILTIN_PLUGINS
+                else ("(registered in code)", ""),
+            )
+            infos.append(PluginInfo(name, dist, version, hooks))
+        return infos

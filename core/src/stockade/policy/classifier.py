@@ -1,0 +1,268 @@
+"""The built-in classifier: what a command may affect, judged from its argv alone.
+
+A command is one of ``reads`` < ``writes`` < ``network`` < ``destroys``. The judgement is a
+table: a rule per program (and, for programs such as ``git``, per subcommand), looked up
+after seeing through wrappers (``env``, ``nice``, ``timeout``, ``sudo``, ``xargs``, ...),
+which are classified by what they run. It never guesses at intent:
+
+- a program that is not in the table is ``writes`` (it could do anything to the workspace);
+- a shell, or an interpreter given code inline (``python -c``, ``node -e``, ...), is
+  ``destroys``: the code is not argv, so nothing here can judge it;
+- every reason names the rule that decided.
+
+The module is a built-in plugin (``stockade_classify``). Another classifier plugin votes
+beside it (the most severe vote wins); a plugin that knows its own programs better adds
+rules to this table through ``stockade_classifier_rules`` instead (a vote can only make a
+command more severe; a rule can say ``mytool status`` only reads). Rules win over the table
+for the programs they name, never over the shell and inline-code checks.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from .. import hookimpl
+from ..request.literals import Kind
+from ..request.spec import ExecSpec
+from ..request.verdict import Classification
+from .programs import (
+    _INSTALLS,
+    _PACKAGE_MANAGERS,
+    DESTROYS,
+    INLINE,
+    NETWORK,
+    READS,
+    SHELLS,
+    WRITES,
+    Rule,
+    Verdict,
+    _cargo,
+    _command_v,
+    _git,
+    _go,
+    _max,
+    _package_manager,
+    _rsync,
+    _sed,
+    _sort,
+)
+
+NAME = "builtin-classifier"
+
+
+def _find(args: Sequence[str]) -> Verdict:
+    if "-delete" in args:
+        return "destroys", "find -delete removes what it finds"
+    for action in ("-exec", "-execdir", "-ok", "-okdir"):
+        if action in args:
+            inner = list(args[args.index(action) + 1 :])
+            if ";" in inner:
+                inner = inner[: inner.index(";")]
+            elif "+" in inner:
+                inner = inner[: inner.index("+")]
+            kind, why = _classify([*inner] or ["?"])
+            kind = _max(kind, "writes")
+            return kind, f"find {action} runs a command for each match ({why})"
+    if any(a in args for a in ("-fprint", "-fprint0", "-fprintf", "-fls")):
+        return "writes", "find -fprint writes a file"
+    return "reads", "find without -delete, -exec or -fprint only lists"
+
+
+RULES: dict[str, Rule] = {
+    "sed": _sed,
+    "gsed": _sed,
+    "sort": _sort,
+    "find": _find,
+    "rsync": _rsync,
+    "git": _git,
+    "go": _go,
+    "cargo": _cargo,
+    "command": lambda args: _command_v(args) or ("writes", "command without -v runs nothing known"),
+    **{tool: _package_manager(tool, _INSTALLS) for tool in _PACKAGE_MANAGERS},
+}
+# Wrappers: program -> how many leading arguments are theirs (options are skipped too).
+WRAPPERS: dict[str, int] = {
+    "env": 0,
+    "nice": 0,
+    "nohup": 0,
+    "timeout": 1,
+    "sudo": 0,
+    "doas": 0,
+    "command": 0,
+    "exec": 0,
+    "stdbuf": 0,
+    "ionice": 0,
+    "time": 0,
+    "setsid": 0,
+    "taskset": 1,
+    "chrt": 1,
+    "unbuffer": 0,
+    "xargs": 0,
+    "busybox": 0,
+}
+_WRAPPER_OPTIONS_WITH_VALUES = {
+    "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
+    "nice": {"-n", "--adjustment"},
+    "timeout": {"-s", "--signal", "-k", "--kill-after"},
+    "sudo": {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U"},
+    "xargs": {"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--delimiter", "--max-args"},
+    "ionice": {"-c", "-n", "-p"},
+    "stdbuf": {"-i", "-o", "-e"},
+}
+
+
+def _unwrap(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The argv a chain of wrappers runs, and the wrappers seen."""
+    seen: list[str] = []
+    rest = list(argv)
+    while rest:
+        name = os.path.basename(rest[0])
+        if name not in WRAPPERS:
+            break
+        if name == "command" and _command_v(rest[1:]) is not None:
+            break
+        seen.append(name)
+        rest = rest[1:]
+        takes = _WRAPPER_OPTIONS_WITH_VALUES.get(name, set())
+        while rest and rest[0].startswith("-") and rest[0] != "-":
+            option = rest.pop(0)
+            if option == "--":
+                break
+            if option in takes and rest:
+                rest.pop(0)
+        if name == "env":
+            while rest and "=" in rest[0] and not rest[0].startswith("="):
+                rest.pop(0)
+        for _ in range(WRAPPERS[name]):
+            if rest:
+                rest.pop(0)
+    return rest, seen
+
+
+def _base(name: str) -> str:
+    """``python3.12`` -> ``python``; ``/usr/bin/ls`` -> ``ls``."""
+    base = os.path.basename(name)
+    for interpreter in ("python", "pypy", "node", "perl", "ruby", "php", "lua"):
+        if base.startswith(interpreter) and base[len(interpreter) :].replace(".", "").isdigit():
+            return "python" if interpreter == "pypy" else interpreter
+    return base
+
+
+SYSTEM_DIRS = frozenset(
+    {"/bin", "/sbin", "/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin"}
+)
+
+
+def classify_argv(
+    argv: Sequence[str],
+    extra: Mapping[str, Rule] | None = None,
+    *,
+    path: str | None = None,
+) -> Verdict:
+    """The class of ``argv`` and the reason, with ``extra`` rules taking precedence.
+
+    The table knows programs by name, so ``reads`` is given only to one that is what its
+    name says: named bare (found on ``path``, the command's ``PATH``, when given) or by a
+    path, in a system directory. ``./ls`` in a workspace, or an ``ls`` that ``PATH`` finds
+    in one, could be anything: it counts as ``writes``.
+    """
+    kind, why = _classify(argv, extra)
+    if kind == "reads":
+        inner = _unwrap(argv)[0]
+        if inner and not _trusted_name(inner[0], path):
+            return (
+                "writes",
+                f"{inner[0]} is not the system's {_base(inner[0])}, so it counts as writes",
+            )
+    return kind, why
+
+
+def _trusted_name(name: str, path: str | None) -> bool:
+    import shutil
+
+    if "/" in name:
+        return os.path.dirname(os.path.normpath(name)) in SYSTEM_DIRS
+    if path is None:
+        return True
+    found = shutil.which(name, path=path)
+    return found is None or os.path.dirname(found) in SYSTEM_DIRS
+
+
+def _classify(  # noqa: PLR0911 - one return per kind of program, in the order checked
+    argv: Sequence[str], extra: Mapping[str, Rule] | None = None
+) -> Verdict:
+    inner, wrappers = _unwrap(argv)
+    through = f" (through {' '.join(wrappers)})" if wrappers else ""
+    if not inner:
+        if wrappers:
+            return "reads", f"{wrappers[-1]} with no command only prints"
+        return "writes", "no program: treated as unknown"
+    name, args = _base(inner[0]), inner[1:]
+    if name in SHELLS:
+        return "destroys", f"{name} runs a shell script, which argv cannot show{through}"
+    if name in INLINE and _inline(name, args):
+        return "destroys", f"{name} is given code inline, which argv cannot show{through}"
+    rule = (extra or {}).get(name) or RULES.get(name)
+    if rule is not None:
+        kind, why = rule(args)
+        return kind, why + through
+    if name in INLINE:
+        kind, why = _interpreter(name, args, extra)
+        return kind, why + through
+    return _listed(name, through)
+
+
+def programs_run(argv: Sequence[str]) -> tuple[str, ...]:
+    """The programs ``argv`` starts, by name: each wrapper, then what they run.
+
+    A program named by a path outside the system directories keeps its path: ``/tmp/git``
+    is not ``git``.
+    """
+    inner, wrappers = _unwrap(argv)
+    if not inner:
+        return tuple(wrappers)
+    name = inner[0]
+    trusted = "/" not in name or os.path.dirname(os.path.normpath(name)) in SYSTEM_DIRS
+    return (*wrappers, os.path.basename(name) if trusted else name)
+
+
+def _inline(name: str, args: Sequence[str]) -> bool:
+    flags = INLINE[name]
+    return not flags or any(a in flags or a.split("=", 1)[0] in flags for a in args)
+
+
+def _interpreter(name: str, args: Sequence[str], extra: Mapping[str, Rule] | None) -> Verdict:
+    if _inline(name, args):
+        return "destroys", f"{name} is given code inline, which argv cannot show"
+    if name == "python" and args[:1] == ["-m"] and args[1:2]:
+        module = args[1]
+        if module in RULES or module in READS | WRITES | NETWORK | DESTROYS:
+            kind, why = _classify([module, *args[2:]], extra)
+            return kind, f"python -m {module}: {why}"
+        return "writes", f"python -m {module} runs a module"
+    return "writes", f"{name} runs a script, which may change anything"
+
+
+def _listed(name: str, through: str) -> Verdict:
+    if name.startswith("mkfs"):
+        return "destroys", f"{name} makes a file system, erasing what was there{through}"
+    tables: tuple[tuple[frozenset[str], Kind], ...] = (
+        (DESTROYS, "destroys"),
+        (NETWORK, "network"),
+        (WRITES, "writes"),
+        (READS, "reads"),
+    )
+    for table, kind in tables:
+        if name in table:
+            return kind, f"{name} is listed as {kind}{through}"
+    return "writes", f"{name} is not a known program, so it counts as writes{through}"
+
+
+@hookimpl
+def stockade_classify(spec: ExecSpec, rules: Mapping[str, Rule]) -> Classification:
+    """Classify ``spec.argv`` with the built-in table and the plugins' rules."""
+    kind, why = classify_argv(spec.argv, rules, path=spec.env.get("PATH", ""))
+    if kind == "reads" and os.path.dirname(spec.program) not in SYSTEM_DIRS:
+        kind, why = "writes", f"{spec.program} is not in a system directory, so it counts as writes"
+    return Classification(kind, (why,), by=(NAME,), programs=programs_run(spec.argv))

@@ -1,0 +1,103 @@
+"""The built-in approver: a person at the terminal answers for a command typed at the CLI.
+
+It asks only when the command came from the CLI and the CLI has a terminal (its stdin is
+one and ``/dev/tty`` opens): it shows exactly what would run, where, in which mode, the
+class and every reason, then reads one answer. What it shows goes through
+:mod:`stockade.display`: argv as shell words, hidden characters as escapes, so the command
+cannot rewrite the prompt or look like another one. Only ``y`` or ``yes`` approves. Anything
+else — including no terminal — is not an answer it can give: it returns ``None`` and the
+host holds the step for ``stockade approve``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from .. import hookimpl
+from ..display import command, quote, visible
+from ..request.result import PendingApproval
+from ..request.verdict import Decision
+
+NAME = "builtin-tty-approval"
+LONG = 400
+"""A command shown longer than this is named again at the end of the question."""
+
+
+def describe(pending: PendingApproval) -> str:
+    """What a person is asked about: the command, where and how it runs, and why it asks.
+
+    Every text in it is shown through :mod:`stockade.display`: the argv and paths as shell
+    words, the rest with hidden characters escaped; it holds no control character but the
+    newlines between its lines.
+    """
+    spec, classification = pending.spec, pending.classification
+    sandbox = visible(spec.sandbox)
+    shown = command(spec.argv)
+    lines = [
+        f"  run:    {shown}",
+        f"  in:     {quote(spec.cwd)}  (mode {visible(spec.mode)}, sandbox {sandbox})",
+        f"  class:  {visible(classification.kind)}",
+        *(f"          - {visible(reason)}" for reason in classification.reasons),
+        f"  asks:   {visible(pending.decision.reason)}",
+    ]
+    if spec.grant_writable:
+        folders = ", ".join(quote(folder) for folder in spec.grant_writable)
+        lines.append(f"  grant:  writable for this command only: {folders}")
+    if spec.run_id:
+        lines.append(f"  step:   {visible(spec.run_id)} {spec.step}")
+    if len(shown) > LONG:  # its head may have scrolled away: name the program near the question
+        lines.append(
+            f"  long:   {quote(spec.argv[0])} with {len(spec.argv) - 1} arguments, {len(shown)} "
+            "characters: read the whole run: line above"
+        )
+    return "\n".join(lines)
+
+
+@hookimpl(trylast=True)
+def stockade_ask(pending: PendingApproval) -> Decision | None:
+    """Prompt at the terminal for a CLI command; ``None`` when there is no terminal."""
+    if pending.spec.origin != "cli" or not _interactive():
+        return None
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        question = f"stockade: this command waits for your approval\n{describe(pending)}\n"
+        os.write(tty, f"{question}approve? [y/N] ".encode())
+        answer = _line(tty).strip().lower()
+    finally:
+        os.close(tty)
+    user = f"{user_name()} (terminal)"
+    if answer in ("y", "yes"):
+        return Decision("allow", f"approved at the terminal: {pending.decision.reason}", by=user)
+    return Decision("deny", f"declined at the terminal ({answer or 'no answer'})", by=user)
+
+
+def _line(fd: int) -> str:
+    """One line from the terminal (a terminal in canonical mode gives it whole)."""
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 1024)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("utf-8", "replace")
+
+
+def _interactive() -> bool:
+    try:
+        return os.isatty(sys.stdin.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def user_name() -> str:
+    """Who this process runs as, for the record of who answered or acted."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return f"uid {os.getuid()}"

@@ -1,0 +1,229 @@
+"""The resolve stage: a request plus config becomes a spec with every field explicit.
+
+The child's environment is decided here, once, for every executor: an allowlist of ambient
+names (PATH, HOME, LANG, LC_*, TZ and the config's extras), never a name that looks like a
+secret, then fixed non-interactive settings, then the caller's explicit entries, which win.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+import attrs
+
+from ..config.schema import Config, state_dir, store_folder
+from ..confine.protected import inside
+from ..errors import BadCwd, ProgramNotFound, UsageError
+from ..request.spec import ExecRequest, ExecSpec, Profile, new_action_id
+
+AMBIENT_ALLOW = ("PATH", "HOME", "LANG", "TZ")
+SECRET_PATTERN = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+FIXED_ENV = {"CI": "1", "PAGER": "cat", "GIT_PAGER": "cat", "NO_COLOR": "1", "TERM": "dumb"}
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an ambient variable's name looks like it holds a secret."""
+    return SECRET_PATTERN.search(name) is not None
+
+
+def child_env(
+    ambient: Mapping[str, str], explicit: Mapping[str, str], extra_allow: Iterable[str] = ()
+) -> dict[str, str]:
+    """The environment a child gets: allowlisted ambient names, fixed settings, explicit entries."""
+    allow = set(AMBIENT_ALLOW).union(extra_allow)
+    env = {
+        name: value
+        for name, value in ambient.items()
+        if (name in allow or name.startswith("LC_")) and not is_secret_name(name)
+    }
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(FIXED_ENV)
+    for name, value in explicit.items():
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"invalid environment variable name {name!r}")
+        if "\0" in value:
+            raise UsageError(f"environment variable {name} contains a NUL byte")
+        env[name] = value
+    return env
+
+
+def find_program(name: str, search_path: str, cwd: str) -> str:
+    """The absolute path of the executable ``name`` names, searched like ``execvp`` would.
+
+    Raises:
+        ProgramNotFound: naming the program and the PATH searched.
+    """
+    if "/" in name:
+        candidate = os.path.normpath(os.path.join(cwd, name))
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+        raise ProgramNotFound(
+            f"program not found: {name} (no executable file at {candidate})",
+            hint="check the path, or name a program on PATH",
+            details={"program": name, "path": candidate},
+        )
+    for directory in search_path.split(os.pathsep):
+        candidate = os.path.join(directory or ".", name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate if os.path.isabs(candidate) else os.path.join(cwd, candidate)
+    raise ProgramNotFound(
+        f"program not found: {name} (searched PATH={search_path})",
+        hint="install it, name it by path, or pass a PATH that contains it with --env PATH=...",
+        details={"program": name, "searched": search_path},
+    )
+
+
+def resolve(
+    request: ExecRequest,
+    config: Config,
+    ambient: Mapping[str, str],
+    *,
+    run_id: str = "",
+    step: int = 0,
+    run_elapsed: float = 0.0,
+    home: str | None = None,
+) -> ExecSpec:
+    """The spec for ``request``: defaults filled from its agent profile and the config,
+    caps applied, cwd and program checked.
+
+    Raises:
+        ConfigError: the request names an agent profile that is not configured.
+        UsageError: a timeout or limit is out of range, or an env entry is invalid.
+        BadCwd: the working directory does not exist, or lies outside the workspace.
+        UnsafeRoot: the agent's configured workspace can never be a writable root.
+
+    ``home`` is the run's home for an agent's profile: ``HOME`` points there, and the
+    package caches' variables (``PIP_CACHE_DIR``, ...) at the agent's kept caches, unless
+    the request names them itself.
+        ProgramNotFound: ``argv[0]`` names no executable.
+    """
+    profile = config.profile(request.profile)
+    from ..workspace.folders import workspace_of
+
+    workspace, cwd = _workspace(request, profile, workspace_of(config, profile))
+    timeout = request.timeout if request.timeout is not None else profile.timeout
+    timeout = config.timeout.default if timeout is None else float(timeout)
+    if not timeout > 0 or math.isinf(timeout):
+        raise UsageError(f"timeout must be a positive number of seconds, got {request.timeout!r}")
+    if request.memory_mb is not None and request.memory_mb <= 0:
+        raise UsageError(f"memory_mb must be a positive number, got {request.memory_mb!r}")
+    limits = config.limits
+    # ``[limits]`` is a default a request may change; the profile's limit is a cap.
+    caps = [profile.memory_mb] if profile.memory_mb is not None else []
+    memory = request.memory_mb if request.memory_mb is not None else profile.memory_mb
+    if memory is not None:
+        limits = attrs.evolve(limits, memory_mb=min([memory, *caps]))
+    mode = request.mode or config.mode
+    if profile.autonomy == "read-only":
+        mode = "read-only"
+    for name in request.credentials:
+        if not _ENV_NAME.match(name):
+            raise UsageError(f"invalid environment variable name for a credential: {name!r}")
+    caches: tuple[str, ...] = ()
+    explicit: Mapping[str, str] = request.env
+    if home is not None:
+        from ..workspace.folders import CACHE_ENV, cache_of
+
+        cache = cache_of(config, profile.name)
+        caches = (cache,)
+        given = {name: os.path.join(cache, sub) for name, sub in CACHE_ENV.items()}
+        explicit = {"HOME": home, **given, **request.env}
+    env = child_env(ambient, explicit, config.env.allow)
+    grants = tuple(_granted(path, cwd) for path in request.grant_writable)
+    return ExecSpec(
+        new_action_id(),
+        request.argv,
+        program=find_program(request.argv[0], env["PATH"], cwd),
+        cwd=cwd,
+        workspace=workspace,
+        env=env,
+        stdin=request.stdin or b"",
+        timeout=min(timeout, config.timeout.max),
+        kill_grace=config.timeout.kill_grace,
+        mode=mode,
+        sandbox=request.sandbox or config.sandbox,
+        output_limit=config.output.limit,
+        limits=limits,
+        credentials=request.credentials,
+        origin=request.origin,
+        profile=request.profile,
+        preapproved=request.preapproved,
+        run_id=run_id,
+        step=step,
+        run_elapsed=run_elapsed,
+        grant_writable=grants,
+        hidden=_hidden(config),
+        system_secrets=config.system_secrets,
+        home=home,
+        caches=caches,
+        writable_dotfiles=profile.writable_dotfiles,
+    )
+
+
+def _hidden(config: Config) -> tuple[str, ...]:
+    """Stockade's own state: the store's folder (and the default one)."""
+    return tuple(dict.fromkeys((state_dir(os.environ), store_folder(config))))
+
+
+def _granted(path: str, cwd: str) -> str:
+    """A folder named in a writable grant, resolved; it must exist."""
+    from ..confine.roots import resolve_path
+
+    real = resolve_path(path, cwd, role="grant")
+    if not os.path.isdir(real):
+        raise UsageError(
+            f"a writable grant names {path}, which is not a folder",
+            hint="grant an existing folder",
+            details={"grant_writable": path},
+        )
+    return real
+
+
+def _workspace(request: ExecRequest, profile: Profile, workspace: str | None) -> tuple[str, str]:
+    """The workspace (resolved) and the working directory; the second lies inside the first.
+
+    Whether the workspace may be written is decided later, by
+    :func:`stockade.confine.roots.check_spec`,
+    once the mode the command runs in is known.
+    """
+    if request.workspace is not None:
+        named = os.path.realpath(request.workspace)
+        if workspace is not None and named != os.path.realpath(workspace):
+            raise UsageError(
+                f"agent {profile.name!r} works in {workspace}; a request cannot name {named}",
+                hint="leave the workspace out: the profile's own is used",
+                details={"workspace": workspace, "requested": named},
+            )
+        workspace = named
+    default = workspace if workspace is not None else os.getcwd()
+    cwd = os.path.abspath(request.cwd if request.cwd is not None else default)
+    if not os.path.isdir(cwd):
+        what = "is not a directory" if os.path.exists(cwd) else "does not exist"
+        raise BadCwd(
+            f"working directory {cwd} {what}",
+            hint="pass an existing directory with --cwd",
+            details={"cwd": cwd},
+        )
+    if workspace is None:
+        # Resolved once, here: the root the rule checks is the root the sandbox binds.
+        return os.path.realpath(cwd), cwd
+    if not os.path.isdir(workspace):
+        raise BadCwd(
+            f"the workspace of agent {profile.name!r}, {workspace}, is not a directory",
+            hint=f"create it, or fix agents.{profile.name}.workspace",
+            details={"workspace": workspace},
+        )
+    real, real_cwd = os.path.realpath(workspace), os.path.realpath(cwd)
+    if not inside(real_cwd, (real,)):
+        raise BadCwd(
+            f"working directory {cwd} is outside the workspace of agent {profile.name!r} "
+            f"({workspace})",
+            hint="run inside the workspace, or name a profile whose workspace holds it",
+            details={"cwd": cwd, "workspace": workspace},
+        )
+    return real, cwd

@@ -1,0 +1,250 @@
+"""The values that travel along the path of one command, from request to result.
+
+All are frozen attrs classes; the wire format (JSON, config) is built in
+:mod:`stockade.request.wire`.
+Orthogonal outcomes stay separate fields: a run can time out *and* exit 0.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import attrs
+from attrs import field, frozen
+
+from .checks import (
+    _argv,
+    _check_argv,
+    _dotfiles,
+    _frozen_map,
+    _kinds,
+    _one_of,
+    _paths,
+    _positive,
+    _positive_number,
+    _strings,
+)
+from .literals import AUTONOMIES, MODES, ORIGINS, Autonomy, Kind, Mode, Origin
+from .verdict import Decision
+
+
+def new_action_id() -> str:
+    """A random identifier pairing the events of one command."""
+    return os.urandom(8).hex()
+
+
+def new_run_id() -> str:
+    """A random identifier for one run: the steps one host (one agent session) takes."""
+    return "r" + os.urandom(6).hex()
+
+
+@frozen
+class Limits:
+    """Resource limits for one command and everything it starts (``None``: no limit).
+
+    Attributes:
+        memory_mb: address space per process, in MiB (``RLIMIT_AS``).
+        processes: processes the command may have at once (``RLIMIT_NPROC``; the kernel
+            counts them per user, and exempts root).
+        file_size_mb: the largest file the command may write, in MiB (``RLIMIT_FSIZE``).
+        cpu_seconds: CPU time per process, in seconds (``RLIMIT_CPU``).
+    """
+
+    memory_mb: int | None = field(kw_only=True, default=None, validator=_positive)
+    processes: int | None = field(kw_only=True, default=None, validator=_positive)
+    file_size_mb: int | None = field(kw_only=True, default=None, validator=_positive)
+    cpu_seconds: int | None = field(kw_only=True, default=None, validator=_positive)
+
+    def any(self) -> bool:
+        """Whether any limit is set."""
+        return any(v is not None for v in attrs.astuple(self))
+
+
+def _gate_verdict(_inst: object, _attr: object, value: Decision | None) -> None:
+    if value is not None and value.verdict == "ask":
+        raise ValueError("a gate allows or denies; asking a person is the policy's to do")
+
+
+@frozen
+class ExecRequest:
+    """What a caller asks for. Unset fields are filled from configuration by the host.
+
+    Attributes:
+        argv: the program and its arguments, passed literally (never through a shell).
+        cwd: working directory; the caller's current directory when unset.
+        env: entries the caller names explicitly; they win over the scrub.
+        stdin: bytes written to the command's stdin, then closed; empty when unset.
+        timeout: seconds before the process group is terminated; config default when unset.
+        mode: ``read-only``, ``workspace-write`` or ``danger-full-access``.
+        sandbox: a sandbox provider name, or ``auto`` for the strongest usable one.
+        memory_mb: a memory limit in MiB, refused by backends that cannot enforce it.
+        credentials: environment variable name -> credential handle, resolved by a broker.
+        origin: who typed the command: ``cli`` (a person), ``api`` or ``mcp`` (an agent).
+        profile: the agent profile whose policy applies.
+        preapproved: a person approved in advance what would otherwise ask (``--yes``).
+        grant_writable: folders to make writable for this one command beyond its workspace:
+            a one-shot widening that always waits for a person and is recorded on its own.
+        workspace: for a profile with no workspace of its own (a person's ``default``), the
+            folder that bounds the command instead of ``cwd`` (which must lie inside it); a
+            profile's own workspace always wins, and naming another one is refused.
+        gate: the decision of a caller's own gate in front of the policy (the skills
+            plugin's double-safety gate): recorded as the command's first permission event;
+            ``deny`` refuses the command there, ``allow`` leaves the policy to decide. Set
+            in code only: a request read from the wire cannot carry one.
+    """
+
+    argv: tuple[str, ...] = field(converter=_argv, validator=_check_argv)
+    cwd: str | None = None
+    env: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
+    stdin: bytes | None = field(kw_only=True, default=None)
+    timeout: float | None = field(kw_only=True, default=None)
+    mode: Mode | None = field(kw_only=True, default=None, validator=_one_of(MODES))
+    sandbox: str | None = field(kw_only=True, default=None)
+    memory_mb: int | None = field(kw_only=True, default=None)
+    credentials: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
+    origin: Origin = field(kw_only=True, default="api", validator=_one_of(ORIGINS))
+    profile: str = field(kw_only=True, default="default")
+    preapproved: bool = field(kw_only=True, default=False)
+    grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_paths)
+    workspace: str | None = field(kw_only=True, default=None)
+    gate: Decision | None = field(kw_only=True, default=None, validator=_gate_verdict)
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str], **fields: object) -> ExecRequest:
+        """Build a request from an argv list and keyword fields."""
+        return cls(argv, **fields)  # type: ignore[arg-type]
+
+
+@frozen
+class Egress:
+    """A ``network`` command's only way out: the egress proxy the host runs for it.
+
+    Attributes:
+        hosts: the ``host[:port]`` entries the proxy lets through (the profile's ``hosts``).
+        socket: the proxy's Unix socket on the host (bubblewrap binds it in).
+        port: the proxy's TCP port on the host's loopback (Landlock allows connecting to it).
+    """
+
+    hosts: tuple[str, ...] = field(converter=_strings)
+    socket: str = field(kw_only=True)
+    port: int = field(kw_only=True)
+
+
+@frozen
+class ExecSpec:
+    """The fully resolved command: every field explicit, nothing implicit downstream.
+
+    Attributes:
+        action_id: pairs every event recorded for this command.
+        argv: the argv as requested; ``argv[0]`` is the name the caller used.
+        program: the absolute path of the executable that ``argv[0]`` resolved to.
+        cwd: the absolute working directory, known to exist.
+        workspace: the folder ``workspace-write`` makes writable: the agent profile's
+            workspace (``cwd`` lies inside it), else ``cwd`` itself.
+        env: the complete environment of the child, before credentials are added.
+        stdin: bytes for stdin (empty: stdin is ``/dev/null``).
+        timeout: the effective timeout in seconds, after defaulting and capping.
+        kill_grace: seconds between SIGTERM and SIGKILL when the timeout fires.
+        mode: the effective sandbox mode.
+        sandbox: the provider name asked for (``auto`` lets the host pick).
+        output_limit: bytes of each stream kept in memory; the rest is spilled.
+        limits: the resource limits, from the request and configuration.
+        credentials: environment variable name -> handle, resolved at spawn time.
+        origin: who typed the command.
+        profile: the agent profile whose policy applies.
+        preapproved: whether a person approved in advance what would ask.
+        run_id: the run this command is a step of.
+        step: its number in the run, from 1.
+        run_elapsed: seconds since the run's first step began (for duration budgets).
+        grant_writable: resolved folders writable for this command only, by a person's grant.
+        hidden: folders a sandbox must make unreadable: Stockade's own state (the record,
+            its signing key, the held steps).
+        system_secrets: more system secrets a sandbox must mask besides the built-in
+            :data:`stockade.confine.system_secrets.SYSTEM_SECRETS` (the ``system_secrets``
+            config key: paths or globs, expanded when the command is confined).
+        egress: for a ``network`` command whose profile names hosts, the proxy it may reach;
+            ``None`` (no network at all) for every other command.
+        home: an agent's run home (``HOME``): fresh for each run, writable in every mode,
+            removed when the run ends; ``None`` for a person's own profile.
+        caches: an agent's package caches, kept between runs: writable in
+            ``workspace-write``, read-only otherwise.
+        writable_dotfiles: protected dotfiles its profile lets it write (``*``: all).
+    """
+
+    action_id: str
+    argv: tuple[str, ...]
+    program: str = field(kw_only=True)
+    cwd: str = field(kw_only=True)
+    workspace: str = field(kw_only=True, default=attrs.Factory(lambda s: s.cwd, takes_self=True))
+    env: Mapping[str, str] = field(kw_only=True, converter=_frozen_map)
+    stdin: bytes = field(kw_only=True)
+    timeout: float = field(kw_only=True)
+    kill_grace: float = field(kw_only=True)
+    mode: Mode = field(kw_only=True)
+    sandbox: str = field(kw_only=True)
+    output_limit: int = field(kw_only=True)
+    limits: Limits = field(kw_only=True, factory=Limits)
+    credentials: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
+    origin: Origin = field(kw_only=True, default="api")
+    profile: str = field(kw_only=True, default="default")
+    preapproved: bool = field(kw_only=True, default=False)
+    run_id: str = field(kw_only=True, default="")
+    step: int = field(kw_only=True, default=0)
+    run_elapsed: float = field(kw_only=True, default=0.0)
+    grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    hidden: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    system_secrets: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    egress: Egress | None = field(kw_only=True, default=None)
+    home: str | None = field(kw_only=True, default=None)
+    caches: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    writable_dotfiles: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+
+
+@frozen
+class Budget:
+    """How much one run of an agent may do; past it, every command is denied.
+
+    Attributes:
+        steps: commands per run (each one asked counts, whatever was decided).
+        duration: seconds from the run's first step.
+    """
+
+    steps: int | None = field(kw_only=True, default=None, validator=_positive)
+    duration: float | None = field(kw_only=True, default=None, validator=_positive_number)
+
+
+@frozen
+class Profile:
+    """An agent profile (``[agents.NAME]`` in the config): what that agent may do.
+
+    Attributes:
+        name: the profile's name (the table's key; ``default`` when a request names none).
+        programs: the only programs it may run, by name; ``None`` for any program.
+        ask: the classes that wait for a person; ``destroys`` always waits.
+        hosts: the hosts a ``network`` command may reach (through the egress proxy).
+        workspace: the folder its commands run in and may not leave (``None``: a folder of
+            its own under the store; the cwd for ``default``).
+        timeout: its default timeout in seconds (capped by ``timeout.max``).
+        memory_mb: its memory limit (a request may ask for less, never more).
+        quota_mb: the size its workspace may reach.
+        autonomy: ``read-only`` agents (and evaluation runs) get only ``reads`` commands.
+        budget: steps and duration per run.
+        writable_dotfiles: protected dotfiles (``.bashrc``, ``.gitconfig``, ...; see
+            :data:`stockade.confine.protected.DOTFILES`) its commands may write in a writable root,
+            ``["*"]`` for all of them (a dotfiles checkout).
+    """
+
+    name: str = field(default="default", kw_only=True)
+    programs: tuple[str, ...] | None = field(kw_only=True, default=None)
+    ask: tuple[Kind, ...] = field(kw_only=True, default=("network",), validator=_kinds)
+    hosts: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    workspace: str | None = field(kw_only=True, default=None)
+    timeout: float | None = field(kw_only=True, default=None, validator=_positive_number)
+    memory_mb: int | None = field(kw_only=True, default=None, validator=_positive)
+    quota_mb: int | None = field(kw_only=True, default=None, validator=_positive)
+    autonomy: Autonomy = field(kw_only=True, default="standard", validator=_one_of(AUTONOMIES))
+    budget: Budget = field(kw_only=True, factory=Budget)
+    writable_dotfiles: tuple[str, ...] = field(
+        kw_only=True, default=(), converter=_strings, validator=_dotfiles
+    )

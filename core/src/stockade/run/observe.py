@@ -1,0 +1,174 @@
+"""What the host watches while a command runs in its workspace: its quota, what changed
+(:mod:`stockade.run.quota`, :mod:`stockade.run.changes`), and the protected paths
+(:mod:`stockade.run.guard`).
+
+All begin just before the command starts and end when it has exited. A ``read-only``
+command cannot write its workspace (its sandbox refuses), so nothing is watched for it; a
+``danger-full-access`` one runs unconfined on purpose, so its protected paths are not.
+Every path that executes a command (a run, an async run, a held step, a background task)
+goes through an :class:`Observation`, so none skips the check after the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+import attrs
+
+from .executor import AbortToken
+
+if TYPE_CHECKING:
+    from ..config.schema import Config
+    from ..confine.protected import Survey
+    from ..request.plan import LaunchPlan
+    from ..request.result import Changes, ProcessOutcome
+    from ..request.spec import ExecSpec
+    from . import changes, guard, quota, snapshot
+
+
+class Observation:
+    """The watches on one command's workspace.
+
+    Attributes:
+        token: the token to hand the executor: the caller's, or, under a quota, one the
+            quota can fire as well (the caller's still stops the command).
+    """
+
+    def __init__(
+        self,
+        spec: ExecSpec,
+        config: Config,
+        abort: AbortToken | None,
+        plan: LaunchPlan | None = None,
+    ) -> None:
+        self.token = abort
+        self.guarded: guard.Guarded | None = None
+        self._own: AbortToken | None = None
+        self._quota: quota.Watch | None = None
+        self._changes: changes.Watch | None = None
+        self._survey: Survey | None = None
+        self._snapshot: snapshot.Snapshot | None = None
+        self._folder = ""
+        if spec.mode == "read-only":
+            return
+        if spec.mode != "danger-full-access":
+            self._guard(spec, config, plan)
+        try:
+            self._start(spec, config, abort)
+        except BaseException:
+            self.close()  # the changes watch holds an inotify instance and a thread
+            raise
+
+    def _start(self, spec: ExecSpec, config: Config, abort: AbortToken | None) -> None:
+        """The changes watch, and the quota's with a token of its own."""
+        self._changes = self._track(spec, config)
+        limit = config.profile(spec.profile).quota_mb
+        if limit is None:
+            return
+        from . import quota
+
+        self._own = self.token = AbortToken()
+        self._quota = quota.Watch(spec.workspace, limit * quota.MIB, self._own, forward=abort)
+
+    def _guard(self, spec: ExecSpec, config: Config, plan: LaunchPlan | None) -> None:
+        """The survey of protected paths (the provider's, else the host's own) and, when
+        the provider does not keep them read-only itself, their snapshot.
+
+        Raises:
+            SandboxUnavailable: the survey or the snapshot cannot be made (too large, a
+                symlinked protected path, an unreadable one): the command does not run.
+        """
+        import os
+
+        from ..config.schema import store_folder
+        from ..confine import protected
+        from . import guard
+
+        survey = plan.protection if plan is not None else None
+        if survey is None:
+            roots = protected.writable_roots((spec.workspace, *spec.grant_writable))
+            survey = protected.survey(
+                roots,
+                protected.DEFAULT_SCAN_LIMIT,
+                setting="the provider's scan_limit",
+                writable_dotfiles=protected.opened(spec.writable_dotfiles),
+            )
+        self._survey, self._snapshot = guard.begin(survey)
+        self._folder = os.path.join(store_folder(config), "quarantine", spec.action_id)
+
+    def _check(self) -> guard.Guarded | None:
+        """The look after the run: quarantine what appeared, put back what changed."""
+        survey, self._survey = self._survey, None
+        if survey is None:
+            return None
+        from . import guard
+
+        try:
+            return guard.check(survey, self._snapshot, self._folder)
+        finally:
+            guard.end(survey)
+
+    @staticmethod
+    def _track(spec: ExecSpec, config: Config) -> changes.Watch | None:
+        """The changes watch on an agent's workspace. A person's own profile works in
+        whatever folder they are in (a home, a whole checkout): it is not watched."""
+        from ..workspace.folders import has_own
+
+        if not has_own(config, spec.profile):
+            return None
+        from . import changes
+
+        try:
+            return changes.Watch(spec.workspace)
+        except changes.TooLarge:
+            return None  # bounded: a tree past the bound gets no list
+
+    def finish(self, outcome: ProcessOutcome) -> tuple[ProcessOutcome, Changes | None]:
+        """``outcome`` with what the watches saw (``limit_hit = "quota"`` when the quota
+        stopped the command, or when it left the workspace over its quota; ``guarded``:
+        what the check after the run quarantined and restored), and what changed in the
+        workspace (as the command left it, before the check)."""
+        tracker, self._changes = self._changes, None
+        changed = tracker.finish() if tracker is not None else None
+        watch, self._quota = self._quota, None
+        try:
+            guarded = self.guarded = self._check()
+        except BaseException:
+            if watch is not None:
+                with contextlib.suppress(OSError):
+                    watch.finish()
+            self._close_token()
+            raise
+        if guarded is not None and (guarded.quarantined or guarded.restored or guarded.failed):
+            outcome = attrs.evolve(outcome, guarded=guarded)
+        if watch is None:
+            return outcome, changed
+        try:
+            watch.finish()
+        finally:
+            self._close_token()
+        if not watch.exceeded:
+            return outcome, changed
+        return attrs.evolve(outcome, limit_hit="quota", aborted=False), changed
+
+    def close(self) -> None:
+        """Stop watching without a result (the command did not finish, or never started);
+        the protected paths are still checked: it may have run part of the way."""
+        try:
+            self.guarded = self._check()
+        except OSError:
+            self.guarded = None  # the error that stopped the run is what the caller sees
+        tracker, self._changes = self._changes, None
+        if tracker is not None:
+            tracker.close()
+        watch, self._quota = self._quota, None
+        if watch is not None:
+            with contextlib.suppress(OSError):
+                watch.finish()
+        self._close_token()
+
+    def _close_token(self) -> None:
+        if self._own is not None:
+            self._own.close()
+            self._own = None
