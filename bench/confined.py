@@ -64,7 +64,7 @@ def raw_argv(host: Any, request: Any) -> tuple[list[str], bytes]:  # noqa: ANN40
 
     Returns the argv (``--seccomp`` names fd ``{fd}``, filled in by the caller) and the BPF.
     """
-    admitted = host.admit(request)
+    admitted = host.prepare(host.admit(request))
     plan = admitted.plan
     try:
         args_fd, filter_fd = plan.pass_fds
@@ -184,7 +184,7 @@ def _stage_costs(
     """Median milliseconds of the pre-spawn stages, each timed alone in this process."""
 
     def admit() -> None:
-        admitted = host.admit(request)
+        admitted = host.prepare(host.admit(request))
         admitted.provider.release(admitted.plan)
 
     def build() -> None:
@@ -287,13 +287,13 @@ def bench_landlock(
             ).returncode
 
         cases = interleaved({"host": via_host, "raw": raw}, runs, warmup)
-        admitted = host.admit(request)
+        admitted = host.prepare(host.admit(request))
         rules = len(admitted.plan.restrict.__self__.rules)  # type: ignore[union-attr]
         admitted.provider.release(admitted.plan)
         samples = []
         for _ in range(runs):
             start = time.perf_counter()
-            admitted = host.admit(request)
+            admitted = host.prepare(host.admit(request))
             samples.append((time.perf_counter() - start) * 1000)
             admitted.provider.release(admitted.plan)
     finally:

@@ -1104,7 +1104,9 @@ RECORD_PAGE = DOCS / "record.md"
 def test_the_record_page_quotes_what_verify_says():
     stockade = ROOT / "core" / "src" / "stockade"
     # One message may be split over adjacent literals: join them.
-    source = re.sub(r'"\s*\n\s*f?"', "", (stockade / "record" / "verify.py").read_text(encoding="utf-8"))
+    source = re.sub(
+        r'"\s*\n\s*f?"', "", (stockade / "record" / "verify.py").read_text(encoding="utf-8")
+    )
     table = section(RECORD_PAGE, "## What `stockade verify` checks")
     quoted = re.findall(r"\| `([^`]+)`", table)
     assert len(quoted) == 15, quoted

@@ -168,10 +168,10 @@ def test_permission_lost_after_resolve_is_spawn_failed(host, tmp_path):
     tool = tmp_path / "tool"
     tool.write_text("#!/bin/sh\ntouch CANARY\n")
     tool.chmod(0o755)
-    plan = host.admit(req([str(tool)], cwd=str(tmp_path))).plan
+    plan = host.prepare(host.admit(req([str(tool)], cwd=str(tmp_path)))).plan
     tool.chmod(0o644)
     with pytest.raises(SpawnFailed) as caught:
-        host.executor.run(plan)
+        host.doer.executor.run(plan)
     assert caught.value.details == {"program": str(tool), "errno": "EACCES"}
     assert not (tmp_path / "CANARY").exists()
 
@@ -200,10 +200,10 @@ def test_program_removed_after_resolve_is_program_not_found(host, tmp_path):
     tool = tmp_path / "tool"
     tool.write_text("#!/bin/sh\necho hi\n")
     tool.chmod(0o755)
-    plan = host.admit(req([str(tool)], cwd=str(tmp_path))).plan
+    plan = host.prepare(host.admit(req([str(tool)], cwd=str(tmp_path)))).plan
     tool.unlink()
     with pytest.raises(ProgramNotFound) as caught:
-        host.executor.run(plan)
+        host.doer.executor.run(plan)
     assert caught.value.exit_status == 127
     assert caught.value.message == f"program not found: {tool}"
 
@@ -405,13 +405,13 @@ TRAPPER = 'trap "echo trapped; exit 3" TERM; echo started; sleep 30 & wait'
 
 def _runner_plan(host, tmp_path, *, runner: bool):
     argv = [sys.executable, "-c", RUNNER, "sh", "-c", TRAPPER]
-    plan = host.admit(req(argv, cwd=str(tmp_path), timeout=0.5)).plan
+    plan = host.prepare(host.admit(req(argv, cwd=str(tmp_path), timeout=0.5))).plan
     assert plan.runner is False  # an unconfined plan runs the program itself
     return attrs.evolve(plan, runner=runner, kill_grace=10.0)
 
 
 def test_a_runner_plan_sends_sigterm_to_the_command_not_the_runner(host, tmp_path):
-    result = host.executor.run(_runner_plan(host, tmp_path, runner=True))
+    result = host.doer.executor.run(_runner_plan(host, tmp_path, runner=True))
     assert result.timed_out
     assert result.stdout.text == "started\ntrapped\nrunner saw 3\n"
     assert (result.exit_code, result.signal) == (3, None)
@@ -421,7 +421,7 @@ def test_a_runner_plan_sends_sigterm_to_the_command_not_the_runner(host, tmp_pat
 def test_without_the_runner_flag_sigterm_goes_to_the_group_only(host, tmp_path):
     # The plan as every unconfined run has it: the group's leader (here the stand-in runner)
     # gets SIGTERM and dies; the command in its own session is only killed by the sweep.
-    result = host.executor.run(_runner_plan(host, tmp_path, runner=False))
+    result = host.doer.executor.run(_runner_plan(host, tmp_path, runner=False))
     assert result.timed_out
     assert result.stdout.text == "started\n"
     assert (result.exit_code, result.signal) == (None, "SIGTERM")

@@ -116,7 +116,7 @@ def secret_host(make_host, event_log, sandbox: str, secret: str, **config):
         environ={**os.environ, "STOCKADE_SECRET_GITHUB": secret},
     )
     if sandbox != "none":
-        probe = host.probe(host.sandboxes.get(sandbox))
+        probe = host.doer.providers.probe(host.sandboxes.get(sandbox))
         if not probe.usable:
             pytest.skip(f"{sandbox} is not usable here: {probe.detail}")
     return host

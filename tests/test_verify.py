@@ -239,7 +239,7 @@ def test_replay_marks_the_changed_output_refused_and_fails(recorded, env):
 def test_a_blob_too_big_for_memory_is_checked_whole_then_read_from_a_private_copy(
     recorded, monkeypatch
 ):
-    import stockade.blobs
+    import stockade.record.blobs
 
     monkeypatch.setattr(stockade.record.blobs, "SPOOL_BYTES", 4)  # every blob takes the spool path
     store_path, run = recorded

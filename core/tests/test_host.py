@@ -131,7 +131,7 @@ def test_credentials_reach_the_child_and_are_redacted(make_host):
     request = ExecRequest(
         ["sh", "-c", 'printf "%s" "$DEPLOY"'], credentials={"DEPLOY": "vault:deploy"}, **UNCONFINED
     )
-    admitted = host.admit(request)
+    admitted = host.prepare(host.admit(request))
     assert "DEPLOY" not in admitted.spec.env
     assert admitted.plan.env["DEPLOY"] == "s3cr3t-value"
     result = host.run(request)

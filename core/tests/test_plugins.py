@@ -66,13 +66,13 @@ def test_blocked_by_environment(make_host):
     assert host.executors.names() == []
     assert host.sandboxes.names() == []
     with pytest.raises(PluginError, match=r"unknown executor 'local'; installed: none"):
-        _ = host.executor
+        _ = host.doer.executor
 
 
 def test_unknown_names_list_what_is_installed(make_host):
     host = make_host(config=Config(executor="nope"))
     with pytest.raises(PluginError) as caught:
-        _ = host.executor
+        _ = host.doer.executor
     assert "unknown executor 'nope'; installed: local" in caught.value.message
     assert caught.value.details["installed"] == ["local"]
     request = ExecRequest(["true"], sandbox="bubblewrap", mode="read-only", origin="cli")

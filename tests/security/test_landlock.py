@@ -20,7 +20,7 @@ pytestmark = pytest.mark.sandboxes("landlock")
 # seccomp profile: no_new_privs, then the shared policy, which refuses them.
 REFUSE_NAMESPACES = """
 import ctypes, json, sys
-from stockade import seccomp
+from stockade.confine import seccomp
 from stockade_landlock.engine import _load_filter
 assert ctypes.CDLL(None).prctl(38, 1, 0, 0, 0) == 0
 _load_filter(seccomp.bpf_program(network=True, unix=True, cache_dir=""))
@@ -35,7 +35,7 @@ from stockade.testing import AllowAll
 from stockade.request.spec import ExecRequest
 ws, secret, home = sys.argv[1:]
 with Host(Config(), plugins=[AllowAll()]) as host:
-    bwrap = host.probe(host.sandboxes.get("bubblewrap"))
+    bwrap = host.doer.providers.probe(host.sandboxes.get("bubblewrap"))
     result = host.run(ExecRequest(["cat", secret], ws, mode="workspace-write", env={"HOME": home}))
     print(json.dumps({"bwrap": [bwrap.usable, bwrap.detail], "provider": result.sandbox.provider,
                       "exit": result.exit_code, "out": result.stdout.text,
@@ -78,7 +78,7 @@ def test_eight_threads_a_hundred_commands_each(host, box):
     host.run(request)  # start the warden and warm the caches before counting
     for leftover in (box.ws / "work").iterdir():
         leftover.unlink()
-    admitted = host.admit(request)
+    admitted = host.prepare(host.admit(request))
     admitted.provider.release(admitted.plan)
     parent = Path(admitted.plan.env["TMPDIR"]).parent  # the provider's scratch parent
     engine = admitted.provider.engine  # type: ignore[attr-defined]

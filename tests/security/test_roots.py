@@ -157,9 +157,9 @@ def test_a_provider_refuses_a_root_that_was_swapped_after_the_check(host, box, f
     home after the host's check is still refused when the sandbox is built."""
     import attrs
 
-    admitted = host.admit(append(box, box.ws / "x", box.ws))
+    admitted = host.prepare(host.admit(append(box, box.ws / "x", box.ws)))
     admitted.release()
-    provider = host.provider_for(admitted.spec)
+    provider = host.doer.providers.provider_for(admitted.spec)
     for swapped, rule in (("/etc", "system"), (str(fake_home), "home")):
         for spec in (
             attrs.evolve(admitted.spec, workspace=swapped),

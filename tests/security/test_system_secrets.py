@@ -93,7 +93,7 @@ def _landlock_reads(host, box, mode, path):
     """Whether the Landlock rules of a run would let it read ``path``'s content."""
     from stockade_landlock import abi
 
-    admitted = host.admit(box.py("pass", mode=mode))
+    admitted = host.prepare(host.admit(box.py("pass", mode=mode)))
     try:
         rules = admitted.plan.restrict.__self__.rules
     finally:
@@ -208,7 +208,7 @@ def test_a_home_named_at_a_secret_does_not_unmask_it(host, box, mode):
         if box.sandbox == "bubblewrap":
             assert _masked_in_place(host, box, mode, "/etc/shadow", tries), (home, tries)
     if box.sandbox == "landlock":
-        admitted = host.admit(box.py("pass", mode=mode, env={"HOME": "/etc/shadow"}))
+        admitted = host.prepare(host.admit(box.py("pass", mode=mode, env={"HOME": "/etc/shadow"})))
         try:
             rules = admitted.plan.restrict.__self__.rules
         finally:

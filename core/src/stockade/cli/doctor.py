@@ -63,7 +63,7 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
     sandboxes = tuple(
         Fact(c.PLUGIN_NAME, probe.usable, f"modes: {', '.join(sorted(c.MODES))}; {probe.detail}")
         for c in host.sandboxes.classes()
-        for probe in (host.probe(c),)
+        for probe in (host.doer.providers.probe(c),)
     )
     modes = []
     for mode in MODES:
@@ -71,7 +71,7 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
             ExecRequest(["true"], os.path.abspath(os.sep), mode=mode), host.config, host.environ
         )
         try:
-            provider = host.provider_for(spec)
+            provider = host.doer.providers.provider_for(spec)
         except StockadeError as error:
             modes.append(Fact(mode, False, str(error)))
             continue
@@ -80,7 +80,7 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
             f"{c.PLUGIN_NAME} cannot run: {probe.detail}"
             for c in host.sandboxes.classes()
             if mode in c.MODES and c.PRIORITY > provider.PRIORITY and spec.sandbox == "auto"
-            for probe in (host.probe(c),)
+            for probe in (host.doer.providers.probe(c),)
             if not probe.usable
         ]
         fallback = f" (fallback: {'; '.join(passed)})" if passed else ""

@@ -18,6 +18,8 @@ from ..config.schema import Config, state_dir, store_folder
 from ..confine.protected import inside
 from ..errors import BadCwd, ProgramNotFound, UsageError
 from ..request.spec import ExecRequest, ExecSpec, Profile, new_action_id
+from ..request.step import Agent
+from ..workspace.folders import has_own, workspace_of
 
 AMBIENT_ALLOW = ("PATH", "HOME", "LANG", "TZ")
 SECRET_PATTERN = re.compile(r"KEY|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -87,6 +89,7 @@ def resolve(
     step: int = 0,
     run_elapsed: float = 0.0,
     home: str | None = None,
+    agent: Agent | None = None,
 ) -> ExecSpec:
     """The spec for ``request``: defaults filled from its agent profile and the config,
     caps applied, cwd and program checked.
@@ -99,13 +102,16 @@ def resolve(
 
     ``home`` is the run's home for an agent's profile: ``HOME`` points there, and the
     package caches' variables (``PIP_CACHE_DIR``, ...) at the agent's kept caches, unless
-    the request names them itself.
+    the request names them itself. ``agent`` is the request's profile, resolved once by the
+    host (looked up here when omitted).
         ProgramNotFound: ``argv[0]`` names no executable.
     """
-    profile = config.profile(request.profile)
-    from ..workspace.folders import workspace_of
-
-    workspace, cwd = _workspace(request, profile, workspace_of(config, profile))
+    if agent is None:  # a caller outside the pipeline (``stockade classify``, tests)
+        agent = Agent(config.profile(request.profile), has_own(config, request.profile))
+    profile = agent.profile
+    workspace, cwd = _workspace(
+        request, profile, workspace_of(config, profile, own=agent.own_workspace)
+    )
     timeout = request.timeout if request.timeout is not None else profile.timeout
     timeout = config.timeout.default if timeout is None else float(timeout)
     if not timeout > 0 or math.isinf(timeout):

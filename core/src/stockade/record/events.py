@@ -13,10 +13,9 @@ from typing import Literal
 from attrs import field, frozen
 
 from ..request.literals import Mode, Origin
-from ..request.result import RunResult
+from ..request.result import Guarded, RunResult
 from ..request.spec import ExecSpec
 from ..request.verdict import Classification, Decision
-from ..run.guard import Guarded
 
 
 def _now() -> float:

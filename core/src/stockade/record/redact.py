@@ -34,9 +34,15 @@ import contextlib
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING
 from urllib.parse import quote, quote_plus
 
+import attrs
+
 from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from ..request.result import CollectedOutput
 
 MARKER = "[redacted]"
 """What every form of a secret is replaced with."""
@@ -286,3 +292,29 @@ def refuse_in_argv(argv: Sequence[str], secrets: Iterable[str]) -> None:
                 "HANDLE}}) and let the program read it from its environment",
                 details={"argument": index},
             )
+
+
+def redact_output(output: CollectedOutput, secrets: Iterable[str]) -> CollectedOutput:
+    """``output`` with every form of every secret scrubbed, in the text and the spill file."""
+    secrets = tuple(secrets)
+    if not any(secrets):
+        return output
+    import hashlib
+
+    text = scrub(output.text, secrets)
+    if output.spill_path is not None and scrub_file(output.spill_path, secrets):
+        # The digest and size describe the stream as it is kept: scrubbed.
+        digest, size = hashlib.sha256(), 0
+        with open(output.spill_path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                size += len(chunk)
+        return attrs.evolve(output, text=text, sha256=digest.hexdigest(), total_bytes=size)
+    if text == output.text:
+        return output
+    if not output.truncated:
+        raw = text.encode("utf-8", "surrogateescape")
+        return attrs.evolve(
+            output, text=text, sha256=hashlib.sha256(raw).hexdigest(), total_bytes=len(raw)
+        )
+    return attrs.evolve(output, text=text)

@@ -3,17 +3,30 @@ result; and a step held for a person."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from attrs import field, frozen
 
-if TYPE_CHECKING:
-    from ..run.guard import Guarded
 from .checks import _strings
 from .literals import ChangeMethod, LimitName
 from .plan import SandboxFacts
 from .spec import ExecSpec, Limits
 from .verdict import Classification, Decision
+
+
+@frozen
+class Guarded:
+    """What the check after a run did.
+
+    Attributes:
+        quarantined: the paths moved out of the workspace (as they were named there).
+        restored: the protected paths put back as they were before the run.
+        folder: where the quarantined paths went (``None`` when nothing was moved).
+        failed: paths that could be neither moved nor put back, with why.
+    """
+
+    quarantined: tuple[str, ...] = ()
+    restored: tuple[str, ...] = ()
+    folder: str | None = None
+    failed: tuple[str, ...] = ()
 
 
 @frozen

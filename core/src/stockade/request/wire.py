@@ -22,7 +22,10 @@ from ..errors import UsageError
 if TYPE_CHECKING:
     import cattrs
 
+    from .step import AdmittedStep, Carried
+
 T = TypeVar("T")
+S = TypeVar("S", "AdmittedStep", "Carried")
 
 
 def plain(obj: object) -> Any:  # noqa: ANN401 - JSON-ready data of any shape
@@ -203,3 +206,58 @@ def from_json(text: str | bytes, cls: type[T]) -> T:
     except json.JSONDecodeError as error:
         raise UsageError(f"not valid JSON: {error}") from None
     return structure(data, cls)
+
+
+@cache
+def _exact() -> cattrs.Converter:
+    """The converter for values that travel between deciding and doing: bytes as base64,
+    so a step's binary ``stdin`` arrives byte for byte."""
+    import base64
+
+    conv = converter().copy()
+    conv.register_unstructure_hook(bytes, lambda b: base64.b64encode(b).decode("ascii"))
+
+    def structure_b64(value: object, _type: type) -> bytes:
+        if not isinstance(value, str):
+            raise TypeError(f"expected base64 text, got {type(value).__name__}")
+        return base64.b64decode(value, validate=True)
+
+    conv.register_structure_hook(bytes, structure_b64)
+    return conv
+
+
+def step_to_json(value: AdmittedStep | Carried) -> str:
+    """An admitted step (or what carrying it out gave back) as JSON text for a doer."""
+    return json.dumps(_exact().unstructure(value))
+
+
+def step_from_json(text: str | bytes, cls: type[S]) -> S:
+    """Parse :func:`step_to_json`'s text into ``cls`` (:class:`AdmittedStep` or
+    :class:`Carried`).
+
+    Raises:
+        UsageError: not JSON, a field is malformed, or the step's version is not this one.
+    """
+    from .step import STEP_VERSION
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise UsageError(f"not valid JSON: {error}") from None
+    if isinstance(data, Mapping) and data.get("version", STEP_VERSION) != STEP_VERSION:
+        raise UsageError(
+            f"a {cls.__name__} of version {data.get('version')!r}; this Stockade reads "
+            f"version {STEP_VERSION}",
+            hint="run the same Stockade version where it is decided and where it is done",
+        )
+    try:
+        return _exact().structure(data, cls)
+    except _validation_error() as error:
+        import cattrs
+
+        problems = cattrs.transform_error(error, path="$", format_exception=_format)
+        raise UsageError(
+            f"malformed {cls.__name__}: " + "; ".join(problems), details={"problems": problems}
+        ) from None
+    except (ValueError, TypeError) as error:
+        raise UsageError(f"malformed {cls.__name__}: {error}") from None

@@ -29,29 +29,12 @@ import threading
 from collections.abc import Iterator
 
 import attrs
-from attrs import frozen
 
 from ..confine import protected
 from ..confine.protected import Survey
 from ..errors import SandboxUnavailable
+from ..request.result import Guarded
 from .snapshot import RACY_NS, Snapshot, move, openable, restore, take
-
-
-@frozen
-class Guarded:
-    """What the check after a run did.
-
-    Attributes:
-        quarantined: the paths moved out of the workspace (as they were named there).
-        restored: the protected paths put back as they were before the run.
-        folder: where the quarantined paths went (``None`` when nothing was moved).
-        failed: paths that could be neither moved nor put back, with why.
-    """
-
-    quarantined: tuple[str, ...] = ()
-    restored: tuple[str, ...] = ()
-    folder: str | None = None
-    failed: tuple[str, ...] = ()
 
 
 class _Epoch:

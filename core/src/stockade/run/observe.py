@@ -19,12 +19,11 @@ import attrs
 from .executor import AbortToken
 
 if TYPE_CHECKING:
-    from ..config.schema import Config
     from ..confine.protected import Survey
     from ..request.plan import LaunchPlan
-    from ..request.result import Changes, ProcessOutcome
+    from ..request.result import Changes, Guarded, ProcessOutcome
     from ..request.spec import ExecSpec
-    from . import changes, guard, quota, snapshot
+    from . import changes, quota, snapshot
 
 
 class Observation:
@@ -38,12 +37,15 @@ class Observation:
     def __init__(
         self,
         spec: ExecSpec,
-        config: Config,
         abort: AbortToken | None,
         plan: LaunchPlan | None = None,
+        *,
+        quota_mb: int | None = None,
+        track_changes: bool = False,
+        quarantine: str,
     ) -> None:
         self.token = abort
-        self.guarded: guard.Guarded | None = None
+        self.guarded: Guarded | None = None
         self._own: AbortToken | None = None
         self._quota: quota.Watch | None = None
         self._changes: changes.Watch | None = None
@@ -53,17 +55,20 @@ class Observation:
         if spec.mode == "read-only":
             return
         if spec.mode != "danger-full-access":
-            self._guard(spec, config, plan)
+            self._guard(spec, plan, quarantine)
         try:
-            self._start(spec, config, abort)
+            self._start(spec, abort, quota_mb=quota_mb, track_changes=track_changes)
         except BaseException:
             self.close()  # the changes watch holds an inotify instance and a thread
             raise
 
-    def _start(self, spec: ExecSpec, config: Config, abort: AbortToken | None) -> None:
-        """The changes watch, and the quota's with a token of its own."""
-        self._changes = self._track(spec, config)
-        limit = config.profile(spec.profile).quota_mb
+    def _start(
+        self, spec: ExecSpec, abort: AbortToken | None, *, quota_mb: int | None, track_changes: bool
+    ) -> None:
+        """The changes watch (an agent's own workspace only), and the quota's with a token of
+        its own."""
+        self._changes = self._track(spec) if track_changes else None
+        limit = quota_mb
         if limit is None:
             return
         from . import quota
@@ -71,7 +76,7 @@ class Observation:
         self._own = self.token = AbortToken()
         self._quota = quota.Watch(spec.workspace, limit * quota.MIB, self._own, forward=abort)
 
-    def _guard(self, spec: ExecSpec, config: Config, plan: LaunchPlan | None) -> None:
+    def _guard(self, spec: ExecSpec, plan: LaunchPlan | None, quarantine: str) -> None:
         """The survey of protected paths (the provider's, else the host's own) and, when
         the provider does not keep them read-only itself, their snapshot.
 
@@ -79,9 +84,6 @@ class Observation:
             SandboxUnavailable: the survey or the snapshot cannot be made (too large, a
                 symlinked protected path, an unreadable one): the command does not run.
         """
-        import os
-
-        from ..config.schema import store_folder
         from ..confine import protected
         from . import guard
 
@@ -95,9 +97,9 @@ class Observation:
                 writable_dotfiles=protected.opened(spec.writable_dotfiles),
             )
         self._survey, self._snapshot = guard.begin(survey)
-        self._folder = os.path.join(store_folder(config), "quarantine", spec.action_id)
+        self._folder = quarantine
 
-    def _check(self) -> guard.Guarded | None:
+    def _check(self) -> Guarded | None:
         """The look after the run: quarantine what appeared, put back what changed."""
         survey, self._survey = self._survey, None
         if survey is None:
@@ -110,13 +112,9 @@ class Observation:
             guard.end(survey)
 
     @staticmethod
-    def _track(spec: ExecSpec, config: Config) -> changes.Watch | None:
-        """The changes watch on an agent's workspace. A person's own profile works in
-        whatever folder they are in (a home, a whole checkout): it is not watched."""
-        from ..workspace.folders import has_own
-
-        if not has_own(config, spec.profile):
-            return None
+    def _track(spec: ExecSpec) -> changes.Watch | None:
+        """The changes watch on an agent's workspace. (A person's own profile works in
+        whatever folder they are in, a home or a whole checkout: it is not watched.)"""
         from . import changes
 
         try:

@@ -38,9 +38,10 @@ def has_own(config: Config, name: str) -> bool:
     return name != "default" and name in config.agents
 
 
-def workspace_of(config: Config, profile: Profile) -> str | None:
+def workspace_of(config: Config, profile: Profile, *, own: bool | None = None) -> str | None:
     """The workspace of ``profile``: its named folder, its own under the store, or ``None``
-    (the current directory) for a profile that is not configured.
+    (the current directory) for a profile that is not configured. ``own`` is
+    :func:`has_own` when the caller already knows it.
 
     Raises:
         UnsafeRoot: the named folder can never be a writable root (:mod:`stockade.confine.roots`):
@@ -48,13 +49,13 @@ def workspace_of(config: Config, profile: Profile) -> str | None:
     """
     if profile.workspace:
         return _check_named(profile.workspace, config, profile.name)
-    if not has_own(config, profile.name):
+    if not (has_own(config, profile.name) if own is None else own):
         return None  # a person's own profile works where they are
-    own = os.path.join(store_folder(config), "workspaces", profile.name)
-    os.makedirs(os.path.dirname(own), mode=0o700, exist_ok=True)
+    folder = os.path.join(store_folder(config), "workspaces", profile.name)
+    os.makedirs(os.path.dirname(folder), mode=0o700, exist_ok=True)
     with contextlib.suppress(FileExistsError):
-        os.mkdir(own, 0o700)
-    return os.path.realpath(own)
+        os.mkdir(folder, 0o700)
+    return os.path.realpath(folder)
 
 
 def _check_named(folder: str, config: Config, name: str) -> str:

@@ -1,0 +1,50 @@
+"""Credential handles resolved to values by the brokers, for one command, on the deciding side.
+
+The values go to the child at spawn (beside the admitted step, never inside it) and are
+scrubbed from what comes back; a command whose argv carries one is refused before anything
+about it is recorded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import CredentialUnavailable
+
+if TYPE_CHECKING:
+    from ..plugin.manager import Hooks
+    from ..request.spec import ExecSpec
+
+
+def credentials(hooks: Hooks, spec: ExecSpec) -> dict[str, str]:
+    """Each requested handle resolved to its value by a broker.
+
+    Raises:
+        CredentialUnavailable: no broker resolved a handle.
+    """
+    values = {}
+    for variable, handle in spec.credentials.items():
+        value = hooks.resolve_credential(handle, spec)
+        if value is None:
+            raise CredentialUnavailable(
+                f"no credential broker resolved {handle!r} (for {variable})",
+                hint="install or configure a credential broker plugin that knows it",
+            )
+        values[variable] = value
+    return values
+
+
+def secrets(hooks: Hooks, spec: ExecSpec) -> dict[str, str]:
+    """:func:`credentials`, refusing a command whose argv carries one of the values.
+
+    Raises:
+        CredentialUnavailable: no broker resolved a handle.
+        UsageError: an argument holds a secret (or an encoding of it).
+    """
+    if not spec.credentials:
+        return {}
+    values = credentials(hooks, spec)
+    from ..record.redact import refuse_in_argv
+
+    refuse_in_argv(spec.argv, values.values())
+    return values

@@ -1,0 +1,137 @@
+"""What the host writes down along one command's path, through the recorder hooks.
+
+Events are built only when a recorder is loaded: without one, nothing is built or imported.
+A recorder that fails before a command runs stops it (:class:`~stockade.errors.RecorderFailed`:
+a command is never run unrecorded); one that fails after it ran keeps the result on the error.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..errors import RecorderFailed, StockadeError
+
+if TYPE_CHECKING:
+    from ..plugin.manager import Hooks
+    from ..request.result import RunResult
+    from ..request.spec import ExecSpec
+    from ..request.step import Carried
+    from ..request.verdict import Classification, Decision
+    from . import events
+
+
+class Recording:
+    """The record of one host's commands.
+
+    Attributes:
+        active: whether any recorder is loaded (when not, every method does nothing).
+    """
+
+    def __init__(self, hooks: Hooks) -> None:
+        self.hooks = hooks
+        self.active = hooks.has_recorder()
+
+    def record(self, event: events.Event) -> None:
+        """Hand ``event`` to every recorder.
+
+        Raises:
+            RecorderFailed: a recorder failed (so the command must not run).
+        """
+        try:
+            self.hooks.record(event)
+        except Exception as error:
+            raise RecorderFailed(
+                f"a recorder failed, so the command was not run: {error}",
+                hint="check the recorder's storage, or block the recorder plugin",
+            ) from error
+
+    def action(self, spec: ExecSpec) -> None:
+        """The command as it was asked for, resolved (its ``action`` event)."""
+        if self.active:
+            from . import events
+
+            self.record(events.ActionEvent.of(spec))
+
+    def permission(
+        self, spec: ExecSpec, classification: Classification, decision: Decision
+    ) -> None:
+        """A decision (a gate's, the policy's, a person's), and the one-shot grant it gives."""
+        if not self.active:
+            return
+        from . import events
+
+        self.record(events.PermissionEvent(spec.action_id, classification, decision=decision))
+        if spec.grant_writable and decision.verdict == "allow":
+            self.record(
+                events.GrantEvent(spec.action_id, writable=spec.grant_writable, by=decision.by)
+            )
+
+    def gate(self, spec: ExecSpec, classification: Classification, decision: Decision) -> None:
+        """A caller's gate in front of the policy (never a grant)."""
+        if self.active:
+            from . import events
+
+            self.record(events.PermissionEvent(spec.action_id, classification, decision=decision))
+
+    def error(
+        self,
+        spec: ExecSpec,
+        error: StockadeError | None = None,
+        *,
+        code: str = "",
+        message: str = "",
+    ) -> None:
+        """Why an admitted command did not run, or did not finish: closes its record."""
+        if not self.active:
+            return
+        from . import events
+
+        if error is not None:
+            code, message = error.code, error.message
+        self.record(events.ErrorEvent(spec.action_id, code, message=message))
+
+    def decline(self, action_id: str, *, by: str, reason: str) -> None:
+        """A person's refusal of a held step (final at once)."""
+        if self.active:
+            from . import events
+
+            self.record(events.DeclineEvent(action_id, by=by, reason=reason))
+
+    def connection(self, action_id: str, connection: Any) -> None:  # noqa: ANN401 - egress.Connection
+        """One connection the egress proxy allowed or refused. Called from the proxy's
+        thread, so a failing recorder is a warning, never an exception."""
+        if not self.active:
+            return
+        from . import events
+
+        try:
+            self.hooks.record(events.ConnectionEvent(action_id, **attrs.asdict(connection)))
+        except Exception as error:  # noqa: BLE001 - the proxy's thread must go on
+            print(f"stockade: warning: connection not recorded: {error}", file=sys.stderr)
+
+    def result(self, carried: Carried) -> RunResult:
+        """What the check after the run did, then the result; gives the result back.
+
+        Raises:
+            RecorderFailed: the command ran, but its result was not recorded (the result is
+                on the error).
+        """
+        result = carried.result
+        if not self.active:
+            return result
+        from . import events
+
+        try:
+            if carried.guarded is not None:
+                self.hooks.record(events.QuarantineEvent.of(result.action_id, carried.guarded))
+            self.hooks.record(events.ResultEvent(result.action_id, result))
+        except Exception as error:
+            raise RecorderFailed(
+                f"the command ran, but a recorder failed to record its result: {error}",
+                hint="the result is attached to this error; check the recorder's storage",
+                result=result,
+            ) from error
+        return result
