@@ -49,14 +49,14 @@ import contextlib
 import errno
 import hashlib
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Literal
 
 from ..confine import protected
-from ..errors import BadCwd, StockadeError, Unsupported, UsageError
+from ..errors import BadCwd, Unsupported, UsageError
+from . import writing
 from .file_types import (
     _DIR_FLAGS,
     _PATH_DIR_FLAGS,
@@ -410,11 +410,11 @@ class Workspace:
         new_sha = hashlib.sha256(data).hexdigest()
         parent = self._parent(parts, make=make_parents)
         try:
-            old_sha, old_size, old_mode = self._old(parent, name, shown)
+            old_sha, old_size, old_mode = writing.old(parent, name, shown)
             if old_sha == new_sha:
                 return WriteResult(shown, False, old_size, len(data), old_sha, new_sha, False)
             self._fits(shown, len(data) - (old_size or 0))
-            self._replace(parent, name, data, old_mode, shown)
+            writing.replace(parent, name, data, old_mode, shown)
         finally:
             os.close(parent)
         return WriteResult(
@@ -435,72 +435,3 @@ class Workspace:
                 hint="remove files from the workspace first, or raise the profile's quota_mb",
                 details={"path": shown, "used": used, "limit": limit, "growth": growth},
             )
-
-    @staticmethod
-    def _old(parent: int, name: str, shown: str) -> tuple[str | None, int | None, int | None]:
-        """The sha256, size and mode of the file being replaced, or ``None`` when it is new."""
-        try:
-            fd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=parent)
-        except FileNotFoundError:
-            return None, None, None
-        except OSError as error:
-            raise _refusal(shown, error) from None
-        try:
-            info = os.fstat(fd)
-            if stat.S_ISDIR(info.st_mode):
-                raise UsageError(f"path {shown!r} is a directory; file_write writes files")
-            if not stat.S_ISREG(info.st_mode):
-                raise UsageError(f"path {shown!r} is not a regular file")
-            digest, size = _sha256_fd(fd)
-            return digest, size, stat.S_IMODE(info.st_mode)
-        finally:
-            os.close(fd)
-
-    @staticmethod
-    def _replace(parent: int, name: str, data: bytes, mode: int | None, shown: str) -> None:
-        """Write ``data`` to a temp file beside ``name``, flush it, and rename it over."""
-        temp = f".stockade-tmp-{secrets.token_hex(8)}"
-        try:
-            fd = os.open(
-                temp,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o644 if mode is None else 0o600,
-                dir_fd=parent,
-            )
-        except OSError as error:
-            raise _failed(shown, error) from None
-        try:
-            try:
-                if mode is not None:
-                    # The old file's permissions, owner-readable, never set-id.
-                    os.fchmod(fd, (mode & 0o777) | stat.S_IRUSR)
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
-        except BaseException as error:
-            with contextlib.suppress(OSError):
-                os.unlink(temp, dir_fd=parent)
-            if isinstance(error, OSError):
-                if error.errno in (errno.EISDIR, errno.ENOTDIR, errno.ENOTEMPTY):
-                    raise _refusal(shown, error) from None
-                raise _failed(shown, error) from None
-            raise
-        with contextlib.suppress(OSError):  # the rename is done; make it durable if we can
-            dirfd = os.open(".", _DIR_FLAGS, dir_fd=parent)
-            try:
-                os.fsync(dirfd)
-            finally:
-                os.close(dirfd)
-
-
-def _failed(path: str, error: OSError) -> StockadeError:
-    code = error.errno or 0
-    return StockadeError(
-        f"could not write {path!r}: {error.strerror or error}; the old file is unchanged",
-        hint="free some space or fix the directory's permissions, then write again",
-        details={"path": path, "errno": errno.errorcode.get(code, str(code))},
-    )
