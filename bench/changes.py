@@ -23,10 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import timing  # bench/timing.py
+
 CHANGES_TARGET_MS = 20.0
 DIRS, FILES, CHANGED = 100, 100, 3
 
-Interleave = Callable[[dict[str, Callable[[], int]], int, int], dict[str, dict[str, float]]]
 
 COLD = r"""
 import sys, time
@@ -71,7 +72,9 @@ def scandir_walk(path: str) -> int:
     return seen
 
 
-def bench_changes(interleaved: Interleave, runs: int = 20, warmup: int = 3) -> dict[str, Any]:
+def bench_changes(
+    interleaved: timing.Interleave, runs: int = 20, warmup: int = 3
+) -> dict[str, Any]:
     """Watch()+finish() on 10,000 files changing 3, against raw walks of the same tree."""
     from stockade.run.changes import Watch
 
@@ -160,8 +163,6 @@ def report_changes(
 if __name__ == "__main__":  # this section alone: uv run python bench/changes.py
     import json
 
-    import run  # bench/run.py: its interleaving and table rows
-
-    figures = bench_changes(run.interleaved)
-    report_changes(figures, run._row, f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}")
+    figures = bench_changes(timing.interleaved)
+    report_changes(figures, timing.row, timing.HEAD)
     print("\nBENCH " + json.dumps({"changes": figures}, sort_keys=True, separators=(",", ":")))

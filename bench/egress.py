@@ -15,10 +15,11 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import timing  # bench/timing.py
+
 EGRESS_TARGET_MBPS = 500.0
 SIZE = 256 * 1024 * 1024
 
-Interleave = Callable[[dict[str, Callable[[], int]], int, int], dict[str, dict[str, float]]]
 
 UPSTREAM = r"""
 import socket, sys, threading
@@ -81,7 +82,7 @@ def _download(argv: list[str]) -> Callable[[], int]:
     return call
 
 
-def bench_egress(interleaved: Interleave, runs: int = 5, warmup: int = 1) -> dict[str, Any]:
+def bench_egress(interleaved: timing.Interleave, runs: int = 5, warmup: int = 1) -> dict[str, Any]:
     """MB/s of one 256 MiB download, direct and through the proxy, and their ratio."""
     from stockade.egress.proxy import Connection, Proxy, parse_hosts
 
@@ -156,25 +157,7 @@ def report_egress(
     )
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # this section alone: uv run python bench/egress.py
     import json
-    import statistics
-    import time
 
-    def _interleaved(
-        cases: dict[str, Callable[[], int]], runs: int, warmup: int
-    ) -> dict[str, dict[str, float]]:
-        for _ in range(warmup):
-            for case in cases.values():
-                case()
-        samples: dict[str, list[float]] = {name: [] for name in cases}
-        names = list(cases)
-        for i in range(runs):
-            for name in names[i % 2 :] + names[: i % 2]:
-                start = time.perf_counter()
-                if cases[name]() != 0:
-                    raise SystemExit(f"bench: {name} failed")
-                samples[name].append((time.perf_counter() - start) * 1000)
-        return {n: {"median": statistics.median(s), "min": min(s)} for n, s in samples.items()}
-
-    print(json.dumps(bench_egress(_interleaved), indent=1))
+    print(json.dumps(bench_egress(timing.interleaved), indent=1))

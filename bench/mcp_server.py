@@ -25,9 +25,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-MCP_TARGET_RATIO = 2.0
+import timing  # bench/timing.py
 
-Interleave = Callable[[dict[str, Callable[[], int]], int, int], dict[str, dict[str, float]]]
+MCP_TARGET_RATIO = 2.0
 
 
 class _Client:
@@ -88,7 +88,7 @@ class _Client:
         self.loop.close()
 
 
-def bench_mcp(runs: int, warmup: int, interleaved: Interleave) -> dict[str, Any]:
+def bench_mcp(runs: int, warmup: int, interleaved: timing.Interleave) -> dict[str, Any]:
     """``run_command`` through the server against ``Host.run`` in this process."""
     from stockade.host import Host
     from stockade.request.spec import ExecRequest
@@ -141,12 +141,8 @@ def report_mcp(
 if __name__ == "__main__":
     import json
 
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import run  # bench/run.py: its interleaving and table
-
     with tempfile.TemporaryDirectory(prefix="stockade-bench-state-") as state:
         os.environ["XDG_STATE_HOME"] = state
-        figures = bench_mcp(200, 20, run.interleaved)
-    head = f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}"
-    report_mcp(figures, run._row, head)
+        figures = bench_mcp(200, 20, timing.interleaved)
+    report_mcp(figures, timing.row, timing.HEAD)
     print("BENCH " + json.dumps({"mcp": figures}, sort_keys=True))

@@ -15,15 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
+import timing  # bench/timing.py
+
 RECORD_TARGET_MS = 1.0
 VERIFY_TARGET_S = 1.0
 VERIFY_COMMANDS = 1000
 MODE: Final = "danger-full-access"
 
-Interleave = Callable[[dict[str, Callable[[], int]], int, int], dict[str, dict[str, float]]]
 
-
-def bench_record(runs: int, warmup: int, interleaved: Interleave) -> dict[str, Any]:
+def bench_record(runs: int, warmup: int, interleaved: timing.Interleave) -> dict[str, Any]:
     """The recording overhead per command, and the time to verify 1,000 commands."""
     from stockade.config.schema import Config, PluginsConfig, StoreConfig
     from stockade.host import Host

@@ -3,7 +3,7 @@
     uv run python bench/run.py [--runs N] [--quick]
 
 1. Library: ``Host.run(ExecRequest(["true"], ...))`` against raw ``subprocess.run(["true"])``
-   (and its capturing variant) in this process, interleaved, after warm-up.
+   (and its capturing variant) in this process, timing.interleaved, after warm-up.
 2. CLI: ``stockade run --mode danger-full-access -- true`` against ``python -c pass``, both
    from a separate venv installed the way a user gets it (non-editable, bytecode compiled).
 3. Start-up breakdown: the top cumulative ``-X importtime`` costs of the CLI's imports.
@@ -29,19 +29,13 @@ Prints a table, then one ``BENCH {...}`` JSON line with every figure. Nothing is
 from __future__ import annotations
 
 import argparse
-import gc
-import hashlib
 import json
 import os
 import platform
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any, Final
 
 import changes  # bench/changes.py
@@ -49,69 +43,12 @@ import confined  # bench/confined.py: this script's directory is first on sys.pa
 import egress  # bench/egress.py
 import mcp_server  # bench/mcp_server.py (not mcp.py: that would shadow the SDK)
 import record  # bench/record.py
+import startup  # bench/startup.py: sections 2 and 3, the CLI
+import timing  # bench/timing.py: interleaving and table rows
 import ui_page  # bench/ui_page.py
 
-ROOT = Path(__file__).resolve().parent.parent
-USER_VENV = ROOT / "bench" / ".venv-user"
-STAMP = "bench-source-hash"
-PACKAGES = ("core", "plugins/local", "plugins/bubblewrap", "plugins/landlock")
-DISTS = ("stockade", "stockade_local", "stockade_bubblewrap", "stockade_landlock")
-RECIPE = "uv venv; uv pip install --no-sources --compile-bytecode -c <lock> " + " ".join(
-    f"./{p}" for p in PACKAGES
-)
 LIB_TARGET_MS = 0.5  # Host.run may add at most this much to the median
-FLOOR_IMPORTS = "import attrs, pluggy, subprocess"
-CLI_TARGET_RATIO = 3.0  # `stockade run -- true` may take at most this many times `python -c pass`
-IMPORTS = "import stockade.cli.run, stockade.host, stockade_local.executor"
-TOP_IMPORTS = 15
-MODE: Final = "danger-full-access"
-
-Stats = dict[str, float]
-
-
-def summarize(samples: Sequence[float]) -> Stats:
-    """Median, p90 and min of samples in milliseconds."""
-    p90 = statistics.quantiles(samples, n=10, method="inclusive")[-1]
-    return {
-        "median": statistics.median(samples),
-        "p90": p90,
-        "min": min(samples),
-        "n": len(samples),
-    }
-
-
-def interleaved(
-    cases: dict[str, Callable[[], int]],
-    runs: int,
-    warmup: int,
-    after: Callable[[], None] | None = None,
-) -> dict[str, Stats]:
-    """Time each case ``runs`` times, rotating the order every iteration (AB, BA, ...).
-
-    Each case returns an exit status; anything but 0 stops the bench (outside the timing).
-    ``after``, if given, runs after every timed call, outside the timing.
-    """
-    names = list(cases)
-    for _ in range(warmup):
-        for name in names:
-            _check(name, cases[name]())
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    gc.collect()
-    for i in range(runs):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
-            status = cases[name]()
-            samples[name].append((time.perf_counter() - start) * 1000)
-            _check(name, status)
-            if after is not None:
-                after()
-    return {name: summarize(values) for name, values in samples.items()}
-
-
-def _check(name: str, status: int) -> None:
-    if status != 0:
-        raise SystemExit(f"bench: {name} exited with status {status}")
+MODE: Final = startup.MODE
 
 
 # --- 1. library ------------------------------------------------------------------------------
@@ -137,7 +74,7 @@ def bench_library(runs: int, warmup: int) -> dict[str, Any]:
                 ["true"], capture_output=True, stdin=subprocess.DEVNULL, check=False
             ).returncode
 
-        cases = interleaved(
+        cases = timing.interleaved(
             {"host": via_host, "raw": raw, "raw_capture": raw_capture}, runs, warmup
         )
     finally:
@@ -155,176 +92,7 @@ def bench_library(runs: int, warmup: int) -> dict[str, Any]:
     }
 
 
-# --- 2. the user-install venv ----------------------------------------------------------------
-
-
-def source_hash(python: str) -> str:
-    """A digest of everything the user venv is built from (sources, metadata, lock, recipe)."""
-    digest = hashlib.sha256(f"{RECIPE}\n{python}\n{sys.version}\n".encode())
-    files = [
-        p
-        for tree in (f"{p}/src" for p in PACKAGES)
-        for p in (ROOT / tree).rglob("*")
-        if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
-    ]
-    files += [ROOT / "pyproject.toml", ROOT / "uv.lock"]
-    files += [ROOT / p / name for p in PACKAGES for name in ("pyproject.toml", "README.md")]
-    for path in sorted(files):
-        if path.is_file():
-            digest.update(f"{path.relative_to(ROOT)}\0".encode())
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _uv(*args: str) -> str:
-    proc = subprocess.run(["uv", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench: `uv {' '.join(args)}` failed:\n{proc.stderr}")
-    return proc.stdout
-
-
-def ensure_user_venv() -> tuple[Path, bool, float]:
-    """The user venv, rebuilt when the sources changed; (path, rebuilt, seconds spent)."""
-    digest = source_hash(sys.executable)
-    stamp = USER_VENV / STAMP
-    if (
-        stamp.is_file()
-        and stamp.read_text().strip() == digest
-        and (USER_VENV / "bin" / "stockade").is_file()
-    ):
-        return USER_VENV, False, 0.0
-    start = time.perf_counter()
-    shutil.rmtree(USER_VENV, ignore_errors=True)
-    _uv("venv", "--quiet", "--python", sys.executable, str(USER_VENV))
-    # Pin third-party versions to the workspace lock so results compare across machines.
-    constraints = USER_VENV / "constraints.txt"
-    constraints.write_text(
-        _uv(
-            "export",
-            "--frozen",
-            "--no-dev",
-            "--no-emit-workspace",
-            "--no-hashes",
-            "--no-header",
-            "--format",
-            "requirements-txt",
-        )
-    )
-    # --no-sources: otherwise the workspace's `stockade = { workspace = true }` source makes
-    # stockade-local's dependency an *editable* stockade (a .pth into core/src, no bytecode).
-    _uv(
-        "pip",
-        "install",
-        "--quiet",
-        "--no-sources",
-        "--compile-bytecode",
-        "--python",
-        str(USER_VENV / "bin" / "python"),
-        "-c",
-        str(constraints),
-        *(f"./{p}" for p in PACKAGES),
-    )
-    _verify_installed(USER_VENV)
-    stamp.write_text(digest + "\n")
-    return USER_VENV, True, time.perf_counter() - start
-
-
-def _verify_installed(venv: Path) -> None:
-    """Refuse to time an editable or uncompiled install: it is not what users run."""
-    (site,) = venv.glob("lib/python*/site-packages")
-    for dist in DISTS:
-        (info,) = site.glob(f"{dist}-*.dist-info")
-        direct = json.loads((info / "direct_url.json").read_text())
-        if direct.get("dir_info", {}).get("editable"):
-            raise SystemExit(f"bench: {dist} was installed editable in {venv}")
-        if not any((site / dist / "__pycache__").glob("__init__.*.pyc")):
-            raise SystemExit(f"bench: {dist} has no compiled bytecode in {venv}")
-    for pth in site.glob("*.pth"):
-        if str(ROOT) in pth.read_text():
-            raise SystemExit(f"bench: {pth} points into the source tree")
-
-
-def child_env(config_home: str) -> dict[str, str]:
-    """The environment of timed commands: no user config, no source paths, no bytecode writes."""
-    drop = {"PYTHONPATH", "STOCKADE_CONFIG", "VIRTUAL_ENV", "PYTHONHOME"}
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["XDG_CONFIG_HOME"] = config_home
-    return env
-
-
-def bench_cli(venv: Path, runs: int, warmup: int, env: dict[str, str], cwd: str) -> dict[str, Any]:
-    """`stockade run -- true` against `python -c pass`, both from the user venv."""
-    commands = {
-        "stockade": [str(venv / "bin" / "stockade"), "run", "--mode", MODE, "--", "true"],
-        "python": [str(venv / "bin" / "python"), "-c", "pass"],
-        # What any CLI built on the required libraries pays before running a line of its own.
-        "floor": [str(venv / "bin" / "python"), "-c", FLOOR_IMPORTS],
-    }
-    for name, argv in commands.items():  # show why, if one does not even start
-        proc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise SystemExit(f"bench: {name} failed ({proc.returncode}):\n{proc.stderr}")
-
-    cases = interleaved(
-        {name: confined.timed_command(argv, env, cwd) for name, argv in commands.items()},
-        runs,
-        warmup,
-    )
-    stockade_ms, python_ms = cases["stockade"]["median"], cases["python"]["median"]
-    return {
-        "runs": runs,
-        "warmup": warmup,
-        **cases,
-        "overhead_ms": stockade_ms - python_ms,
-        "ratio": stockade_ms / python_ms,
-        "floor_ratio": cases["floor"]["median"] / python_ms,
-        "target_ratio": CLI_TARGET_RATIO,
-    }
-
-
-# --- 3. start-up breakdown -------------------------------------------------------------------
-
-
-def import_breakdown(venv: Path, env: dict[str, str], cwd: str) -> dict[str, Any]:
-    """Parse ``-X importtime`` of the CLI's imports: top cumulative rows, self time by package."""
-    proc = subprocess.run(
-        [str(venv / "bin" / "python"), "-X", "importtime", "-c", IMPORTS],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    rows: list[dict[str, Any]] = []
-    for line in proc.stderr.splitlines():
-        fields = line.removeprefix("import time:").split("|")
-        if len(fields) != 3 or not fields[0].strip().isdigit():
-            continue
-        name = fields[2].rstrip()
-        rows.append(
-            {
-                "module": name.strip(),
-                "depth": (len(name) - len(name.lstrip()) - 1) // 2,
-                "self_ms": int(fields[0]) / 1000,
-                "cumulative_ms": int(fields[1]) / 1000,
-            }
-        )
-    total = sum(row["cumulative_ms"] for row in rows if row["depth"] == 0)
-    by_package: dict[str, float] = {}
-    for row in rows:
-        package = row["module"].split(".")[0]
-        by_package[package] = by_package.get(package, 0.0) + row["self_ms"]
-    top = sorted(rows, key=lambda row: -row["cumulative_ms"])[:TOP_IMPORTS]
-    packages = dict(sorted(by_package.items(), key=lambda kv: -kv[1])[:10])
-    return {"command": IMPORTS, "total_ms": total, "top": top, "self_by_package_ms": packages}
-
-
 # --- output ----------------------------------------------------------------------------------
-
-
-def _row(label: str, stats: Stats) -> str:
-    return f"  {label:<62} {stats['median']:>10.3f} {stats['p90']:>10.3f} {stats['min']:>10.3f}"
 
 
 def _verdict(ok: bool) -> str:  # noqa: FBT001 - a plain predicate
@@ -347,19 +115,23 @@ def report(
     ui_stats: dict[str, Any],
 ) -> None:
     """Print the table, then the BENCH JSON line."""
-    head = f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}"
+    head = timing.HEAD
     print(
         f"Stockade bench  {meta['commit']}{' (dirty)' if meta['dirty'] else ''}  "
         f"Python {meta['python']}  {meta['platform']}  {meta['cpus']} CPUs"
     )
     print(
-        f"\n1. Library, one process, interleaved: {lib['runs']} runs each "
+        f"\n1. Library, one process, timing.interleaved: {lib['runs']} runs each "
         f"after {lib['warmup']} warm-up"
     )
     print(head)
-    print(_row(f'Host.run(ExecRequest(["true"], mode="{MODE}"))', lib["host"]))
-    print(_row('subprocess.run(["true"])', lib["raw"]))
-    print(_row('subprocess.run(["true"], capture_output=True, stdin=DEVNULL)', lib["raw_capture"]))
+    print(timing.row(f'Host.run(ExecRequest(["true"], mode="{MODE}"))', lib["host"]))
+    print(timing.row('subprocess.run(["true"])', lib["raw"]))
+    print(
+        timing.row(
+            'subprocess.run(["true"], capture_output=True, stdin=DEVNULL)', lib["raw_capture"]
+        )
+    )
     print(
         f"  overhead vs plain:   {lib['overhead_ms']:+.3f} ms  ({lib['ratio']:.2f}x)   "
         f"target +{LIB_TARGET_MS} ms median: {_verdict(lib['overhead_ms'] <= LIB_TARGET_MS)}"
@@ -369,21 +141,23 @@ def report(
         f"({lib['ratio_vs_capture']:.2f}x)"
     )
     print(
-        f"\n2. CLI, user-install venv ({meta['venv']}), interleaved: "
+        f"\n2. CLI, user-install venv ({meta['venv']}), timing.interleaved: "
         f"{cli['runs']} runs each after {cli['warmup']} warm-up"
     )
     print(head)
-    print(_row(f"stockade run --mode {MODE} -- true", cli["stockade"]))
-    print(_row("python -c pass", cli["python"]))
-    print(_row(f'python -c "{FLOOR_IMPORTS}"', cli["floor"]))
+    print(timing.row(f"stockade run --mode {MODE} -- true", cli["stockade"]))
+    print(timing.row("python -c pass", cli["python"]))
+    print(timing.row(f'python -c "{startup.FLOOR_IMPORTS}"', cli["floor"]))
     print(
         f"  ratio: {cli['ratio']:.2f}x  ({cli['overhead_ms']:+.3f} ms)   "
-        f"target <= {CLI_TARGET_RATIO:g}x: {_verdict(cli['ratio'] <= CLI_TARGET_RATIO)}"
+        f"target <= {startup.CLI_TARGET_RATIO:g}x: "
+        f"{_verdict(cli['ratio'] <= startup.CLI_TARGET_RATIO)}"
     )
     print(f"  dependency floor alone: {cli['floor_ratio']:.2f}x python -c pass")
-    print(f'\n3. Start-up: python -X importtime -c "{IMPORTS}"')
+    print(f'\n3. Start-up: python -X importtime -c "{startup.IMPORTS}"')
     print(
-        f"  all imports (top level): {imports['total_ms']:.1f} ms; top {TOP_IMPORTS} by cumulative:"
+        f"  all imports (top level): {imports['total_ms']:.1f} ms; "
+        f"top {startup.TOP_IMPORTS} by cumulative:"
     )
     print(f"  {'cumulative ms':>13} {'self ms':>8}  module")
     for row in imports["top"]:
@@ -394,10 +168,10 @@ def report(
     report_bubblewrap(bwrap, bwrap_cli, head)
     report_landlock(landlock, head)
     report_record(recording, head)
-    egress.report_egress(egress_stats, _row, head)
-    changes.report_changes(changes_stats, _row, head)
-    mcp_server.report_mcp(mcp_stats, _row, head)
-    ui_page.report_ui_page(ui_stats, _row, head)
+    egress.report_egress(egress_stats, timing.row, head)
+    changes.report_changes(changes_stats, timing.row, head)
+    mcp_server.report_mcp(mcp_stats, timing.row, head)
+    ui_page.report_ui_page(ui_stats, timing.row, head)
     payload = {
         "ui_page": ui_stats,
         "changes": changes_stats,
@@ -421,12 +195,16 @@ def report_bubblewrap(bwrap: dict[str, Any], cli: dict[str, Any], head: str) -> 
         print(f"\n4. Bubblewrap: skipped, {bwrap['skipped']}")
         return
     print(
-        f"\n4. Bubblewrap ({bwrap['bwrap']}, {bwrap['flags']} flags), interleaved: "
+        f"\n4. Bubblewrap ({bwrap['bwrap']}, {bwrap['flags']} flags), timing.interleaved: "
         f"{bwrap['runs']} runs each after {bwrap['warmup']} warm-up"
     )
     print(head)
-    print(_row(f'Host.run(ExecRequest(["true"], mode="{confined.MODE}"))', bwrap["host"]))
-    print(_row("raw bwrap, the same flags on its command line, --seccomp FD", bwrap["raw_bwrap"]))
+    print(timing.row(f'Host.run(ExecRequest(["true"], mode="{confined.MODE}"))', bwrap["host"]))
+    print(
+        timing.row(
+            "raw bwrap, the same flags on its command line, --seccomp FD", bwrap["raw_bwrap"]
+        )
+    )
     ok = bwrap["overhead_ms"] <= confined.HOST_TARGET_MS
     print(
         f"  overhead: {bwrap['overhead_ms']:+.3f} ms  ({bwrap['ratio']:.2f}x)   "
@@ -440,11 +218,11 @@ def report_bubblewrap(bwrap: dict[str, Any], cli: dict[str, Any], head: str) -> 
     )
     print(f"\n   CLI under bubblewrap: {cli['runs']} runs each after {cli['warmup']} warm-up")
     print(head)
-    print(_row("stockade run --sandbox bubblewrap -- true", cli["stockade"]))
-    print(_row("python -c pass", cli["python"]))
+    print(timing.row("stockade run --sandbox bubblewrap -- true", cli["stockade"]))
+    print(timing.row("python -c pass", cli["python"]))
     for peer, (argv, _goal) in confined.PEERS.items():
         if peer in cli:
-            print(_row(" ".join(argv), cli[peer]))
+            print(timing.row(" ".join(argv), cli[peer]))
     print(f"  ratio vs python -c pass: {cli['ratio_vs_python']:.2f}x")
     for peer, figures in cli["peers"].items():
         ok = figures["speedup"] >= figures["goal"]
@@ -462,12 +240,14 @@ def report_landlock(landlock: dict[str, Any], head: str) -> None:
         print(f"\n5. Landlock: skipped, {landlock['skipped']}")
         return
     print(
-        f"\n5. Landlock ({landlock['detail']}, {landlock['rules']} rules), interleaved: "
+        f"\n5. Landlock ({landlock['detail']}, {landlock['rules']} rules), timing.interleaved: "
         f"{landlock['runs']} runs each after {landlock['warmup']} warm-up"
     )
     print(head)
-    print(_row(f'Host.run(ExecRequest(["true"], mode="{confined.MODE}"))', landlock["host"]))
-    print(_row('subprocess.run(["true"], capture_output=True, stdin=DEVNULL)', landlock["raw"]))
+    print(timing.row(f'Host.run(ExecRequest(["true"], mode="{confined.MODE}"))', landlock["host"]))
+    print(
+        timing.row('subprocess.run(["true"], capture_output=True, stdin=DEVNULL)', landlock["raw"])
+    )
     ok = landlock["overhead_ms"] <= confined.LANDLOCK_TARGET_MS
     print(
         f"  overhead: {landlock['overhead_ms']:+.3f} ms  ({landlock['ratio']:.2f}x)   "
@@ -479,12 +259,12 @@ def report_landlock(landlock: dict[str, Any], head: str) -> None:
 def report_record(recording: dict[str, Any], head: str) -> None:
     """Print section 6."""
     print(
-        f"\n6. The record, interleaved: {recording['runs']} runs each "
+        f"\n6. The record, timing.interleaved: {recording['runs']} runs each "
         f"after {recording['warmup']} warm-up"
     )
     print(head)
-    print(_row(f'Host.run(["true"], mode="{MODE}"), recorded', recording["recorded"]))
-    print(_row("the same, with the recorder blocked", recording["unrecorded"]))
+    print(timing.row(f'Host.run(["true"], mode="{MODE}"), recorded', recording["recorded"]))
+    print(timing.row("the same, with the recorder blocked", recording["unrecorded"]))
     ok = recording["overhead_ms"] <= record.RECORD_TARGET_MS
     print(
         f"  recording adds: {recording['overhead_ms']:+.3f} ms median   "
@@ -502,11 +282,13 @@ def git_state() -> tuple[str, bool]:
     """The short commit and whether the measured sources differ from it."""
 
     def git(*args: str) -> str:
-        proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            ["git", *args], cwd=startup.ROOT, capture_output=True, text=True, check=False
+        )
         return proc.stdout.strip()
 
     return git("rev-parse", "--short", "HEAD") or "unknown", bool(
-        git("status", "--porcelain", "--", *PACKAGES, "bench")
+        git("status", "--porcelain", "--", *startup.PACKAGES, "bench")
     )
 
 
@@ -534,21 +316,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     state = tempfile.TemporaryDirectory(prefix="stockade-bench-state-")
     os.environ["XDG_STATE_HOME"] = state.name  # every host and child records there
     lib = bench_library(runs * 5, warmup * 4)
-    venv, rebuilt, build_s = ensure_user_venv()
+    venv, rebuilt, build_s = startup.ensure_user_venv()
     with tempfile.TemporaryDirectory(prefix="stockade-bench-") as scratch:
-        env = child_env(scratch)
-        cli = bench_cli(venv, runs, warmup, env, scratch)
-        imports = import_breakdown(venv, env, scratch)
+        env = startup.child_env(scratch)
+        cli = startup.bench_cli(venv, runs, warmup, env, scratch)
+        imports = startup.import_breakdown(venv, env, scratch)
         bwrap_cli = confined.bench_cli_bubblewrap(
-            venv=venv, runs=runs, warmup=warmup, env=env, cwd=scratch, interleaved=interleaved
+            venv=venv,
+            runs=runs,
+            warmup=warmup,
+            env=env,
+            cwd=scratch,
+            interleaved=timing.interleaved,
         )
-    bwrap = confined.bench_bubblewrap(runs * 5, warmup * 4, interleaved)
-    landlock = confined.bench_landlock(runs * 5, warmup * 4, interleaved)
-    recording = record.bench_record(runs * 5, warmup * 4, interleaved)
-    egress_stats = egress.bench_egress(interleaved, runs=3 if args.quick else 5)
-    changes_stats = changes.bench_changes(interleaved, runs=20 if args.quick else 40)
-    mcp_stats = mcp_server.bench_mcp(runs * 5, warmup * 4, interleaved)
-    ui_stats = ui_page.bench_ui_page(interleaved, runs=10 if args.quick else 30, warmup=warmup)
+    bwrap = confined.bench_bubblewrap(runs * 5, warmup * 4, timing.interleaved)
+    landlock = confined.bench_landlock(runs * 5, warmup * 4, timing.interleaved)
+    recording = record.bench_record(runs * 5, warmup * 4, timing.interleaved)
+    egress_stats = egress.bench_egress(timing.interleaved, runs=3 if args.quick else 5)
+    changes_stats = changes.bench_changes(timing.interleaved, runs=20 if args.quick else 40)
+    mcp_stats = mcp_server.bench_mcp(runs * 5, warmup * 4, timing.interleaved)
+    ui_stats = ui_page.bench_ui_page(
+        timing.interleaved, runs=10 if args.quick else 30, warmup=warmup
+    )
     state.cleanup()
     meta = {
         "commit": commit,
@@ -556,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "python": platform.python_version(),
         "platform": f"{platform.system()} {platform.machine()}",
         "cpus": os.cpu_count(),
-        "venv": str(venv.relative_to(ROOT))
+        "venv": str(venv.relative_to(startup.ROOT))
         + (f", rebuilt in {build_s:.1f} s" if rebuilt else ", cached"),
         "quick": bool(args.quick),
     }

@@ -23,12 +23,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-Interleave = Callable[[dict[str, Callable[[], int]], int, int], dict[str, dict[str, float]]]
+import timing  # bench/timing.py
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "skills"
 ARGS = ["5", "km", "mi"]
 
 
-def bench_skills(interleaved: Interleave, runs: int = 40, warmup: int = 5) -> dict[str, Any]:
+def bench_skills(interleaved: timing.Interleave, runs: int = 40, warmup: int = 5) -> dict[str, Any]:
     """The skill tool, ``Host.run`` and raw ``subprocess`` running the same script."""
     from stockade.config.schema import Config, SkillsConfig
     from stockade.host import Host

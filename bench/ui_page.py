@@ -23,15 +23,16 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, Final
 
+import timing  # bench/timing.py
+
 PAGE_TARGET_MS = 500.0
 STEPS = 1000
 MODE: Final = "danger-full-access"
 
-Interleave = Callable[[dict[str, Callable[[], int]], int, int], dict[str, dict[str, float]]]
 Row = Callable[[str, dict[str, float]], str]
 
 
-def bench_ui_page(interleaved: Interleave, runs: int, warmup: int) -> dict[str, Any]:
+def bench_ui_page(interleaved: timing.Interleave, runs: int, warmup: int) -> dict[str, Any]:
     """The run page of a 1,000-step run, against ``verify`` and raw rows + JSON."""
     from starlette.requests import Request
 
@@ -117,11 +118,6 @@ def report_ui_page(stats: dict[str, Any], row: Row, head: str) -> None:
 
 
 if __name__ == "__main__":  # the section alone: uv run python bench/ui_page.py
-    import sys
-
-    sys.path.insert(0, os.path.dirname(__file__))
-    import run
-
     os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="stockade-bench-state-")
-    figures = bench_ui_page(run.interleaved, runs=20, warmup=3)
-    report_ui_page(figures, run._row, f"  {'':<62} {'median ms':>10} {'p90 ms':>10} {'min ms':>10}")
+    figures = bench_ui_page(timing.interleaved, runs=20, warmup=3)
+    report_ui_page(figures, timing.row, timing.HEAD)

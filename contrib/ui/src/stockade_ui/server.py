@@ -8,7 +8,6 @@ no code path can widen the address. Uvicorn serves it with proxy headers ignored
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ from collections.abc import Mapping
 from stockade.config.load import load_config
 from stockade.errors import UsageError
 from stockade.record.store import open_store
+from stockade.run import spawn
 
 from .answers import Answers
 from .app import build_app
@@ -125,7 +125,6 @@ def _open(url: str) -> None:
     """Open ``url`` in a browser through an owner-only file that redirects to it, so the
     token never appears on a browser's command line (which other users can read)."""
     import html
-    import webbrowser
 
     folder = tempfile.mkdtemp(prefix="stockade-ui-")
     path = os.path.join(folder, "open.html")
@@ -136,5 +135,4 @@ def _open(url: str) -> None:
             f'<!doctype html><meta http-equiv="refresh" content="0;url={target}">'
             f'<a href="{target}">open the run page</a>\n'
         )
-    with contextlib.suppress(webbrowser.Error):
-        webbrowser.open(f"file://{path}")
+    spawn.open_browser(f"file://{path}")

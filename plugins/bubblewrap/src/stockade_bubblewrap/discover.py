@@ -25,12 +25,13 @@ from __future__ import annotations
 import functools
 import os
 import stat
-import subprocess
 import sysconfig
 import threading
 
 import attrs
 from attrs import frozen
+
+from stockade.run import spawn
 
 PROBE_TIMEOUT = 5.0
 CAPABLE = (0, 9)
@@ -220,16 +221,12 @@ def probe(path: str, origin: str) -> Bwrap:
 def _try(path: str, origin: str) -> Bwrap:
     try:
         version = (
-            subprocess.run(
-                [path, "--version"], capture_output=True, timeout=PROBE_TIMEOUT, check=False
-            )
+            spawn.probe([path, "--version"], timeout=PROBE_TIMEOUT)
             .stdout.decode(errors="replace")
             .strip()
         )
-        trial = subprocess.run(
-            [path, *_PROBE_ARGS], capture_output=True, timeout=PROBE_TIMEOUT, check=False
-        )
-    except subprocess.TimeoutExpired:
+        trial = spawn.probe([path, *_PROBE_ARGS], timeout=PROBE_TIMEOUT)
+    except TimeoutError:
         return Bwrap(path, origin, "", usable=False, detail=f"no answer in {PROBE_TIMEOUT:g} s")
     except OSError as error:
         return Bwrap(path, origin, "", usable=False, detail=f"cannot run: {error.strerror}")

@@ -10,8 +10,11 @@ host made before the sandbox started. The host relays it to its egress proxy (se
 any family but ``AF_INET`` for its own loopback: not even ``AF_UNIX``, which the seccomp
 filter keeps refusing. It ends with the command, with its exit status (or its signal).
 
-It is run as ``python -I -S forward.py PORT FD PROGRAM ARGV0 ARG...`` and uses the standard
-library only: nothing from the host's environment or site-packages.
+It runs as ``python -I -S -c SOURCE PORT FD PROGRAM ARGV0 ARG...``, where the provider's
+SOURCE is :mod:`stockade.run.spawn`, then this module, then a call of :func:`main` with
+:func:`stockade.run.spawn.fork_exec`: the standard library only, nothing from the host's
+environment or site-packages. So it imports nothing, and the command is started by the one
+module that starts processes outside the executor.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ import contextlib
 import os
 import signal
 import socket
-import sys
 import threading
+from collections.abc import Callable, Sequence
 
 
 def _hand_over(listener: socket.socket, control: socket.socket) -> None:
@@ -49,24 +52,20 @@ def _undumpable() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
 
 
-def main(argv: list[str]) -> int:
-    """Listen, start the command, hand connections over until it ends; its status is ours."""
+def main(argv: list[str], fork_exec: Callable[[str, Sequence[str]], int]) -> int:
+    """Listen, start the command with ``fork_exec`` (:func:`stockade.run.spawn.fork_exec`), hand
+    connections over until it ends; its status is ours."""
     port, control_fd, program, *arguments = argv
     _undumpable()
     control = socket.socket(fileno=int(control_fd))
+    # The host passed it inheritable; the command must not get it (the listener, made here,
+    # is already non-inheritable): both close at the command's execve.
+    control.set_inheritable(False)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", int(port)))
     listener.listen(128)
-    pid = os.fork()
-    if pid == 0:
-        listener.close()
-        control.close()
-        try:
-            os.execv(program, arguments)  # noqa: S606 - argv, no shell: the point
-        except OSError as error:
-            os.write(2, f"stockade-forward: cannot run {program}: {error.strerror}\n".encode())
-            os._exit(127)
+    pid = fork_exec(program, arguments)
     threading.Thread(target=_hand_over, args=(listener, control), daemon=True).start()
     # Signals meant for the command (the executor's SIGTERM) are passed on to it.
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -82,7 +81,3 @@ def main(argv: list[str]) -> int:
         signal.signal(killed, signal.SIG_DFL)
         os.kill(os.getpid(), killed)
     return os.waitstatus_to_exitcode(status)
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

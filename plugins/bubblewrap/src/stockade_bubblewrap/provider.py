@@ -227,12 +227,27 @@ def _resolved(*paths: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
 
 
+_FUTURE = "from __future__ import annotations\n"
+
+
 @functools.cache
 def _forwarder() -> str:
-    """The forwarder's source, run with ``-c``: its file may sit where the sandbox cannot
-    see (a checkout under ``/tmp``); the standard library it needs never does."""
-    with open(os.path.join(os.path.dirname(__file__), "forward.py"), encoding="utf-8") as f:
-        return f.read()
+    """The forwarder's program, run with ``-c``: :mod:`stockade.run.spawn`'s source, then
+    :mod:`.forward`'s, then a call of its ``main`` with ``spawn.fork_exec``.
+
+    Sources, not files: a file may sit where the sandbox cannot see (a checkout under
+    ``/tmp``); the standard library they need never does.
+    """
+    import inspect
+
+    from stockade.run import spawn
+
+    from . import forward
+
+    # A __future__ import must open the program: spawn's does, and covers both.
+    body = inspect.getsource(forward).replace(_FUTURE, "", 1)
+    call = "import sys\nraise SystemExit(main(sys.argv[1:], fork_exec))\n"
+    return f"{inspect.getsource(spawn)}\n{body}\n{call}"
 
 
 @functools.cache

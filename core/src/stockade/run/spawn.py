@@ -1,0 +1,92 @@
+"""The three process starts that are not a command's plan, in one place.
+
+Every command an agent asks for is started by the executor (``stockade-local``) from a
+:class:`~stockade.types.LaunchPlan`: confined, observed and recorded. Three other starts
+exist, and none of them can go through a plan:
+
+- :func:`probe` runs a sandbox backend's own binary (``bwrap --version``, a trial sandbox)
+  to decide whether a plan can exist at all: it happens before any plan, while the provider
+  is being chosen, so there is no plan or executor to start it with.
+- :func:`fork_exec` starts the command *inside* a sandbox, from the egress forwarder that the
+  executor started there: no executor is in the sandbox, and the command is the plan's own.
+- :func:`open_browser` opens the UI's page for the person at the desk, not for an agent:
+  nothing to confine, approve or record.
+
+This module uses the standard library only and imports nothing of Stockade: the bubblewrap
+provider carries its source into the sandbox, where it runs under ``python -I -S`` ahead of
+the forwarder's. For the same reason it imports nothing that the forwarder would not load
+anyway (``typing``, ``dataclasses``): each would add to every network command's start.
+``subprocess`` and ``webbrowser`` are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+
+class Probed:
+    """What a probe's process did.
+
+    A plain class, not attrs: this module runs in the sandbox without site-packages.
+
+    Attributes:
+        returncode: its exit status (negative: the signal that ended it).
+        stdout: all it wrote to standard output.
+        stderr: all it wrote to standard error.
+    """
+
+    __slots__ = ("returncode", "stderr", "stdout")
+
+    def __init__(self, returncode: int, stdout: bytes, stderr: bytes) -> None:
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+
+    def __repr__(self) -> str:
+        return f"Probed({self.returncode}, {self.stdout!r}, {self.stderr!r})"
+
+
+def probe(argv: Sequence[str], *, timeout: float) -> Probed:
+    """Run ``argv`` (no shell) to completion, its output captured; what it did.
+
+    Raises:
+        TimeoutError: it had not ended after ``timeout`` seconds (it is killed).
+        OSError: it could not be started (no such file, not executable, ...).
+    """
+    import subprocess
+
+    try:
+        done = subprocess.run(list(argv), capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"{argv[0]}: no answer in {timeout:g} s") from None
+    return Probed(done.returncode, done.stdout, done.stderr)
+
+
+def fork_exec(program: str, argv: Sequence[str]) -> int:
+    """Start ``program`` with ``argv`` (``argv[0]`` included) in a child; the child's pid.
+
+    The child inherits only the descriptors marked inheritable: mark the caller's own
+    non-inheritable before calling. Should ``program`` not start, the child says why on
+    standard error and exits with status 127, as a shell does.
+    """
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.execv(program, list(argv))  # noqa: S606 - argv, no shell: the point
+        except BaseException as error:  # noqa: BLE001 - the child must never return
+            why = getattr(error, "strerror", None) or str(error)
+            os.write(2, f"stockade: cannot run {program}: {why}\n".encode())
+        finally:
+            os._exit(127)
+    return pid
+
+
+def open_browser(url: str) -> bool:
+    """Open ``url`` in the desktop's browser; whether one took it."""
+    import webbrowser
+
+    try:
+        return webbrowser.open(url)
+    except webbrowser.Error:
+        return False
