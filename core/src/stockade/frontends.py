@@ -134,9 +134,7 @@ class McpTool:
         switches: options of ``stockade mcp`` the tool reads from its session.
     """
 
-    name: str = field(
-        validator=_matches(_TOOL, "tool", "1-128 letters, digits, _, . and -")
-    )
+    name: str = field(validator=_matches(_TOOL, "tool", "1-128 letters, digits, _, . and -"))
     title: str
     description: str
     input_schema: Mapping[str, Any] = field(validator=_object_schema)
@@ -146,7 +144,7 @@ class McpTool:
     destructive: bool = True
     idempotent: bool = False
     open_world: bool = True
-    switches: tuple[ToolSwitch, ...] = field(default=(), converter=tuple)
+    switches: tuple[ToolSwitch, ...] = ()
 
 
 @frozen

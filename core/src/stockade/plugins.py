@@ -295,8 +295,7 @@ class Hooks:
             if name in builtin or name in offered:
                 first = builtin_owner if name in builtin else f"plugin {owner[name]!r}"
                 raise PluginError(
-                    f"plugin {plugin_name!r} offers the {kind} {name!r}, which {first} "
-                    "already has",
+                    f"plugin {plugin_name!r} offers the {kind} {name!r}, which {first} already has",
                     hint=f"uninstall or block {plugin_name!r} ({DISABLE_ENV}={plugin_name}), "
                     "or ask its author to rename it",
                     details={"name": name, "plugin": plugin_name, "taken_by": first},
@@ -308,7 +307,7 @@ class Hooks:
         """What each implementation of the ``add``/``register`` hook ``hook`` hands over,
         with the name of the plugin that handed it, in registration order."""
         handed: list[tuple[str, Any]] = []
-        for impl in reversed(getattr(self._hook, hook).get_hookimpls()):  # registration order
+        for impl in getattr(self._hook, hook).get_hookimpls():  # registration order
             mine: list[Any] = []
             impl.function(**dict.fromkeys(impl.argnames, mine.append))
             handed.extend((impl.plugin_name, item) for item in mine)
