@@ -11,7 +11,6 @@ light: attrs and the standard library, everything else only for the type checker
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,16 +27,30 @@ if TYPE_CHECKING:
     from .host import Host
     from .plugins import Hooks
 
-_COMMAND = re.compile(r"[a-z][a-z0-9-]*\Z")
-_TOOL = re.compile(r"[A-Za-z0-9_.-]{1,128}\Z")  # what MCP allows a tool's name to be
-_SWITCH = re.compile(r"--[a-z][a-z0-9-]*\Z")
+_LOWER = frozenset("abcdefghijklmnopqrstuvwxyz")
+_WORD = _LOWER | frozenset("0123456789-")
+_TOOL_CHARS = _WORD | frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ_.")  # what MCP allows in a tool's name
 
 
+def _command(name: str) -> bool:
+    return name[:1] in _LOWER and set(name) <= _WORD
+
+
+def _switch(flag: str) -> bool:
+    return flag.startswith("--") and _command(flag[2:])
+
+
+def _tool(name: str) -> bool:
+    return 1 <= len(name) <= 128 and set(name) <= _TOOL_CHARS
+
+
+# Plain checks, not regular expressions: compiling them would cost every host that loads a
+# plugin offering a front end a few milliseconds.
 def _matches(
-    pattern: re.Pattern[str], what: str, shape: str
+    valid: Callable[[str], bool], what: str, shape: str
 ) -> Callable[[object, Attribute[str], str], None]:
     def check(_instance: object, _attribute: Attribute[str], value: str) -> None:
-        if not isinstance(value, str) or not pattern.match(value):
+        if not isinstance(value, str) or not valid(value):
             raise PluginError(
                 f"{what} {value!r} is not a valid name",
                 hint=f"a {what} is {shape}",
@@ -74,7 +87,7 @@ class CliCommand:
     """
 
     name: str = field(
-        validator=_matches(_COMMAND, "command", "lowercase letters, digits and hyphens")
+        validator=_matches(_command, "command", "lowercase letters, digits and hyphens")
     )
     help: str
     arguments: Callable[[argparse.ArgumentParser, CliContext], None]
@@ -93,7 +106,7 @@ class ToolSwitch:
     """
 
     flag: str = field(
-        validator=_matches(_SWITCH, "switch", "--, then lowercase letters, digits and hyphens")
+        validator=_matches(_switch, "switch", "--, then lowercase letters, digits and hyphens")
     )
     help: str
 
@@ -134,7 +147,7 @@ class McpTool:
         switches: options of ``stockade mcp`` the tool reads from its session.
     """
 
-    name: str = field(validator=_matches(_TOOL, "tool", "1-128 letters, digits, _, . and -"))
+    name: str = field(validator=_matches(_tool, "tool", "1-128 letters, digits, _, . and -"))
     title: str
     description: str
     input_schema: Mapping[str, Any] = field(validator=_object_schema)

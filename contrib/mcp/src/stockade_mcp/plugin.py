@@ -1,7 +1,7 @@
 """The MCP plugin: the ``stockade mcp`` command, with a switch for every offered tool's.
 
-Every host imports this module (entry point ``mcp``), so it imports only the standard
-library and ``stockade.frontends``; the server (and the MCP SDK) is imported when the
+Every host imports this module (entry point ``mcp``), so it imports next to nothing:
+``stockade.frontends`` when the offer is asked for, the server (and the MCP SDK) when the
 command runs.
 """
 
@@ -11,12 +11,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from stockade import hookimpl
-from stockade.frontends import CliCommand
 
 if TYPE_CHECKING:
     import argparse
 
-    from stockade.frontends import CliContext
+    from stockade.frontends import CliCommand, CliContext
 
 SERVER_TOOLS = (
     "run_command",
@@ -85,6 +84,8 @@ def _handle(args: argparse.Namespace, _cli: CliContext) -> int:
 @hookimpl
 def stockade_cli_commands(add: Callable[[CliCommand], None]) -> None:
     """``stockade mcp``."""
+    from stockade.frontends import CliCommand
+
     add(
         CliCommand(
             "mcp",

@@ -1,7 +1,7 @@
 """The run page's plugin: the ``stockade ui`` command.
 
-Every host imports this module (entry point ``ui``), so it imports only the standard
-library and ``stockade.frontends``; the web stack is imported when the command runs.
+Every host imports this module (entry point ``ui``), so it imports next to nothing:
+``stockade.frontends`` when the offer is asked for, the web stack when the command runs.
 """
 
 from __future__ import annotations
@@ -10,12 +10,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from stockade import hookimpl
-from stockade.frontends import CliCommand
 
 if TYPE_CHECKING:
     import argparse
 
-    from stockade.frontends import CliContext
+    from stockade.frontends import CliCommand, CliContext
 
 
 def _arguments(parser: argparse.ArgumentParser, _cli: CliContext) -> None:
@@ -40,6 +39,8 @@ def _handle(args: argparse.Namespace, cli: CliContext) -> int:
 @hookimpl
 def stockade_cli_commands(add: Callable[[CliCommand], None]) -> None:
     """``stockade ui``."""
+    from stockade.frontends import CliCommand
+
     add(
         CliCommand(
             "ui",

@@ -1,8 +1,8 @@
 """The skills plugin: the ``stockade skill`` command and the ``skill`` tool of ``stockade mcp``.
 
-Every host imports this module (entry point ``skills``), so it imports only the standard
-library and ``stockade.frontends``; the tool's code is imported when a command or a tool
-call needs it.
+Every host imports this module (entry point ``skills``), so it imports next to nothing:
+``stockade.frontends`` and the schema when the offers are asked for, the tool's code when a
+command or a tool call needs it.
 """
 
 from __future__ import annotations
@@ -11,15 +11,12 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from stockade import hookimpl
-from stockade.frontends import CliCommand, McpTool, ToolSwitch
-
-from .schema import SCHEMA
 
 if TYPE_CHECKING:
     import argparse
 
     from stockade.executor import AbortToken
-    from stockade.frontends import CliContext, McpSession, ToolOutput
+    from stockade.frontends import CliCommand, CliContext, McpSession, McpTool, ToolOutput
 
 DESCRIPTION = (
     "Agent Skills: with only skill_name, a skill's instructions and its list of files; with "
@@ -79,12 +76,18 @@ def _call(session: McpSession, arguments: Mapping[str, Any], token: AbortToken) 
 @hookimpl
 def stockade_cli_commands(add: Callable[[CliCommand], None]) -> None:
     """``stockade skill``."""
+    from stockade.frontends import CliCommand
+
     add(CliCommand("skill", "list, read or run Agent Skills", _arguments, _handle))
 
 
 @hookimpl
 def stockade_mcp_tools(add: Callable[[McpTool], None]) -> None:
     """The ``skill`` tool, and ``stockade mcp --unsafe-skills``."""
+    from stockade.frontends import McpTool, ToolSwitch
+
+    from .schema import SCHEMA
+
     add(
         McpTool(
             "skill",
