@@ -41,6 +41,7 @@ from stockade.errors import (
     PolicyHeld,
     SandboxUnavailable,
     StockadeError,
+    UsageError,
 )
 from stockade.plugin import hookspecs
 from stockade.policy import rules as policy
@@ -422,6 +423,44 @@ def test_json_lines_recorder(make_host, tmp_path):
     assert [e["kind"] for e in events] == ["action", "permission", "result"]
     assert {e["action_id"] for e in events} == {result.action_id}
     assert events[2]["result"]["stdout"]["text"] == "hi\n"
+
+
+def test_frontend_plugin_offers_a_command(make_host, tmp_path, capsys):
+    import argparse
+
+    from stockade.cli import HANDLERS
+    from stockade.frontends import CliContext
+
+    plugin = example("frontend_plugin")
+    host = make_host(plugins=[plugin])
+    command = host.hooks.cli_commands(HANDLERS)["count"]
+    cli = CliContext(None, {}, host.config, host.hooks)
+    parser = argparse.ArgumentParser(prog="stockade count")
+    command.arguments(parser, cli)
+    (tmp_path / "notes.txt").write_text("one\ntwo\n")
+    args = parser.parse_args([str(tmp_path / "notes.txt"), "--json"])
+    assert command.handler(args, cli) == 0
+    assert json.loads(capsys.readouterr().out) == {"lines": 2, "bytes": 8}
+    with pytest.raises(UsageError, match="cannot read"):
+        command.handler(parser.parse_args([str(tmp_path / "none")]), cli)
+
+
+def test_frontend_plugin_offers_an_mcp_tool(make_host, tmp_path):
+    from stockade.frontends import McpSession
+    from stockade.run.executor import AbortToken
+
+    host = make_host(plugins=[example("frontend_plugin")])
+    tool = host.hooks.mcp_tools()["count_lines"]
+    (tmp_path / "notes.txt").write_text("one\ntwo\n")
+    root = os.path.realpath(tmp_path)
+    plain = McpSession(host, "default", root, {"--count-bytes": False})
+    counting = McpSession(host, "default", root, {"--count-bytes": True})
+    assert tool.call(plain, {"path": "notes.txt"}, AbortToken()).structured == {"lines": 2}
+    out = tool.call(counting, {"path": "notes.txt"}, AbortToken())
+    assert (out.text, out.structured) == ("2 lines", {"lines": 2, "bytes": 8})
+    with pytest.raises(UsageError, match="outside the workspace"):
+        tool.call(plain, {"path": "../etc/passwd"}, AbortToken())
+    assert [s.flag for s in tool.switches] == ["--count-bytes"]
 
 
 # --- embedding ----------------------------------------------------------------------------

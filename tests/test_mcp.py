@@ -421,11 +421,12 @@ def test_an_unknown_agent_fails_before_serving(setup):
 
 
 def test_without_stockade_mcp_the_command_says_what_to_install():
-    blocked = (
-        "import sys; sys.modules['stockade_mcp'] = None; from stockade.cli import entry; entry()"
-    )
     run = subprocess.run(
-        [sys.executable, "-c", blocked, "mcp"], capture_output=True, text=True, check=False
+        [*CLI, "mcp"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "STOCKADE_DISABLE_PLUGINS": "mcp"},
     )
     assert run.returncode == 125
     assert "error[plugin]" in run.stderr and "stockade-mcp" in run.stderr

@@ -467,17 +467,16 @@ def test_the_policy_still_decides_and_the_host_still_caps_past_an_open_gate(
 
 
 def test_without_stockade_skills_the_command_says_what_to_install():
+    import os
     import subprocess
     import sys
 
-    blocked = (
-        "import sys; sys.modules['stockade_skills'] = None; from stockade.cli import entry; entry()"
-    )
     run = subprocess.run(
-        [sys.executable, "-c", blocked, "skill", "list"],
+        [sys.executable, "-c", "from stockade.cli import entry; entry()", "skill", "list"],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "STOCKADE_DISABLE_PLUGINS": "skills"},
     )
     assert run.returncode == 125
     assert "error[plugin]: Agent Skills are not installed" in run.stderr

@@ -8,7 +8,9 @@ runs and expires, recorded, the steps it held that nobody answered. Every reques
 workspace the server was started for.
 
 The tools live by concern: :mod:`.commands` (commands, tasks, output), :mod:`.files`,
-:mod:`.approval`; their schemas in :mod:`.tools`, their texts in :mod:`.render`.
+:mod:`.approval`; their schemas in :mod:`.tools`, their texts in :mod:`.render`. Plugins offer
+more tools through the ``stockade_mcp_tools`` hook; each runs on a worker thread, with
+progress and cancellation like ``run_command``.
 
 The server's stdout is the protocol. Commands run with captured pipes; while the server
 runs, file descriptor 1 points at stderr (the SDK's stdio transport does that) and
@@ -36,13 +38,15 @@ from mcp.server.stdio import stdio_server
 
 from stockade import __version__
 from stockade.errors import StockadeError, UsageError
+from stockade.frontends import McpSession, McpTool
 from stockade.run.executor import AbortToken
 
-from . import commands, files, skills
+from . import commands, files, render
 from .approval import Approvals
-from .results import Outcome, failure, internal, unknown_arguments
+from .plugin import SERVER_TOOLS
+from .results import Outcome, failure, internal, text, unknown_arguments
 from .running import Context, StdinLines, settle_thread, with_progress
-from .tools import tools
+from .tools import declared, tools
 
 if TYPE_CHECKING:
     from stockade.host import Host
@@ -72,6 +76,10 @@ class Service(Approvals):
         host: the host every command runs through (the caller closes it).
         agent: the agent profile of every request.
         owner: the owner token of this connection's background tasks.
+        switches: the offered tools' switches that ``stockade mcp`` got (by flag).
+
+    Raises:
+        PluginError: a plugin offers a tool of a name the server or another plugin has.
     """
 
     def __init__(
@@ -80,21 +88,23 @@ class Service(Approvals):
         *,
         agent: str = "default",
         owner: str | None = None,
-        unsafe_skills: bool = False,
+        switches: Mapping[str, bool] | None = None,
     ) -> None:
         super().__init__()
         self.host = host
         self.agent = agent
-        self.unsafe_skills = unsafe_skills
-        self._skill_tool = skills.tool()
+        offered = host.hooks.mcp_tools(SERVER_TOOLS)
+        given = dict(switches or {})
+        self.switches = {
+            s.flag: given.get(s.flag, False) for tool in offered.values() for s in tool.switches
+        }
         self.owner = owner if owner is not None else secrets.token_hex(16)
         self._root: str | None = None
         self._workspace: Workspace | None = None
         self._results: OrderedDict[str, RunResult] = OrderedDict()
         self._opening = threading.Lock()
         self._tools = {tool.name: tool for tool in tools(host.config)}
-        if self._skill_tool is not None:
-            self._tools["skill"] = self._skill_tool
+        self._tools.update((name, declared(tool)) for name, tool in offered.items())
         mine: dict[str, Callable[..., Awaitable[Outcome]]] = {
             "run_command": commands.run_command,
             "start_command": commands.start_command,
@@ -108,8 +118,8 @@ class Service(Approvals):
         self._handlers: dict[str, Handler] = {
             name: functools.partial(handler, self) for name, handler in mine.items()
         }
-        if self._skill_tool is not None:
-            self._handlers["skill"] = self.skill
+        for name, tool in offered.items():
+            self._handlers[name] = functools.partial(self.offered, tool)
 
     def close(self) -> None:
         """Expire the steps this session held unanswered; release the workspace."""
@@ -214,15 +224,23 @@ class Service(Approvals):
         with self._opening:
             return self._results.get(action_id)
 
-    # --- skills ----------------------------------------------------------------------
+    # --- the tools plugins offer ------------------------------------------------------
 
-    async def skill(self, ctx: Context, arguments: Mapping[str, Any]) -> types.CallToolResult:
-        """Read a skill, or run one of its scripts; a cancelled call kills the script."""
-        tool = skills.make(self.host, agent=self.agent, unsafe=self.unsafe_skills)
+    async def offered(
+        self, tool: McpTool, ctx: Context, arguments: Mapping[str, Any]
+    ) -> types.CallToolResult:
+        """Call a plugin's tool on a worker thread; a cancelled call sets its abort token
+        and waits for the call to return."""
         token = AbortToken()
+
+        def work() -> types.CallToolResult:
+            session = McpSession(self.host, self.agent, self.root(), self.switches)
+            out = tool.call(session, arguments, token)
+            data = None if out.structured is None else render.jsonable(dict(out.structured))
+            return types.CallToolResult(content=[text(out.text)], structured_content=data)
+
         try:
-            work = settle_thread(lambda: skills.call(tool, arguments, token), token)
-            return await with_progress(ctx, work)
+            return await with_progress(ctx, settle_thread(work, token))
         finally:
             token.close()
 
@@ -230,9 +248,11 @@ class Service(Approvals):
 # --- the process -----------------------------------------------------------------------
 
 
-async def serve(host: Host, *, agent: str = "default", unsafe_skills: bool = False) -> None:
+async def serve(
+    host: Host, *, agent: str = "default", switches: Mapping[str, bool] | None = None
+) -> None:
     """Serve MCP on stdin/stdout until the client leaves (or SIGTERM, SIGHUP, SIGINT)."""
-    service = Service(host, agent=agent, unsafe_skills=unsafe_skills)
+    service = Service(host, agent=agent, switches=switches)
     server = service.server()
     stdin = StdinLines() if StdinLines.pollable() else None
     try:
@@ -262,8 +282,15 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-def main(*, config: str | None = None, agent: str = "default", unsafe_skills: bool = False) -> int:
+def main(
+    *,
+    config: str | None = None,
+    agent: str = "default",
+    switches: Mapping[str, bool] | None = None,
+) -> int:
     """``stockade mcp``: build the host, serve until the client leaves, close the host.
+
+    ``switches`` are the offered tools' switches given to ``stockade mcp``, by flag.
 
     Returns the exit status: 0 once the client has left, 125 when the host cannot be built.
     """
@@ -281,7 +308,7 @@ def main(*, config: str | None = None, agent: str = "default", unsafe_skills: bo
         return error.exit_status
     try:
         host.config.profile(agent)
-        anyio.run(lambda: serve(host, agent=agent, unsafe_skills=unsafe_skills), backend="asyncio")
+        anyio.run(lambda: serve(host, agent=agent, switches=switches), backend="asyncio")
     except StockadeError as error:
         print(f"stockade: error[{error.code}]: {error.message}", file=sys.stderr)
         return error.exit_status

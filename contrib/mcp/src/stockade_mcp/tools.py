@@ -15,6 +15,7 @@ from stockade.workspace.file_types import READ_LIMIT
 
 if TYPE_CHECKING:
     from stockade.config.schema import Config
+    from stockade.frontends import McpTool
 
 OUTPUT_LIMIT = 256 * 1024
 """The most bytes of a whole stream one ``read_output`` window returns."""
@@ -64,8 +65,8 @@ RUN_OUTPUT: dict[str, Any] = {
     "type": "object",
     "description": (
         "the command's result (stockade.request.result.RunResult, each stream's text cut to "
-        "its head "
-        "and tail), or, with isError, the error that refused it: code, message, hint, details"
+        "its head and tail), or, with isError, the error that refused it: code, message, hint, "
+        "details"
     ),
     "properties": {
         "action_id": {"type": "string"},
@@ -237,5 +238,24 @@ FILE_TOOLS = [
 
 
 def tools(config: Config) -> list[types.Tool]:
-    """Every tool but ``skill``, for a server running with ``config``."""
+    """The server's own tools (not the ones plugins offer), for a server running with
+    ``config``."""
     return [*command_tools(config), *FILE_TOOLS]
+
+
+def declared(tool: McpTool) -> types.Tool:
+    """The declaration of a tool a plugin offers: its schemas and annotations."""
+    return types.Tool(
+        name=tool.name,
+        title=tool.title,
+        description=tool.description,
+        input_schema=dict(tool.input_schema),
+        output_schema=None if tool.output_schema is None else dict(tool.output_schema),
+        annotations=_annotations(
+            tool.title,
+            read_only=tool.read_only,
+            destructive=tool.destructive,
+            idempotent=tool.idempotent,
+            open_world=tool.open_world,
+        ),
+    )

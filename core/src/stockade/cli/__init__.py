@@ -58,72 +58,13 @@ def _add_file_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subp
             sub.add_argument("--limit", type=int, default=256 * 1024, metavar="BYTES")
 
 
-def _add_skill_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
-    """``stockade skill list|show|run``."""
-    skill = commands.add_parser(
-        "skill", help="list, read or run Agent Skills (needs stockade-skills)"
-    )
-    tools = skill.add_subparsers(dest="tool", metavar="TOOL", parser_class=_Parser, required=True)
-    listing = tools.add_parser("list", help="the skills found, with any problems in them")
-    show = tools.add_parser("show", help="a skill's instructions, or one of its resources")
-    show.add_argument("name", metavar="SKILL")
-    show.add_argument("resource", metavar="RESOURCE", nargs="?")
-    show.add_argument("--offset", type=int, default=0, metavar="CHARS")
-    show.add_argument("--max-chars", type=int, default=None, metavar="CHARS")
-    run = tools.add_parser(
-        "run",
-        help="run a skill's script behind the double-safety gate, in the sandbox",
-        description="Run SCRIPT (under scripts/) of SKILL with ARGS. It runs only when the "
-        "global safety is off (--unsafe or [skills] safe_mode = false), the skill declares "
-        "safe_mode: false, and the agent may run the script's interpreter.",
-    )
-    run.add_argument("name", metavar="SKILL")
-    run.add_argument("resource", metavar="SCRIPT")
-    run.add_argument("args", nargs=argparse.REMAINDER, metavar="ARG")
-    run.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
-    run.add_argument(
-        "--unsafe", action="store_true", help="turn the global safety off for this invocation"
-    )
-    run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
-    for sub in (listing, show, run):
-        sub.add_argument("--profile", "--agent", metavar="AGENT", default="default")
-        sub.add_argument("--json", action="store_true")
-
-
-def _add_servers(commands: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
-    """``stockade mcp`` and ``stockade ui``."""
-    mcp = commands.add_parser(
-        "mcp",
-        help="serve an agent's tools over MCP on stdio (needs stockade-mcp)",
-        description="Serve run_command, background tasks and the file tools over MCP "
-        "(stdio) for one agent profile, until the client leaves.",
-    )
-    mcp.add_argument(
-        "--agent",
-        "--profile",
-        dest="profile",
-        metavar="AGENT",
-        default="default",
-        help="agent profile of every command",
-    )
-    mcp.add_argument(
-        "--unsafe-skills",
-        action="store_true",
-        help="turn the global safety of skill scripts off (the skill tool's gate)",
-    )
-
-    ui = commands.add_parser(
-        "ui",
-        help="serve the run page on loopback (needs stockade-ui)",
-        description="Serve a local web view of runs, where a person lets held commands go "
-        "ahead or declines them. Loopback only; the URL to open carries a per-start token.",
-    )
-    ui.add_argument("--port", type=int, default=0, metavar="N", help="port (default: any free)")
-    ui.add_argument("--no-open", action="store_true", help="do not open a browser")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The parser for every command (handlers are imported only when chosen)."""
+    """The parser of the built-in commands (handlers are imported only when chosen)."""
+    return _build()[0]
+
+
+def _build() -> tuple[argparse.ArgumentParser, Any]:
+    """The built-in commands' parser and its subparsers action (where plugins add theirs)."""
     parser = _Parser(prog="stockade", description="Run an agent's commands, confined and bounded.")
     parser.add_argument("--version", action="version", version=f"stockade {__version__}")
     parser.add_argument("--config", metavar="PATH", help="config file (else STOCKADE_CONFIG)")
@@ -198,14 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check every link, signature and output blob")
     verify.add_argument("--json", action="store_true")
 
-    _add_skill_commands(commands)
-    _add_servers(commands)
-
     plugins = commands.add_parser("plugins", help="list the installed plugins")
     plugins.add_argument("--json", action="store_true")
     doctor = commands.add_parser("doctor", help="say what works on this machine and why not")
     doctor.add_argument("--json", action="store_true")
-    return parser
+    return parser, commands
 
 
 # command -> (module, handler); each module is imported only when its command is chosen.
@@ -221,26 +159,106 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "show": ("record", "show_command"),
     "replay": ("record", "replay_command"),
     "verify": ("record", "verify_command"),
-    "mcp": ("mcp", "mcp_command"),
-    "skill": ("skill", "skill_command"),
-    "ui": ("ui", "ui_command"),
     "plugins": ("plugins", "plugins_command"),
     "doctor": ("doctor", "doctor_command"),
 }
 
 
+# Commands offered by distributions of the project, for a clear error when one is not there
+# (plain data: core names these distributions, it never imports them).
+ELSEWHERE: dict[str, tuple[str, str]] = {
+    "skill": ("stockade-skills", "Agent Skills are"),
+    "mcp": ("stockade-mcp", "the MCP server is"),
+    "ui": ("stockade-ui", "the run page is"),
+}
+
+
+def _command_word(argv: Sequence[str]) -> tuple[str | None, str | None, bool] | None:
+    """``(config, command, help)`` as the top level reads them, or ``None`` when only the
+    built-in parser can say (``--version``, an option it does not know, a missing value)."""
+    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    pre.add_argument("--config")
+    pre.add_argument("--version", action="store_true")
+    pre.add_argument("-h", "--help", action="store_true")
+    pre.add_argument("command", nargs="?")
+    pre.add_argument("rest", nargs=argparse.REMAINDER)
+    try:
+        known, unknown = pre.parse_known_args(argv)
+    except argparse.ArgumentError:
+        return None
+    if known.version or unknown:
+        return None
+    return known.config, known.command, known.help
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+    """Run the command line; returns the exit status.
+
+    A built-in command is parsed and run without loading any plugin. Any other word, help,
+    or no command at all loads the plugins once, for the commands they offer.
+    """
+    argv = sys.argv[1:] if argv is None else list(argv)
+    word = _command_word(argv)
+    if word is None or (word[1] in HANDLERS and not word[2]):
+        parser = build_parser()
+        return _builtin(parser, parser.parse_args(argv))
+    return _with_plugins(argv, word[0], word[1])
+
+
+def _builtin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     import importlib
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     if args.command not in HANDLERS:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
     module, name = HANDLERS[args.command]
     handler = getattr(importlib.import_module(f".{module}", __name__), name)
     status: int = handler(args, parser)
+    return status
+
+
+def _with_plugins(argv: list[str], config: str | None, word: str | None) -> int:
+    """Parse and run with the plugins' commands added (only the named one's options)."""
+    from ..errors import PluginError, StockadeError
+    from ..frontends import CliCommand, CliContext
+    from .common import report_error
+
+    parser, commands = _build()
+    offered: dict[str, CliCommand] = {}
+    try:
+        cli = CliContext.load(config, os.environ)
+        offered = cli.hooks.cli_commands(HANDLERS)
+        for name, command in offered.items():
+            sub = commands.add_parser(
+                name, help=command.help, description=command.description or command.help
+            )
+            if name == word:
+                command.arguments(sub, cli)
+    except StockadeError as error:
+        if word is not None:
+            return report_error(error, as_json=False)
+        print(f"stockade: plugin commands are not listed: {error.message}", file=sys.stderr)
+    if word is not None and word not in offered and word in ELSEWHERE:
+        from ..plugin.manager import DISABLE_ENV
+
+        dist, what = ELSEWHERE[word]
+        return report_error(
+            PluginError(
+                f"{what} not installed (or blocked)",
+                hint=f"install the {dist} distribution: `pip install {dist}`, or `uv sync` in "
+                f"the Stockade workspace; if it is installed, check plugins.disable and "
+                f"{DISABLE_ENV}",
+                details={"command": word, "distribution": dist},
+            ),
+            as_json=False,
+        )
+    args = parser.parse_args(argv)
+    if args.command not in offered:
+        return _builtin(parser, args)
+    try:
+        status = offered[args.command].handler(args, cli)
+    except StockadeError as error:
+        return report_error(error, as_json=getattr(args, "json", False) is True)
     return status
 
 

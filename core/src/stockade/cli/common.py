@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..errors import StockadeError
 
@@ -34,25 +34,3 @@ def report_error(error: StockadeError, *, as_json: bool) -> int:
         if error.hint:
             print(f"  hint: {visible(error.hint)}", file=sys.stderr)
     return error.exit_status
-
-
-def optional(module: str, *, distribution: str, what: str) -> Any:  # noqa: ANN401 - a module
-    """``module`` from the optional ``distribution``, imported now.
-
-    Raises:
-        PluginError: it is not installed; the message says what to install.
-    """
-    import importlib
-
-    from ..errors import PluginError
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as error:
-        missing = getattr(error, "name", None) or module
-        raise PluginError(
-            f"{what} not installed ({missing} cannot be imported)",
-            hint=f"install the {distribution} distribution: `pip install {distribution}`, "
-            "or `uv sync` in the Stockade workspace",
-            details={"missing": missing, "distribution": distribution},
-        ) from None

@@ -1,4 +1,4 @@
-"""``stockade plugins``: the distributions, versions, hooks and registered names."""
+"""``stockade plugins``: the distributions, versions, hooks, and what each plugin offers."""
 
 from __future__ import annotations
 
@@ -69,6 +69,23 @@ def plugins_command(args: argparse.Namespace, _parser: object = None) -> int:
         version = f" {info.version}" if info.version else ""
         print(f"  {info.name}  ({info.dist}{version})")
         print(f"      hooks: {', '.join(info.hooks) or '-'}")
+        offers = _offers(info)
+        if offers:
+            print(f"      offers: {offers}")
     print("executors: " + (", ".join(f"{r.name} ({r.cls})" for r in report.executors) or "none"))
     print("sandboxes: " + (", ".join(f"{r.name} ({r.cls})" for r in report.sandboxes) or "none"))
     return 0
+
+
+def _offers(info: PluginInfo) -> str:
+    """What ``info``'s plugin offers, e.g. ``command skill; MCP tool skill``."""
+    return "; ".join(
+        f"{kind} {name}"
+        for kind, names in (
+            ("executor", info.executors),
+            ("sandbox", info.sandboxes),
+            ("command", info.commands),
+            ("MCP tool", info.tools),
+        )
+        for name in names
+    )

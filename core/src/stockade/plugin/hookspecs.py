@@ -1,4 +1,4 @@
-"""The six seams of Stockade, as pluggy hook specifications.
+"""The six seams of Stockade, and the front ends' offers, as pluggy hook specifications.
 
 Each docstring ends with the calling convention. Plugins implement these with
 :data:`stockade.hookimpl`; the host calls them only through :class:`stockade.plugin.manager.Hooks`.
@@ -20,6 +20,7 @@ from ..request.verdict import Classification, Decision
 from ..run.executor import Executor
 
 if TYPE_CHECKING:
+    from ..frontends import CliCommand, McpTool
     from ..record.events import Event
 
 hookspec = pluggy.HookspecMarker(NAME)
@@ -132,4 +133,31 @@ def stockade_record(event: Event) -> None:
     afterwards is reported with the result kept.
 
     Convention: observer: every implementation sees every event; the return value is ignored.
+    """
+
+
+# --- front ends --------------------------------------------------------------------------
+
+
+@hookspec
+def stockade_cli_commands(add: Callable[[CliCommand], None]) -> None:
+    """Offer ``stockade`` subcommands by calling ``add(command)`` for each.
+
+    Asked only when the command line names no built-in command (or asks for help), so the
+    offer must be cheap: import the command's code inside its handler. A name a built-in
+    command or another plugin already has is an error naming both.
+
+    Convention: all implementations are called; the return value is ignored.
+    """
+
+
+@hookspec
+def stockade_mcp_tools(add: Callable[[McpTool], None]) -> None:
+    """Offer tools to ``stockade mcp`` by calling ``add(tool)`` for each.
+
+    Asked when ``stockade mcp`` builds its options and when its server starts. A name the
+    server's own tools (``run_command``, ..., ``file_write``) or another plugin has is an
+    error naming both.
+
+    Convention: all implementations are called; the return value is ignored.
     """

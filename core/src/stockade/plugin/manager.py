@@ -7,8 +7,8 @@ loads, so a blocked plugin's module is never imported.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Generic, TypeVar
+from collections.abc import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pluggy
 from attrs import frozen
@@ -26,6 +26,7 @@ from . import hookspecs
 from .entrypoints import entry_points
 
 if TYPE_CHECKING:
+    from ..frontends import CliCommand, McpTool
     from ..record.events import Event
 
 DISABLE_ENV = "STOCKADE_DISABLE_PLUGINS"
@@ -59,12 +60,20 @@ class PluginInfo:
         dist: the distribution that provides it (``stockade`` for built-ins).
         version: that distribution's version.
         hooks: the ``stockade_*`` hooks it implements.
+        executors: the executors it registers, by ``PLUGIN_NAME``.
+        sandboxes: the sandbox providers it registers, by ``PLUGIN_NAME``.
+        commands: the ``stockade`` subcommands it offers.
+        tools: the MCP tools it offers.
     """
 
     name: str
     dist: str
     version: str
     hooks: tuple[str, ...]
+    executors: tuple[str, ...] = ()
+    sandboxes: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
 
 
 def blocked_names(config: Config, environ: Mapping[str, str]) -> frozenset[str]:
@@ -251,11 +260,74 @@ class Hooks:
         """Whether any plugin records events."""
         return bool(self._hook.stockade_record.get_hookimpls())
 
+    def cli_commands(self, builtin: Collection[str] = ()) -> dict[str, CliCommand]:
+        """The ``stockade`` subcommands the plugins offer, by name.
+
+        Args:
+            builtin: the names of the built-in commands, which no plugin may take.
+
+        Raises:
+            PluginError: a plugin offers a built-in command's name, or one another plugin
+                offers; the message names both.
+        """
+        return self._offers("stockade_cli_commands", "command", builtin, "the built-in command")
+
+    def mcp_tools(self, builtin: Collection[str] = ()) -> dict[str, McpTool]:
+        """The tools the plugins offer to ``stockade mcp``, by name.
+
+        Args:
+            builtin: the names of the server's own tools, which no plugin may take.
+
+        Raises:
+            PluginError: a plugin offers one of the server's own tool names, or one another
+                plugin offers; the message names both.
+        """
+        return self._offers("stockade_mcp_tools", "MCP tool", builtin, "the MCP server's own tool")
+
+    def _offers(
+        self, hook: str, kind: str, builtin: Collection[str], builtin_owner: str
+    ) -> dict[str, Any]:
+        # One call per implementation, so a clash names the plugin that offered each side.
+        offered: dict[str, Any] = {}
+        owner: dict[str, str] = {}
+        for plugin_name, offer in self._each(hook):
+            name: str = offer.name
+            if name in builtin or name in offered:
+                first = builtin_owner if name in builtin else f"plugin {owner[name]!r}"
+                raise PluginError(
+                    f"plugin {plugin_name!r} offers the {kind} {name!r}, which {first} already has",
+                    hint=f"uninstall or block {plugin_name!r} ({DISABLE_ENV}={plugin_name}), "
+                    "or ask its author to rename it",
+                    details={"name": name, "plugin": plugin_name, "taken_by": first},
+                )
+            offered[name], owner[name] = offer, plugin_name
+        return offered
+
+    def _each(self, hook: str) -> list[tuple[str, Any]]:
+        """What each implementation of the ``add``/``register`` hook ``hook`` hands over,
+        with the name of the plugin that handed it, in registration order."""
+        handed: list[tuple[str, Any]] = []
+        for impl in getattr(self._hook, hook).get_hookimpls():  # registration order
+            mine: list[Any] = []
+            impl.function(**dict.fromkeys(impl.argnames, mine.append))
+            handed.extend((impl.plugin_name, item) for item in mine)
+        return handed
+
     def plugin_infos(self) -> list[PluginInfo]:
-        """Every registered plugin with its distribution, version and hooks."""
+        """Every registered plugin with its distribution, version, hooks and what it offers."""
         from .. import __version__
 
         dists: dict[str, tuple[str, str]] = getattr(self.pm, "stockade_dists", {})
+        offers: dict[tuple[str, str], list[str]] = {}
+        for hook in (
+            "stockade_register_executors",
+            "stockade_register_sandboxes",
+            "stockade_cli_commands",
+            "stockade_mcp_tools",
+        ):
+            for plugin_name, item in self._each(hook):
+                named = getattr(item, "PLUGIN_NAME", None) or getattr(item, "name", "?")
+                offers.setdefault((plugin_name, hook), []).append(str(named))
         infos = []
         for name, plugin in self.pm.list_name_plugin():
             if plugin is None:
@@ -267,5 +339,20 @@ class Hooks:
                 if name in BUILTIN_PLUGINS
                 else ("(registered in code)", ""),
             )
-            infos.append(PluginInfo(name, dist, version, hooks))
+
+            def offered(hook: str, plugin_name: str = name) -> tuple[str, ...]:
+                return tuple(offers.get((plugin_name, hook), ()))
+
+            infos.append(
+                PluginInfo(
+                    name,
+                    dist,
+                    version,
+                    hooks,
+                    executors=offered("stockade_register_executors"),
+                    sandboxes=offered("stockade_register_sandboxes"),
+                    commands=offered("stockade_cli_commands"),
+                    tools=offered("stockade_mcp_tools"),
+                )
+            )
         return infos

@@ -10,17 +10,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from stockade.cli.common import make_host, report_error
 from stockade.errors import StockadeError
+from stockade.frontends import CliContext
 from stockade.request.wire import to_json
 
 from .tool import SkillTool
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, cli: CliContext) -> int:
     """Run the ``skill`` command group; returns the exit status."""
     try:
-        with make_host(args) as host:
+        with cli.host() as host:
             tool = SkillTool(
                 host,
                 profile=args.profile,
@@ -31,8 +31,8 @@ def main(args: argparse.Namespace) -> int:
             return {"list": _list, "show": _show, "run": _run}[args.tool](tool, args)
     except StockadeError as error:
         if args.json:
-            return report_error(error, as_json=True)
-        status = report_error(error, as_json=False)
+            return cli.report(error, as_json=True)
+        status = cli.report(error, as_json=False)
         result = error.details.get("result")
         if isinstance(result, str):
             print(result)
