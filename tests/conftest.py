@@ -49,3 +49,11 @@ def escapees() -> Iterator[list[int]]:
     yield pids
     for pid in pids:
         procs.kill_quietly(pid)
+
+
+@pytest.fixture(autouse=True)
+def _cli_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    # In-process, or through the warm server when the session has STOCKADE_TEST_SERVER=1.
+    from stockade.testing import cli_mode
+
+    cli_mode(monkeypatch)

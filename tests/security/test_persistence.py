@@ -17,7 +17,8 @@ import subprocess
 import attrs
 import pytest
 
-from stockade.config.schema import Config, PluginsConfig, state_dir
+from stockade.config.dirs import state_dir
+from stockade.config.schema import Config, PluginsConfig
 from stockade.errors import SandboxUnavailable
 from stockade.request.spec import ExecRequest, Profile
 

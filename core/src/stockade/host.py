@@ -104,10 +104,12 @@ class Host:
         )
         self._steps = 0
         self._started: float | None = None
+        self.cwd: str | None = None
         self._store: Store | None = None
         self._home: Home | None = None
         self._tasks: Tasks | None = None
         self._lock = threading.Lock()
+        self._warm: Host | None = None  # the host whose plugins, provider and store it shares
 
     @classmethod
     def from_environment(
@@ -120,6 +122,32 @@ class Host:
         """A host configured from ``config_path``, ``STOCKADE_CONFIG`` or the XDG config."""
         env = dict(os.environ if environ is None else environ)
         return cls(load_config(config_path, environ=env), environ=env, plugins=plugins)
+
+    def for_run(
+        self,
+        *,
+        environ: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        run_id: str | None = None,
+    ) -> Host:
+        """A host for a run of its own that shares this one's warm parts: the plugins, the
+        sandbox providers and their probes, the executor, the store. What a run owns (its
+        id and steps, its home, its tasks, its workspace locks) is its own. ``environ`` is
+        the ambient environment of the caller (the one children are filtered from), ``cwd``
+        the folder a request without one runs in. Closing it leaves the warm parts open."""
+        run = object.__new__(Host)
+        run.config, run.pm, run.hooks = self.config, self.pm, self.hooks
+        run.executors, run.sandboxes, run.rules = self.executors, self.sandboxes, self.rules
+        run.environ = dict(self.environ if environ is None else environ)
+        run.cwd = cwd
+        run.run_id = run_id or new_run_id()
+        run.recording = self.recording
+        run.doer = self.doer.for_run(run.run_id)
+        run._steps, run._started = 0, None
+        run._store, run._home, run._tasks = None, None, None
+        run._lock = threading.Lock()
+        run._warm = self
+        return run
 
     # --- the path of one command ---------------------------------------------------------
 
@@ -154,6 +182,7 @@ class Host:
             run_elapsed=elapsed,
             home=self._home_for(agent),
             agent=agent,
+            here=self.cwd,
         )
         secrets = self._secrets(spec)
         self.recording.action(spec)
@@ -335,6 +364,8 @@ class Host:
     @property
     def store(self) -> Store:
         """The embedded store (opened on first use)."""
+        if self._warm is not None:
+            return self._warm.store
         if self._store is None:
             from .record.store import open_store
 
@@ -430,10 +461,12 @@ class Host:
         remove the run's home."""
         if self._tasks is not None:
             self._tasks.close()
-        self.doer.close()
         if self._home is not None:
             self._home.remove()
             self._home = None
+        if self._warm is not None:
+            return  # the warm parts stay open for the next run
+        self.doer.close()
         if self._store is not None:
             self._store.close()
             self._store = None

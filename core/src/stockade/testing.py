@@ -95,6 +95,18 @@ def self_signed_cert(folder: Path, names: Sequence[str] = ("allowed.test",)) -> 
 HostFactory = Callable[..., Host]
 
 
+def cli_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Set how the ``stockade`` command line runs in a test's processes: in-process
+    (``STOCKADE_NO_SERVER=1``), or, when the session has ``STOCKADE_TEST_SERVER=1``, through
+    the warm server, which then exits 5 seconds after a test's last call. The project's own
+    conftests call it for every test, so its command-line tests run both ways."""
+    if os.environ.get("STOCKADE_TEST_SERVER") == "1":
+        monkeypatch.delenv("STOCKADE_NO_SERVER", raising=False)
+        monkeypatch.setenv("STOCKADE_SERVER_IDLE", "5")
+    else:
+        monkeypatch.setenv("STOCKADE_NO_SERVER", "1")
+
+
 @pytest.fixture
 def make_host() -> Iterator[HostFactory]:
     """A factory for fresh hosts; every host it made is closed after the test.

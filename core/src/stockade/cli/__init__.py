@@ -1,279 +1,59 @@
-"""The ``stockade`` command line, split by command group; each group imports only what it uses.
+"""The ``stockade`` command line: the thin client first, the commands (:mod:`.commands`) after.
 
-Exit status: the command's own; 128+N when killed by signal N; 124 when timed out; 130 when
-interrupted; 125 for Stockade's own errors (usage, config, sandbox unavailable); 126 denied or
-held by policy, or the program could not be started; 127 program not found. ``approve``
-exits with the status of the command it ran.
+:func:`entry` hands the hot commands (``run``, ``pending``, ``approve``, ``decline``) to the
+warm server through :mod:`.client`, importing only the standard library on that path; every
+other command, and every command when there is no server, runs here in-process. Names of
+:mod:`.commands` (``main``, ``HANDLERS``, ``build_parser``, ...) are read through this
+package, imported on first use so that the client's path never loads them.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import sys
-from collections.abc import Sequence
-from typing import Any
-
-from .. import __version__
-
-EXIT_USAGE = 125
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a filter whose reader left
-
-
-def _formatter(prog: str) -> argparse.HelpFormatter:
-    # With no width, argparse imports shutil for the terminal size: ~6 ms on every start.
-    try:
-        width = os.get_terminal_size(sys.stderr.fileno()).columns - 2
-    except (OSError, ValueError):
-        width = 78
-    return argparse.HelpFormatter(prog, width=width)
-
-
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args: object, **kwargs: object) -> None:
-        kwargs.setdefault("formatter_class", _formatter)
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.print_usage(sys.stderr)
-        print(f"stockade: error[usage]: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
-def _add_file_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
-    """``stockade file list|read|write``."""
-    file = commands.add_parser("file", help="list, read or write files in the workspace")
-    tools = file.add_subparsers(dest="tool", metavar="TOOL", parser_class=_Parser, required=True)
-    for tool, what in (
-        ("list", "names, kinds and sizes in a folder"),
-        ("read", "a text file (up to 256 KiB per call); a binary one is described"),
-        ("write", "a whole file (up to 1 MiB) from stdin, atomically"),
-    ):
-        sub = tools.add_parser(tool, help=what, description=what.capitalize() + ".")
-        sub.add_argument("path", metavar="PATH", nargs="?" if tool == "list" else None, default=".")
-        sub.add_argument("--profile", "--agent", metavar="AGENT", default="default")
-        sub.add_argument("--json", action="store_true")
-        if tool == "read":
-            sub.add_argument("--offset", type=int, default=0, metavar="BYTES")
-            sub.add_argument("--limit", type=int, default=256 * 1024, metavar="BYTES")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of the built-in commands (handlers are imported only when chosen)."""
-    return _build()[0]
-
-
-def _build() -> tuple[argparse.ArgumentParser, Any]:
-    """The built-in commands' parser and its subparsers action (where plugins add theirs)."""
-    parser = _Parser(prog="stockade", description="Run an agent's commands, confined and bounded.")
-    parser.add_argument("--version", action="version", version=f"stockade {__version__}")
-    parser.add_argument("--config", metavar="PATH", help="config file (else STOCKADE_CONFIG)")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-
-    run = commands.add_parser(
-        "run",
-        help="run one command",
-        description="Run one command by argv: classified, approved, confined, bounded.",
+TYPE_CHECKING = False  # not typing's: the client's path imports as little as it can
+if TYPE_CHECKING:
+    from .commands import (
+        ELSEWHERE,
+        EXIT_BROKEN_PIPE,
+        EXIT_USAGE,
+        HANDLERS,
+        build_parser,
+        main,
     )
-    run.add_argument("--mode", choices=("read-only", "workspace-write", "danger-full-access"))
-    run.add_argument("--sandbox", metavar="NAME", help="sandbox provider (default: auto)")
-    run.add_argument("--cwd", metavar="DIR", help="working directory (default: here)")
-    run.add_argument("--timeout", metavar="SECONDS", type=float, help="default and cap from config")
-    run.add_argument("--memory-mb", metavar="N", type=int, help="memory limit in MiB")
-    run.add_argument(
-        "--env",
-        metavar="NAME=VALUE",
-        action="append",
-        default=[],
-        help="pass one environment entry (repeatable)",
-    )
-    run.add_argument(
-        "--profile", "--agent", metavar="AGENT", default="default", help="agent profile"
-    )
-    run.add_argument(
-        "--secret",
-        metavar="NAME=HANDLE",
-        action="append",
-        default=[],
-        help="give the command the credential HANDLE as $NAME (resolved by a broker)",
-    )
-    run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
-    run.add_argument(
-        "--grant-write",
-        metavar="DIR",
-        action="append",
-        default=[],
-        help="make DIR writable for this command only (a one-shot grant; repeatable)",
-    )
-    run.add_argument("--json", action="store_true", help="print the result as JSON")
-    run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
-
-    classify = commands.add_parser("classify", help="say what a command may affect (runs nothing)")
-    classify.add_argument("--json", action="store_true", help="print the classification as JSON")
-    classify.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
-
-    pending = commands.add_parser("pending", help="list the steps waiting for a person")
-    pending.add_argument("--json", action="store_true")
-    for verb, what in (("approve", "approve a held step and run it"), ("decline", "refuse it")):
-        answer = commands.add_parser(verb, help=what, description=f"{what.capitalize()}.")
-        answer.add_argument("run", metavar="RUN", help="the run id the held result named")
-        answer.add_argument("step", metavar="STEP", type=int, help="the step number")
-        answer.add_argument("--json", action="store_true")
-
-    _add_file_commands(commands)
-    workspace = commands.add_parser("workspace", help="an agent's workspace: where, how big")
-    workspace.add_argument("name", metavar="AGENT")
-    workspace.add_argument("--clear", action="store_true", help="empty it (recorded)")
-    workspace.add_argument("--json", action="store_true")
-
-    log = commands.add_parser("log", help="list the recorded steps")
-    log.add_argument("--run", metavar="RUN", help="only this run")
-    log.add_argument("--json", action="store_true")
-    show = commands.add_parser("show", help="the whole output of a recorded step")
-    show.add_argument("run", metavar="RUN")
-    show.add_argument("step", metavar="STEP", type=int)
-    replay = commands.add_parser("replay", help="a run as one timeline of events")
-    replay.add_argument("run", metavar="RUN")
-    replay.add_argument("--redact", action="store_true", help="without argv, cwd and output")
-    replay.add_argument("--json", action="store_true")
-    verify = commands.add_parser("verify", help="check every link, signature and output blob")
-    verify.add_argument("--json", action="store_true")
-
-    plugins = commands.add_parser("plugins", help="list the installed plugins")
-    plugins.add_argument("--json", action="store_true")
-    doctor = commands.add_parser("doctor", help="say what works on this machine and why not")
-    doctor.add_argument("--json", action="store_true")
-    return parser, commands
-
-
-# command -> (module, handler); each module is imported only when its command is chosen.
-HANDLERS: dict[str, tuple[str, str]] = {
-    "run": ("run", "run_command"),
-    "classify": ("classify", "classify_command"),
-    "pending": ("approve", "pending_command"),
-    "approve": ("approve", "approve_command"),
-    "decline": ("approve", "decline_command"),
-    "file": ("files", "file_command"),
-    "workspace": ("workspace", "workspace_command"),
-    "log": ("record", "log_command"),
-    "show": ("record", "show_command"),
-    "replay": ("record", "replay_command"),
-    "verify": ("record", "verify_command"),
-    "plugins": ("plugins", "plugins_command"),
-    "doctor": ("doctor", "doctor_command"),
-}
-
-
-# Commands offered by distributions of the project, for a clear error when one is not there
-# (plain data: core names these distributions, it never imports them).
-ELSEWHERE: dict[str, tuple[str, str]] = {
-    "skill": ("stockade-skills", "Agent Skills are"),
-    "mcp": ("stockade-mcp", "the MCP server is"),
-    "ui": ("stockade-ui", "the run page is"),
-}
-
-
-def _command_word(argv: Sequence[str]) -> tuple[str | None, str | None, bool] | None:
-    """``(config, command, help)`` as the top level reads them, or ``None`` when only the
-    built-in parser can say (``--version``, an option it does not know, a missing value)."""
-    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
-    pre.add_argument("--config")
-    pre.add_argument("--version", action="store_true")
-    pre.add_argument("-h", "--help", action="store_true")
-    pre.add_argument("command", nargs="?")
-    pre.add_argument("rest", nargs=argparse.REMAINDER)
-    try:
-        known, unknown = pre.parse_known_args(argv)
-    except argparse.ArgumentError:
-        return None
-    if known.version or unknown:
-        return None
-    return known.config, known.command, known.help
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status.
-
-    A built-in command is parsed and run without loading any plugin. Any other word, help,
-    or no command at all loads the plugins once, for the commands they offer.
-    """
-    argv = sys.argv[1:] if argv is None else list(argv)
-    word = _command_word(argv)
-    if word is None or (word[1] in HANDLERS and not word[2]):
-        parser = build_parser()
-        return _builtin(parser, parser.parse_args(argv))
-    return _with_plugins(argv, word[0], word[1])
-
-
-def _builtin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    import importlib
-
-    if args.command not in HANDLERS:
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
-    module, name = HANDLERS[args.command]
-    handler = getattr(importlib.import_module(f".{module}", __name__), name)
-    status: int = handler(args, parser)
-    return status
-
-
-def _with_plugins(argv: list[str], config: str | None, word: str | None) -> int:
-    """Parse and run with the plugins' commands added (only the named one's options)."""
-    from ..errors import PluginError, StockadeError
-    from ..frontends import CliCommand, CliContext
-    from .common import report_error
-
-    parser, commands = _build()
-    offered: dict[str, CliCommand] = {}
-    try:
-        cli = CliContext.load(config, os.environ)
-        offered = cli.hooks.cli_commands(HANDLERS)
-        for name, command in offered.items():
-            sub = commands.add_parser(
-                name, help=command.help, description=command.description or command.help
-            )
-            if name == word:
-                command.arguments(sub, cli)
-    except StockadeError as error:
-        if word is not None:
-            return report_error(error, as_json=False)
-        print(f"stockade: plugin commands are not listed: {error.message}", file=sys.stderr)
-    if word is not None and word not in offered and word in ELSEWHERE:
-        from ..plugin.manager import DISABLE_ENV
-
-        dist, what = ELSEWHERE[word]
-        return report_error(
-            PluginError(
-                f"{what} not installed (or blocked)",
-                hint=f"install the {dist} distribution: `pip install {dist}`, or `uv sync` in "
-                f"the Stockade workspace; if it is installed, check plugins.disable and "
-                f"{DISABLE_ENV}",
-                details={"command": word, "distribution": dist},
-            ),
-            as_json=False,
-        )
-    args = parser.parse_args(argv)
-    if args.command not in offered:
-        return _builtin(parser, args)
-    try:
-        status = offered[args.command].handler(args, cli)
-    except StockadeError as error:
-        return report_error(error, as_json=getattr(args, "json", False) is True)
-    return status
 
 
 def entry() -> None:
-    """Console-script entry point.
+    """Console-script entry point: through the warm server when it can, else in-process."""
+    import sys
 
-    A reader that closes the pipe early (``stockade run --json ... | head``) ends Stockade
-    the way it ends any filter: exit status 141 (128 + SIGPIPE), no traceback. Whatever was
-    still buffered for stdout is dropped rather than written at exit.
-    """
-    try:
-        status = main()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        raise SystemExit(EXIT_BROKEN_PIPE) from None
+    from .client import call
+
+    status = call(sys.argv[1:])
+    if status is None:
+        from .commands import entry as in_process
+
+        in_process()
     raise SystemExit(status)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _COMMANDS:  # a submodule the import system asks about before loading it
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.commands"), name)
+
+
+_COMMANDS = frozenset(
+    {"ELSEWHERE", "EXIT_BROKEN_PIPE", "EXIT_USAGE", "HANDLERS", "build_parser", "main"}
+)
+
+
+__all__ = [
+    "ELSEWHERE",
+    "EXIT_BROKEN_PIPE",
+    "EXIT_USAGE",
+    "HANDLERS",
+    "build_parser",
+    "entry",
+    "main",
+]

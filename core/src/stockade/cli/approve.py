@@ -6,7 +6,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import StockadeError
-from .common import make_host, report_error
+from .common import interrupts, make_host, report_error
 
 if TYPE_CHECKING:
     import argparse
@@ -46,6 +46,7 @@ def decline_command(args: argparse.Namespace, _parser: object = None) -> int:
 def answer_command(args: argparse.Namespace, *, approve: bool) -> int:
     """Approve (and run, exactly as shown) or decline the held step ``RUN STEP``."""
     from ..policy.prompt import user_name
+    from ..run.executor import AbortToken
     from .run import exit_status, print_result
 
     by = f"{user_name()} (stockade {'approve' if approve else 'decline'})"
@@ -55,7 +56,9 @@ def answer_command(args: argparse.Namespace, *, approve: bool) -> int:
             print(f"stockade: {held.state} by {by}:\n{_show(held)}", file=sys.stderr)
             if not approve:
                 return 0
-            result = host.resume(args.run, args.step)
+            abort = AbortToken()  # Ctrl-C kills the command, and the record says so
+            with interrupts(abort.abort):
+                result = host.resume(args.run, args.step, abort=abort)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     print_result(result, as_json=args.json)

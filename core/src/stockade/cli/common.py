@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from ..errors import StockadeError
@@ -15,10 +17,43 @@ if TYPE_CHECKING:
 
 
 def make_host(args: argparse.Namespace) -> Host:
-    """A host from ``--config`` / ``STOCKADE_CONFIG`` / the XDG config and the environment."""
+    """A host from ``--config`` / ``STOCKADE_CONFIG`` / the XDG config and the environment;
+    inside the server, a run of its own on a warm host, for the caller's environment."""
+    from ..caller import current
+
+    caller = current()
+    if caller is not None:
+        return caller.host(args.config)
     from ..host import Host
 
     return Host.from_environment(args.config, environ=os.environ)
+
+
+@contextlib.contextmanager
+def interrupts(stop: Callable[[], None]) -> Iterator[None]:
+    """Call ``stop`` on SIGINT, SIGTERM or SIGHUP of this process, or, inside the server,
+    when the caller is interrupted (its Ctrl-C, or it went away)."""
+    from ..caller import current
+
+    caller = current()
+    if caller is not None:
+        remove = caller.on_interrupt(stop)
+        try:
+            yield
+        finally:
+            remove()
+        return
+    import signal
+
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop())
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def report_error(error: StockadeError, *, as_json: bool) -> int:

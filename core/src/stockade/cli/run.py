@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import RecorderFailed, StockadeError, UsageError
-from .common import make_host, report_error
+from .common import interrupts, make_host, report_error
 
 if TYPE_CHECKING:
     import argparse
@@ -64,16 +64,8 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
             grant_writable=args.grant_write,
         )
         host = make_host(args)
-        previous = {
-            sig: signal.signal(sig, lambda *_: abort.abort())
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        }
-        try:
-            with host:
-                result = host.run(request, abort=abort)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        with interrupts(abort.abort), host:
+            result = host.run(request, abort=abort)
     except RecorderFailed as error:
         from ..request.result import RunResult
 
@@ -103,8 +95,10 @@ def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 def _same_dir(path: str) -> bool:
     import os
 
+    from ..caller import cwd
+
     try:
-        return os.path.samefile(path, os.getcwd())
+        return os.path.samefile(path, cwd())
     except OSError:
         return False
 

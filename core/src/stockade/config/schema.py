@@ -17,6 +17,7 @@ from attrs import Attribute, field, frozen
 from ..errors import ConfigError
 from ..request.literals import MODES, Mode
 from ..request.spec import Limits, Profile
+from .dirs import state_dir
 
 
 def _positive(_inst: object, attr: Attribute[Any], value: float) -> None:
@@ -229,14 +230,6 @@ class Config:
             hint=f"add [agents.{name}] to the config, or name a configured profile",
             details={"profile": name, "configured": sorted(self.agents)},
         )
-
-
-def state_dir(environ: Mapping[str, str]) -> str:
-    """Stockade's directory under ``XDG_STATE_HOME`` (``~/.local/state`` by default)."""
-    base = environ.get("XDG_STATE_HOME") or os.path.join(
-        environ.get("HOME") or os.path.expanduser("~"), ".local", "state"
-    )
-    return os.path.join(base, "stockade")
 
 
 def store_folder(config: Config) -> str:

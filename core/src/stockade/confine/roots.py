@@ -124,7 +124,8 @@ class RootRules:
         homes = tuple(dict.fromkeys(_resolved(found)))
         stores: tuple[str, ...] = ()
         if config is not None:
-            from ..config.schema import state_dir, store_folder
+            from ..config.dirs import state_dir
+            from ..config.schema import store_folder
 
             stores = tuple(dict.fromkeys(_resolved([store_folder(config), state_dir(os.environ)])))
         return cls(homes, own_home=next(iter(_resolved([own])), None), stores=stores)

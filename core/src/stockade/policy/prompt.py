@@ -57,22 +57,38 @@ def describe(pending: PendingApproval) -> str:
 @hookimpl(trylast=True)
 def stockade_ask(pending: PendingApproval) -> Decision | None:
     """Prompt at the terminal for a CLI command; ``None`` when there is no terminal."""
-    if pending.spec.origin != "cli" or not _interactive():
+    if pending.spec.origin != "cli":
+        return None
+    question = f"stockade: this command waits for your approval\n{describe(pending)}\n"
+    answer = _ask(f"{question}approve? [y/N] ")
+    if answer is None:
+        return None
+    answer = answer.strip().lower()
+    user = f"{user_name()} (terminal)"
+    if answer in ("y", "yes"):
+        return Decision("allow", f"approved at the terminal: {pending.decision.reason}", by=user)
+    return Decision("deny", f"declined at the terminal ({answer or 'no answer'})", by=user)
+
+
+def _ask(question: str) -> str | None:
+    """The line typed after ``question`` at the terminal of whoever ran the command: this
+    process's, or a server's caller's; ``None`` when there is none."""
+    from ..caller import current
+
+    caller = current()
+    if caller is not None:
+        return None if caller.ask is None else caller.ask(question)
+    if not _interactive():
         return None
     try:
         tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        question = f"stockade: this command waits for your approval\n{describe(pending)}\n"
-        os.write(tty, f"{question}approve? [y/N] ".encode())
-        answer = _line(tty).strip().lower()
+        os.write(tty, question.encode())
+        return _line(tty)
     finally:
         os.close(tty)
-    user = f"{user_name()} (terminal)"
-    if answer in ("y", "yes"):
-        return Decision("allow", f"approved at the terminal: {pending.decision.reason}", by=user)
-    return Decision("deny", f"declined at the terminal ({answer or 'no answer'})", by=user)
 
 
 def _line(fd: int) -> str:

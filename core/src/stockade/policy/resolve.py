@@ -14,7 +14,8 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
-from ..config.schema import Config, state_dir, store_folder
+from ..config.dirs import state_dir
+from ..config.schema import Config, store_folder
 from ..confine.protected import inside
 from ..errors import BadCwd, ProgramNotFound, UsageError
 from ..request.spec import ExecRequest, ExecSpec, Profile, new_action_id
@@ -90,6 +91,7 @@ def resolve(
     run_elapsed: float = 0.0,
     home: str | None = None,
     agent: Agent | None = None,
+    here: str | None = None,
 ) -> ExecSpec:
     """The spec for ``request``: defaults filled from its agent profile and the config,
     caps applied, cwd and program checked.
@@ -103,14 +105,15 @@ def resolve(
     ``home`` is the run's home for an agent's profile: ``HOME`` points there, and the
     package caches' variables (``PIP_CACHE_DIR``, ...) at the agent's kept caches, unless
     the request names them itself. ``agent`` is the request's profile, resolved once by the
-    host (looked up here when omitted).
+    host (looked up here when omitted). A request that names no folder
+    runs ``here`` (this process's own when omitted): a server's caller's folder.
         ProgramNotFound: ``argv[0]`` names no executable.
     """
     if agent is None:  # a caller outside the pipeline (``stockade classify``, tests)
         agent = Agent(config.profile(request.profile), has_own(config, request.profile))
     profile = agent.profile
     workspace, cwd = _workspace(
-        request, profile, workspace_of(config, profile, own=agent.own_workspace)
+        request, profile, workspace_of(config, profile, own=agent.own_workspace), here
     )
     timeout = request.timeout if request.timeout is not None else profile.timeout
     timeout = config.timeout.default if timeout is None else float(timeout)
@@ -190,7 +193,9 @@ def _granted(path: str, cwd: str) -> str:
     return real
 
 
-def _workspace(request: ExecRequest, profile: Profile, workspace: str | None) -> tuple[str, str]:
+def _workspace(
+    request: ExecRequest, profile: Profile, workspace: str | None, here: str | None = None
+) -> tuple[str, str]:
     """The workspace (resolved) and the working directory; the second lies inside the first.
 
     Whether the workspace may be written is decided later, by
@@ -206,7 +211,7 @@ def _workspace(request: ExecRequest, profile: Profile, workspace: str | None) ->
                 details={"workspace": workspace, "requested": named},
             )
         workspace = named
-    default = workspace if workspace is not None else os.getcwd()
+    default = workspace if workspace is not None else (here or os.getcwd())
     cwd = os.path.abspath(request.cwd if request.cwd is not None else default)
     if not os.path.isdir(cwd):
         what = "is not a directory" if os.path.exists(cwd) else "does not exist"

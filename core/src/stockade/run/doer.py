@@ -100,6 +100,15 @@ class Doer:
         self._executor: Executor | None = None
         self._locks: Locks | None = None
 
+    def for_run(self, run_id: str) -> Doer:
+        """A doer for another run on the same providers and executor (its own locks)."""
+        doer = object.__new__(Doer)
+        doer.config, doer.executors, doer.run_id = self.config, self.executors, run_id
+        doer.providers = self.providers
+        doer._lock, doer._locks = self._lock, None
+        doer._executor = self.executor
+        return doer
+
     @property
     def executor(self) -> Executor:
         """The configured executor, created on first use."""

@@ -1,8 +1,8 @@
-"""The three process starts that are not a command's plan, in one place.
+"""The four process starts that are not a command's plan, in one place.
 
 Every command an agent asks for is started by the executor (``stockade-local``) from a
-:class:`~stockade.types.LaunchPlan`: confined, observed and recorded. Three other starts
-exist, and none of them can go through a plan:
+:class:`~stockade.request.plan.LaunchPlan`: confined, observed and recorded. Four other
+starts exist, and none of them can go through a plan:
 
 - :func:`probe` runs a sandbox backend's own binary (``bwrap --version``, a trial sandbox)
   to decide whether a plan can exist at all: it happens before any plan, while the provider
@@ -11,6 +11,8 @@ exist, and none of them can go through a plan:
   executor started there: no executor is in the sandbox, and the command is the plan's own.
 - :func:`open_browser` opens the UI's page for the person at the desk, not for an agent:
   nothing to confine, approve or record.
+- :func:`start_detached` starts the warm server (``stockade serve``) for the command line's
+  thin client: Stockade itself, not a command; the commands it runs go through plans.
 
 This module uses the standard library only and imports nothing of Stockade: the bubblewrap
 provider carries its source into the sandbox, where it runs under ``python -I -S`` ahead of
@@ -90,3 +92,25 @@ def open_browser(url: str) -> bool:
         return webbrowser.open(url)
     except webbrowser.Error:
         return False
+
+
+def start_detached(argv: Sequence[str], *, log: str, env: dict[str, str]) -> int:
+    """Start ``argv`` in a session of its own, detached from this process's terminal, its
+    output appended to ``log`` (0600); its pid. This process does not wait for it."""
+    import subprocess
+
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    try:
+        child = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            env=env,
+            cwd="/",
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        os.close(fd)
+    return child.pid

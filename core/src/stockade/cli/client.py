@@ -1,0 +1,233 @@
+"""The thin client: the hot commands through the warm server, standard library only.
+
+``stockade run|pending|approve|decline ...`` sends its argv, folder, environment and whether
+it has a terminal to the user's server (:mod:`stockade.server`), starting it on first use,
+detached, and prints what comes back as it comes: the same text and exit status as the
+in-process command, byte for byte. A prompt travels to this terminal and the answer back;
+Ctrl-C (SIGINT, SIGTERM, SIGHUP) kills the command on the server; if this process is killed,
+the server sees it go and kills the command too.
+
+``--no-server`` or ``STOCKADE_NO_SERVER=1`` runs in-process; so does any other command. When
+the server cannot be reached or started, the command runs in-process and one line on stderr
+says why. A server of another version is stopped and replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+import time
+
+from ..server import protocol
+from ..server.paths import Place
+
+START_TIMEOUT = 10.0
+"""Seconds to wait for a server this client started to listen."""
+
+IDLE_ENV = "STOCKADE_SERVER_IDLE"
+NO_SERVER_ENV = "STOCKADE_NO_SERVER"
+
+
+class NoServer(Exception):
+    """Why this call runs in-process."""
+
+
+def call(argv: list[str]) -> int | None:
+    """Run ``stockade ARGV`` through the server: its exit status, or ``None`` to run it in
+    this process instead (another command, ``--no-server``, or no server to be had)."""
+    if os.environ.get(NO_SERVER_ENV, "") not in ("", "0") or protocol.command_of(argv) is None:
+        return None
+    place = Place(os.environ)
+    try:
+        conn = connect(place, op="call")
+    except NoServer as why:
+        print(f"stockade: running in-process: {why}", file=sys.stderr)
+        return None
+    with conn:
+        return converse(conn, argv)
+
+
+def connect(place: Place, *, op: str, start: bool = True) -> socket.socket:
+    """A connection the server welcomed for ``op``; the server started (or replaced, when
+    it speaks another version) if need be.
+
+    Raises:
+        NoServer: none runs and ``start`` is false, or it cannot be started or reached.
+    """
+    for _attempt in range(3):
+        conn = _open(place)
+        if conn is None:
+            if not start:
+                raise NoServer(f"no server is listening on {place.socket}")
+            conn = _start(place)
+        reply = _hello(conn, place, op)
+        if reply.get("type") == "welcome":
+            return conn
+        conn.close()
+        code, message = reply.get("code"), reply.get("message")
+        if code != "version" or not start:
+            raise NoServer(f"the server refused this client ({code}: {message})")
+        stop(place)  # another version: replace it
+    raise NoServer("the server kept refusing this client's version")
+
+
+def _open(place: Place) -> socket.socket | None:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        address, fd = place.address()
+    except OSError:
+        conn.close()
+        return None
+    try:
+        conn.connect(address)
+    except OSError:
+        conn.close()
+        return None
+    finally:
+        if fd is not None:
+            os.close(fd)
+    return conn
+
+
+def _hello(conn: socket.socket, place: Place, op: str) -> dict[str, object]:
+    try:
+        with open(place.token, encoding="ascii") as handle:
+            token = handle.read().strip()
+    except OSError as error:
+        raise NoServer(f"cannot read the server's secret: {error}") from None
+    try:
+        protocol.send(
+            conn, {"type": "hello", "version": protocol.VERSION, "token": token, "op": op}
+        )
+        reply = protocol.receive(conn)
+    except (OSError, protocol.ProtocolError) as error:
+        raise NoServer(f"the server did not answer: {error}") from None
+    if reply is None:
+        raise NoServer("the server closed the connection at hello")
+    return reply
+
+
+def _start(place: Place) -> socket.socket:
+    """Start a server for this environment and wait until it listens."""
+    from ..run.spawn import start_detached
+
+    try:
+        place.make()
+        pid = start_detached(
+            [sys.executable, "-m", "stockade.server"], log=place.log, env=dict(os.environ)
+        )
+    except OSError as error:
+        raise NoServer(f"the server could not start: {error}") from None
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        conn = _open(place)
+        if conn is not None:
+            return conn
+        try:
+            done, _status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            raise NoServer(f"the server exited at start (its log: {place.log})")
+        time.sleep(0.005)
+    raise NoServer(f"the server did not listen within {START_TIMEOUT:g}s (its log: {place.log})")
+
+
+def stop(place: Place) -> bool:
+    """Ask the server to stop (whatever its version); whether one was running."""
+    conn = _open(place)
+    if conn is None:
+        return False
+    with conn:
+        try:
+            _hello(conn, place, "stop")
+        except NoServer:
+            return False
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline and os.path.exists(place.pid):
+        time.sleep(0.01)
+    return True
+
+
+def _terminal() -> bool:
+    try:
+        if not os.isatty(sys.stdin.fileno()):
+            return False
+        os.close(os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _ask(text: str) -> str:
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        os.write(tty, text.encode("utf-8", "surrogateescape"))
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = os.read(tty, 1024)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode("utf-8", "replace")
+    finally:
+        os.close(tty)
+
+
+def converse(conn: socket.socket, argv: list[str]) -> int:
+    """Send the call, then print what comes back until its exit status."""
+    import signal
+
+    def interrupted(_sig: int, _frame: object) -> None:
+        with contextlib.suppress(OSError):
+            protocol.send(conn, {"type": "signal"})
+
+    call: dict[str, object] = {"type": "call", "argv": argv, "cwd": os.getcwd()}
+    call.update(env=dict(os.environ), tty=_terminal())
+    protocol.send(conn, call)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupted)
+    streams = {1: sys.stdout, 2: sys.stderr}
+    try:
+        while True:
+            try:
+                message = protocol.receive(conn)
+            except (OSError, protocol.ProtocolError) as error:
+                message = {"type": "lost", "why": str(error)}
+            kind = None if message is None else message.get("type")
+            if kind == "out":
+                assert message is not None  # noqa: S101 - kind says so
+                stream = streams.get(message.get("fd"), sys.stderr)  # type: ignore[call-overload]
+                stream.write(str(message.get("text", "")))
+                stream.flush()
+            elif kind == "ask":
+                assert message is not None  # noqa: S101 - kind says so
+                answer = _ask(str(message.get("text", "")))
+                protocol.send(conn, {"type": "answer", "text": answer})
+            elif kind == "exit":
+                assert message is not None  # noqa: S101 - kind says so
+                status = message.get("status")
+                return status if isinstance(status, int) else 1
+            elif kind == "refused":
+                assert message is not None  # noqa: S101 - kind says so
+                print(
+                    f"stockade: error[server]: {message.get('code')}: {message.get('message')}",
+                    file=sys.stderr,
+                )
+                return 125
+            else:
+                print(
+                    "stockade: error[server_lost]: the server went away before the command "
+                    "ended; `stockade replay` shows what the record says of it",
+                    file=sys.stderr,
+                )
+                return 125
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141

@@ -1,0 +1,74 @@
+"""Where one user's server lives: its socket, the secret a client presents, its log.
+
+One server serves one state directory (one store) for one user. Its socket sits in a 0700
+folder under ``$XDG_RUNTIME_DIR/stockade/`` (named by a digest of the state directory and
+home, so two state directories never share a server), else in ``<state>/server/``. The
+secret, the pid file and the log are always in ``<state>/server/`` (0700): the state directory
+is hidden from every sandboxed command, so no command can read the secret.
+
+Standard library only (the thin client imports it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from collections.abc import Mapping
+
+from ..config.dirs import state_dir
+
+SOCKET = "socket"
+TOKEN = "token"  # noqa: S105 - the name of the file that holds the secret
+PID = "pid"
+LOG = "log"
+_MAX_SUN_PATH = 100  # sockaddr_un holds 108 bytes; longer paths go through /proc/self/fd
+
+
+class Place:
+    """The files of one user's server for one environment."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        state = os.path.realpath(state_dir(environ))
+        self.private = os.path.join(state, "server")
+        runtime = environ.get("XDG_RUNTIME_DIR")
+        if runtime and os.path.isabs(runtime) and _owned_dir(runtime):
+            key = f"{os.getuid()}\0{state}\0{environ.get('HOME', '')}"
+            digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+            self.folder = os.path.join(runtime, "stockade", digest)
+        else:
+            self.folder = self.private
+        self.socket = os.path.join(self.folder, SOCKET)
+        self.token = os.path.join(self.private, TOKEN)
+        self.pid = os.path.join(self.private, PID)
+        self.log = os.path.join(self.private, LOG)
+
+    def make(self) -> None:
+        """Create both folders, 0700, refusing one that another user owns or others may open.
+
+        Raises:
+            PermissionError: a folder is not this user's alone.
+        """
+        for folder in dict.fromkeys((os.path.dirname(self.folder), self.folder, self.private)):
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            info = os.lstat(folder)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                raise PermissionError(f"{folder} is not a folder of this user's")
+            if stat.S_IMODE(info.st_mode) & 0o077:
+                os.chmod(folder, 0o700)
+
+    def address(self) -> tuple[str, int | None]:
+        """The path to bind or connect to, and a folder descriptor the caller closes after
+        (for a socket path too long for ``sockaddr_un``)."""
+        if len(self.socket.encode()) <= _MAX_SUN_PATH:
+            return self.socket, None
+        fd = os.open(self.folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        return f"/proc/self/fd/{fd}/{SOCKET}", fd
+
+
+def _owned_dir(path: str) -> bool:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()

@@ -1,0 +1,122 @@
+"""The frames between the thin client and the server: a 4-byte length, then a JSON object.
+
+Standard library only: the client imports this and nothing else of Stockade's machinery.
+Written by hand because it is 4 bytes and ``json``: no library frames a Unix socket stream
+more simply, and the client must not pay for importing one.
+
+Every frame is an object with a ``type``. A conversation:
+
+    client  hello {version, token, op: call|status|stop}
+    server  welcome {version, pid}            or refused {code, message}
+    client  call {argv, cwd, env, tty}        (op call only)
+    server  out {fd, text} ...  ask {text}    (the client answers: answer {text})
+    client  signal {name}                     (Ctrl-C at the client: the command is killed)
+    server  exit {status}
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+from .. import __version__
+
+VERSION = f"{__version__}/1"
+"""The package's version and the protocol's revision: a client talks only to its own server."""
+
+HOT = frozenset({"run", "pending", "approve", "decline"})
+"""The commands the server runs for a client; every other one runs in the client's process."""
+
+MAX_FRAME = 16 * 1024 * 1024
+"""The largest frame either side accepts (a command's output travels in many frames)."""
+
+CHUNK = 64 * 1024
+"""The most text one ``out`` frame carries."""
+
+_HEADER = struct.Struct("!I")
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The hot command ``stockade ARGV`` names, or ``None`` when it is to run in-process:
+    another command, ``--no-server``, ``--version``, help (its width is the terminal's), or
+    an option the top level does not know."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--config":
+            i += 2
+        elif arg.startswith("--config="):
+            i += 1
+        elif arg.startswith("-"):
+            return None
+        else:
+            rest = argv[i + 1 :]
+            options = rest[: rest.index("--")] if "--" in rest else rest
+            if arg not in HOT or "-h" in options or "--help" in options:
+                return None
+            return arg
+    return None
+
+
+class ProtocolError(Exception):
+    """A frame that is not one: truncated, too large, not JSON, not an object with a type."""
+
+    def __init__(self, message: str, *, code: str = "bad_frame") -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def encode(message: dict[str, object]) -> bytes:
+    """``message`` as one frame."""
+    body = json.dumps(message, separators=(",", ":")).encode("utf-8", "surrogatepass")
+    if len(body) > MAX_FRAME:
+        raise ProtocolError(f"a frame of {len(body)} bytes is over the limit of {MAX_FRAME}")
+    return _HEADER.pack(len(body)) + body
+
+
+def send(sock: socket.socket, message: dict[str, object]) -> None:
+    """Send ``message`` as one frame."""
+    sock.sendall(encode(message))
+
+
+def _exactly(sock: socket.socket, size: int, *, started: bool) -> bytes | None:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(min(size - len(data), 1 << 20))
+        if not chunk:
+            if not data and not started:
+                return None  # the peer closed between frames
+            raise ProtocolError(
+                f"the connection closed inside a frame ({len(data)} of {size} bytes came)",
+                code="truncated",
+            )
+        data += chunk
+    return bytes(data)
+
+
+def receive(sock: socket.socket) -> dict[str, object] | None:
+    """The next frame's object; ``None`` when the peer closed the connection between frames.
+
+    Raises:
+        ProtocolError: a truncated or oversized frame, or one that is not a JSON object with
+            a string ``type``.
+    """
+    header = _exactly(sock, _HEADER.size, started=False)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise ProtocolError(
+            f"a frame of {size} bytes is over the limit of {MAX_FRAME}", code="too_large"
+        )
+    body = _exactly(sock, size, started=True)
+    assert body is not None  # noqa: S101 - started=True never gives None
+    try:
+        message = json.loads(body.decode("utf-8", "surrogatepass"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ProtocolError(f"a frame that is not JSON: {error}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ProtocolError("a frame must be a JSON object with a string 'type'")
+    return message

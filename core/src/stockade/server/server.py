@@ -1,0 +1,311 @@
+"""``stockade serve``: one user's warm server on a Unix socket.
+
+Who may talk to it: a peer whose uid, as the kernel reports it (``SO_PEERCRED``), is the
+server's own, *and* that presents the secret the server wrote to a 0600 file in the state
+directory (hidden from every sandboxed command) when it started. The secret is compared in
+constant time; a peer that fails either check gets a ``refused`` frame and nothing else.
+
+Each connection has a thread. A malformed, truncated or oversized frame, or a client that
+sends nothing for :data:`HELLO_TIMEOUT` seconds, gets an error frame and is closed; the
+server goes on serving the others. It exits after ``idle`` seconds with no call running,
+on ``stockade serve --stop``, or on SIGTERM/SIGINT; its commands die with it (the executor
+ties them to it), so nothing outlives the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import secrets
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Mapping
+
+from . import protocol
+from .calls import Call, CallError, check_call, route_streams
+from .paths import Place
+from .warm import WarmHosts
+
+HELLO_TIMEOUT = 10.0
+"""Seconds a client has to say hello and send its call after connecting."""
+
+DEFAULT_IDLE = 15 * 60.0
+"""Seconds with no call running after which the server exits."""
+
+_PEERCRED = struct.Struct("3i")
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The uid of the process at the other end, as the kernel recorded it at connect."""
+    data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    _pid, uid, _gid = _PEERCRED.unpack(data)
+    return int(uid)
+
+
+class Server:
+    """The warm server for one user and state directory.
+
+    Args:
+        environ: the environment it was started with (it says where the state lives).
+        idle: seconds without a call before it exits.
+    """
+
+    def __init__(self, environ: Mapping[str, str], *, idle: float = DEFAULT_IDLE) -> None:
+        self.place = Place(environ)
+        self.environ = dict(environ)
+        self.idle = idle
+        self.warm = WarmHosts()
+        self.secret = secrets.token_hex(32)
+        self.started = time.time()
+        self._live = 0
+        self._served = 0
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._calls: set[Call] = set()
+        self._listener: socket.socket | None = None
+
+    # --- starting -------------------------------------------------------------------------
+
+    def bind(self) -> None:
+        """Make the folders, write the secret, then listen (a stale socket is replaced).
+
+        Raises:
+            OSError: the socket cannot be bound (another server is listening, say).
+        """
+        self.place.make()
+        _write_private(self.place.token, self.secret)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        address, fd = self.place.address()
+        try:
+            if _answers(address):
+                raise OSError(f"another server is listening on {self.place.socket}")
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(address)  # a dead server's socket
+            old = os.umask(0o177)
+            try:
+                listener.bind(address)
+            finally:
+                os.umask(old)
+        finally:
+            if fd is not None:
+                os.close(fd)
+        listener.listen(128)
+        listener.settimeout(1.0)
+        self._listener = listener
+        _write_private(self.place.pid, f"{os.getpid()}\n")
+
+    def serve_forever(self) -> int:
+        """Accept clients until stopped or idle; 0."""
+        if self._listener is None:
+            self.bind()
+        listener = self._listener
+        assert listener is not None  # noqa: S101 - bound above
+        route_streams()
+        print(f"stockade serve: listening on {self.place.socket} (pid {os.getpid()})", flush=True)
+        try:
+            while not self._stop.is_set():
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    if self._idle_for() > self.idle:
+                        print("stockade serve: idle, exiting", flush=True)
+                        break
+                    continue
+                except OSError:
+                    if self._stop.is_set():
+                        break
+                    raise
+                threading.Thread(
+                    target=self._serve, args=(conn,), name="stockade-serve", daemon=True
+                ).start()
+        finally:
+            self.close()
+        return 0
+
+    def prewarm(self) -> None:
+        """Make the warm host for the environment the server started with (errors are the
+        first call's to report)."""
+        with contextlib.suppress(Exception):
+            self.warm.host(None, self.environ, "/").close()
+
+    def stop(self) -> None:
+        """Stop accepting; interrupt every running call (its commands are killed)."""
+        self._stop.set()
+        with self._lock:
+            calls = list(self._calls)
+        for call in calls:
+            call.interrupt()
+
+    def close(self) -> None:
+        """Remove the socket, the secret and the pid file; close the warm hosts."""
+        self._stop.set()
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        for path in (self.place.socket, self.place.token, self.place.pid):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        self.warm.close()
+
+    def _idle_for(self) -> float:
+        with self._lock:
+            return 0.0 if self._live else time.monotonic() - self._last
+
+    # --- one connection -------------------------------------------------------------------
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                self._converse(conn)
+            except protocol.ProtocolError as error:
+                _refuse(conn, error.code, error.message)
+            except OSError:
+                pass  # the client went away
+
+    def _converse(self, conn: socket.socket) -> None:  # noqa: PLR0911 - a return per refusal
+        if peer_uid(conn) != os.getuid():
+            _refuse(conn, "auth", "this server serves its own user only")
+            return
+        conn.settimeout(HELLO_TIMEOUT)
+        hello = _expect(conn, "hello")
+        token = hello.get("token")
+        if not isinstance(token, str) or not hmac.compare_digest(
+            token.encode("utf-8", "surrogateescape"), self.secret.encode()
+        ):
+            _refuse(conn, "auth", "the secret does not match this server's")
+            return
+        op = hello.get("op", "call")
+        if op == "stop":  # any version may stop it: a newer client replaces an older server
+            protocol.send(conn, {"type": "stopping", "pid": os.getpid()})
+            self.stop()
+            return
+        if hello.get("version") != protocol.VERSION:
+            _refuse(conn, "version", f"this server speaks {protocol.VERSION}")
+            return
+        protocol.send(conn, {"type": "welcome", "version": protocol.VERSION, "pid": os.getpid()})
+        if op == "status":
+            protocol.send(conn, self.status())
+            return
+        if op != "call":
+            _refuse(conn, "bad_frame", f"unknown op {op!r}: call, status or stop")
+            return
+        message = _expect(conn, "call")
+        try:
+            argv, cwd, env, tty = check_call(message)
+        except CallError as error:
+            _refuse(conn, "bad_call", str(error))
+            return
+        conn.settimeout(None)
+        self._call(conn, argv, cwd, env, tty=tty)
+
+    def _call(
+        self, conn: socket.socket, argv: list[str], cwd: str, env: dict[str, str], *, tty: bool
+    ) -> None:
+        call = Call(conn, self.warm)
+        with self._lock:
+            self._live += 1
+            self._served += 1
+            self._calls.add(call)
+        try:
+            try:
+                status = call.run(argv, cwd, env, tty=tty)
+            except Exception as error:  # noqa: BLE001 - one call's failure is not the server's
+                import traceback
+
+                traceback.print_exc()  # to the server's log
+                call.send(_internal(error))
+                status = 125
+            call.send({"type": "exit", "status": status})
+        finally:
+            with self._lock:
+                self._live -= 1
+                self._calls.discard(call)
+                self._last = time.monotonic()
+
+    def status(self) -> dict[str, object]:
+        """What ``stockade serve --status`` shows."""
+        with self._lock:
+            live, served = self._live, self._served
+        return {
+            "type": "status",
+            "pid": os.getpid(),
+            "version": protocol.VERSION,
+            "socket": self.place.socket,
+            "started": self.started,
+            "calls_running": live,
+            "calls_served": served,
+            "idle_timeout": self.idle,
+            "idle_for": round(self._idle_for(), 3),
+        }
+
+
+def _internal(error: Exception) -> dict[str, object]:
+    text = (
+        f"stockade: error[internal]: the server failed on this call: {type(error).__name__}: "
+        f"{error}\n  hint: its log has the details; `stockade --no-server ...` runs in-process\n"
+    )
+    return {"type": "out", "fd": 2, "text": text}
+
+
+def _expect(conn: socket.socket, kind: str) -> dict[str, object]:
+    try:
+        message = protocol.receive(conn)
+    except TimeoutError:
+        raise protocol.ProtocolError(
+            f"no {kind} frame within {HELLO_TIMEOUT:g} seconds", code="timeout"
+        ) from None
+    if message is None:
+        raise protocol.ProtocolError(f"the connection closed before the {kind} frame")
+    if message.get("type") != kind:
+        raise protocol.ProtocolError(f"expected a {kind} frame, got {message.get('type')!r}")
+    return message
+
+
+def _refuse(conn: socket.socket, code: str, message: str) -> None:
+    with contextlib.suppress(OSError, protocol.ProtocolError):
+        protocol.send(conn, {"type": "refused", "code": code, "message": message})
+
+
+def _answers(address: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(address)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def _write_private(path: str, text: str) -> None:
+    """``text`` to ``path``, 0600, replacing it atomically."""
+    temp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, path)
+
+
+def serve(environ: Mapping[str, str], *, idle: float = DEFAULT_IDLE, warm: bool = False) -> int:
+    """Run the server in this process until it is stopped or idle; its exit status.
+    ``warm``: make the default configuration's host as soon as it listens."""
+    server = Server(environ, idle=idle)
+    try:
+        server.bind()
+    except OSError as error:
+        print(f"stockade serve: cannot listen on {server.place.socket}: {error}", file=sys.stderr)
+        return 125
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: server.stop())
+    if warm:
+        threading.Thread(target=server.prewarm, name="stockade-prewarm", daemon=True).start()
+    return server.serve_forever()
