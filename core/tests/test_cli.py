@@ -183,7 +183,7 @@ def test_a_recorder_dying_after_the_run_gives_one_json_document(monkeypatch, cap
                 raise OSError("disk full")
 
     host = make_host(plugins=[DiesOnResult()])
-    monkeypatch.setattr(run, "make_host", lambda args: host)
+    monkeypatch.setattr(run, "make_host", lambda args, **_: host)
     status = main(["run", "--json", "--mode", "danger-full-access", "--", "echo", "hi"])
     document = json.loads(capsys.readouterr().out)  # one document, or this raises
     assert status == 125

@@ -24,7 +24,8 @@ class Caller:
     Attributes:
         environ: the client's environment (filtered for children as this process's is).
         cwd: the client's working directory.
-        host: a host for a run of its own, from a ``--config`` path (or ``None``).
+        host: a host from a ``--config`` path (or ``None``): a run of its own, or, given a
+            run's name, the run kept under that name across calls.
         ask: show a question at the client's terminal and return the line typed; ``None``
             when the client has no terminal.
         on_interrupt: called with a callback to run when the client is interrupted (its
@@ -36,7 +37,7 @@ class Caller:
         *,
         environ: Mapping[str, str],
         cwd: str,
-        host: Callable[[str | None], Host],
+        host: Callable[[str | None, str | None], Host],
         ask: Callable[[str], str] | None,
         on_interrupt: Callable[[Callable[[], None]], Callable[[], None]],
     ) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import attrs
 import pluggy
 
+from . import caller
 from .config.load import load_config
 from .config.schema import Config
 from .errors import CredentialUnavailable, StockadeError, UsageError
@@ -110,6 +111,7 @@ class Host:
         self._tasks: Tasks | None = None
         self._lock = threading.Lock()
         self._warm: Host | None = None  # the host whose plugins, provider and store it shares
+        self.kept = False  # a run that spans calls: closing it at the end of one does nothing
 
     @classmethod
     def from_environment(
@@ -123,6 +125,10 @@ class Host:
         env = dict(os.environ if environ is None else environ)
         return cls(load_config(config_path, environ=env), environ=env, plugins=plugins)
 
+    def running(self) -> int:
+        """How many of its background tasks are running now."""
+        return 0 if self._tasks is None else self._tasks.running()
+
     def for_run(
         self,
         *,
@@ -134,7 +140,8 @@ class Host:
         sandbox providers and their probes, the executor, the store. What a run owns (its
         id and steps, its home, its tasks, its workspace locks) is its own. ``environ`` is
         the ambient environment of the caller (the one children are filtered from), ``cwd``
-        the folder a request without one runs in. Closing it leaves the warm parts open."""
+        the folder a request without one runs in (else the caller's: :mod:`stockade.caller`).
+        Closing it leaves the warm parts open."""
         run = object.__new__(Host)
         run.config, run.pm, run.hooks = self.config, self.pm, self.hooks
         run.executors, run.sandboxes, run.rules = self.executors, self.sandboxes, self.rules
@@ -147,6 +154,7 @@ class Host:
         run._store, run._home, run._tasks = None, None, None
         run._lock = threading.Lock()
         run._warm = self
+        run.kept = False
         return run
 
     # --- the path of one command ---------------------------------------------------------
@@ -182,7 +190,7 @@ class Host:
             run_elapsed=elapsed,
             home=self._home_for(agent),
             agent=agent,
-            here=self.cwd,
+            here=self.cwd if self.cwd is not None else caller.cwd(),
         )
         secrets = self._secrets(spec)
         self.recording.action(spec)
@@ -297,6 +305,12 @@ class Host:
             if self._home is None:
                 self._home = Home(self.config, self.run_id)
             return self._home.path
+
+    def resume_steps(self) -> None:
+        """Number this run's next step after the highest its id already has in the store
+        (a run kept across calls whose id a previous server used)."""
+        with self._lock:
+            self._steps = max(self._steps, self.store.last_step(self.run_id))
 
     def _next_step(self) -> tuple[int, float]:
         with self._lock:
@@ -458,7 +472,10 @@ class Host:
 
     def close(self) -> None:
         """Kill every background task; release the executor's helpers and the store;
-        remove the run's home."""
+        remove the run's home. A kept run (one that spans calls) stays open until
+        ``kept`` is false."""
+        if self.kept:
+            return
         if self._tasks is not None:
             self._tasks.close()
         if self._home is not None:

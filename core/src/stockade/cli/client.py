@@ -10,18 +10,23 @@ the server sees it go and kills the command too.
 ``--no-server`` or ``STOCKADE_NO_SERVER=1`` runs in-process; so does any other command. When
 the server cannot be reached or started, the command runs in-process and one line on stderr
 says why. A server of another version is stopped and replaced.
+
+Its imports are the C modules under the standard library's own (``_socket``, ``_signal``):
+``socket`` and ``signal`` each import ``enum`` for their constants, ~8 ms of a call that
+should take 30.
 """
 
 from __future__ import annotations
 
-import contextlib
+import _socket
 import os
-import socket
 import sys
 import time
 
 from ..server import protocol
 from ..server.paths import Place
+
+TYPE_CHECKING = False  # not typing's: importing typing costs this client ~5 ms
 
 START_TIMEOUT = 10.0
 """Seconds to wait for a server this client started to listen."""
@@ -45,11 +50,13 @@ def call(argv: list[str]) -> int | None:
     except NoServer as why:
         print(f"stockade: running in-process: {why}", file=sys.stderr)
         return None
-    with conn:
+    try:
         return converse(conn, argv)
+    finally:
+        conn.close()
 
 
-def connect(place: Place, *, op: str, start: bool = True) -> socket.socket:
+def connect(place: Place, *, op: str, start: bool = True) -> _socket.socket:
     """A connection the server welcomed for ``op``; the server started (or replaced, when
     it speaks another version) if need be.
 
@@ -73,8 +80,8 @@ def connect(place: Place, *, op: str, start: bool = True) -> socket.socket:
     raise NoServer("the server kept refusing this client's version")
 
 
-def _open(place: Place) -> socket.socket | None:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def _open(place: Place) -> _socket.socket | None:
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         address, fd = place.address()
     except OSError:
@@ -91,7 +98,7 @@ def _open(place: Place) -> socket.socket | None:
     return conn
 
 
-def _hello(conn: socket.socket, place: Place, op: str) -> dict[str, object]:
+def _hello(conn: _socket.socket, place: Place, op: str) -> dict[str, object]:
     try:
         with open(place.token, encoding="ascii") as handle:
             token = handle.read().strip()
@@ -109,7 +116,7 @@ def _hello(conn: socket.socket, place: Place, op: str) -> dict[str, object]:
     return reply
 
 
-def _start(place: Place) -> socket.socket:
+def _start(place: Place) -> _socket.socket:
     """Start a server for this environment and wait until it listens."""
     from ..run.spawn import start_detached
 
@@ -140,11 +147,12 @@ def stop(place: Place) -> bool:
     conn = _open(place)
     if conn is None:
         return False
-    with conn:
-        try:
-            _hello(conn, place, "stop")
-        except NoServer:
-            return False
+    try:
+        _hello(conn, place, "stop")
+    except NoServer:
+        return False
+    finally:
+        conn.close()
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline and os.path.exists(place.pid):
         time.sleep(0.01)
@@ -179,19 +187,24 @@ def _ask(text: str) -> str:
         os.close(tty)
 
 
-def converse(conn: socket.socket, argv: list[str]) -> int:
+def converse(conn: _socket.socket, argv: list[str]) -> int:
     """Send the call, then print what comes back until its exit status."""
-    import signal
+    if TYPE_CHECKING:
+        import signal as _signal
+    else:
+        import _signal  # signal's own C module: signal imports enum
 
     def interrupted(_sig: int, _frame: object) -> None:
-        with contextlib.suppress(OSError):
+        try:
             protocol.send(conn, {"type": "signal"})
+        except OSError:
+            return  # the server is gone: the loop below says so
 
     call: dict[str, object] = {"type": "call", "argv": argv, "cwd": os.getcwd()}
     call.update(env=dict(os.environ), tty=_terminal())
     protocol.send(conn, call)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, interrupted)
+    for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+        _signal.signal(sig, interrupted)
     streams = {1: sys.stdout, 2: sys.stderr}
     try:
         while True:

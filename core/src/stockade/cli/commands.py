@@ -40,6 +40,69 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
+def _add_run_options(run: argparse.ArgumentParser) -> None:
+    """The options of ``run`` and ``start``: the request, and the run it belongs to."""
+    run.add_argument("--mode", choices=("read-only", "workspace-write", "danger-full-access"))
+    run.add_argument("--sandbox", metavar="NAME", help="sandbox provider (default: auto)")
+    run.add_argument("--cwd", metavar="DIR", help="working directory (default: here)")
+    run.add_argument("--timeout", metavar="SECONDS", type=float, help="default and cap from config")
+    run.add_argument("--memory-mb", metavar="N", type=int, help="memory limit in MiB")
+    run.add_argument(
+        "--env",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="pass one environment entry (repeatable)",
+    )
+    run.add_argument(
+        "--profile", "--agent", metavar="AGENT", default="default", help="agent profile"
+    )
+    run.add_argument(
+        "--secret",
+        metavar="NAME=HANDLE",
+        action="append",
+        default=[],
+        help="give the command the credential HANDLE as $NAME (resolved by a broker)",
+    )
+    run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
+    run.add_argument(
+        "--grant-write",
+        metavar="DIR",
+        action="append",
+        default=[],
+        help="make DIR writable for this command only (a one-shot grant; repeatable)",
+    )
+    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    run.add_argument(
+        "--run",
+        dest="run_name",
+        metavar="RUN",
+        help="the run this command is a step of, kept across calls by the warm server "
+        "(its budget counts them all; also STOCKADE_RUN)",
+    )
+
+
+def _add_task_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
+    """``stockade start|read|kill|tasks``: background tasks, kept by the warm server."""
+    start = commands.add_parser(
+        "start",
+        help="start one command in the background; print its task id",
+        description="Start one command by argv in the background, as run does; print its "
+        "task id. Its output is read with `stockade read ID`. Needs the warm server.",
+    )
+    _add_run_options(start)
+    start.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
+    read = commands.add_parser("read", help="what a background task printed since the last read")
+    read.add_argument("task", metavar="ID")
+    read.add_argument("--follow", action="store_true", help="keep reading until it ends")
+    kill = commands.add_parser("kill", help="kill a background task and all it started")
+    kill.add_argument("task", metavar="ID")
+    tasks = commands.add_parser("tasks", help="list the background tasks of this run")
+    for sub in (read, kill, tasks):
+        sub.add_argument("--run", dest="run_name", metavar="RUN", help="the run (STOCKADE_RUN)")
+        sub.add_argument("--json", action="store_true")
+
+
 def _add_serve_command(commands: Any) -> None:  # noqa: ANN401 - argparse's subparsers action
     """``stockade serve [--status | --stop] [--idle-timeout S]``."""
     serve = commands.add_parser(
@@ -111,39 +174,10 @@ def _build() -> tuple[argparse.ArgumentParser, Any]:
         help="run one command",
         description="Run one command by argv: classified, approved, confined, bounded.",
     )
-    run.add_argument("--mode", choices=("read-only", "workspace-write", "danger-full-access"))
-    run.add_argument("--sandbox", metavar="NAME", help="sandbox provider (default: auto)")
-    run.add_argument("--cwd", metavar="DIR", help="working directory (default: here)")
-    run.add_argument("--timeout", metavar="SECONDS", type=float, help="default and cap from config")
-    run.add_argument("--memory-mb", metavar="N", type=int, help="memory limit in MiB")
-    run.add_argument(
-        "--env",
-        metavar="NAME=VALUE",
-        action="append",
-        default=[],
-        help="pass one environment entry (repeatable)",
-    )
-    run.add_argument(
-        "--profile", "--agent", metavar="AGENT", default="default", help="agent profile"
-    )
-    run.add_argument(
-        "--secret",
-        metavar="NAME=HANDLE",
-        action="append",
-        default=[],
-        help="give the command the credential HANDLE as $NAME (resolved by a broker)",
-    )
-    run.add_argument("--yes", action="store_true", help="approve in advance what would ask")
-    run.add_argument(
-        "--grant-write",
-        metavar="DIR",
-        action="append",
-        default=[],
-        help="make DIR writable for this command only (a one-shot grant; repeatable)",
-    )
-    run.add_argument("--json", action="store_true", help="print the result as JSON")
+    _add_run_options(run)
     run.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
 
+    _add_task_commands(commands)
     classify = commands.add_parser("classify", help="say what a command may affect (runs nothing)")
     classify.add_argument("--json", action="store_true", help="print the classification as JSON")
     classify.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- PROGRAM [ARG...]")
@@ -199,6 +233,10 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "plugins": ("plugins", "plugins_command"),
     "doctor": ("doctor", "doctor_command"),
     "serve": ("serve", "serve_command"),
+    "start": ("tasks", "start_command"),
+    "read": ("tasks", "read_command"),
+    "kill": ("tasks", "kill_command"),
+    "tasks": ("tasks", "tasks_command"),
 }
 
 

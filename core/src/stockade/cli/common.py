@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from ..errors import StockadeError
+from ..errors import StockadeError, UsageError
 
 if TYPE_CHECKING:
     import argparse
@@ -16,14 +16,50 @@ if TYPE_CHECKING:
     from ..host import Host
 
 
-def make_host(args: argparse.Namespace) -> Host:
+RUN_ENV = "STOCKADE_RUN"
+_RUN_NAME = "[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+
+
+def run_name(args: argparse.Namespace, default: str | None = None) -> str | None:
+    """The run that spans calls this command belongs to: ``--run``, else ``STOCKADE_RUN``,
+    else ``default`` (``None``: a run of its own).
+
+    Raises:
+        UsageError: the name is not letters, digits and ``_.-`` (at most 64).
+    """
+    import re
+
+    from ..caller import environ
+
+    name = getattr(args, "run_name", None) or environ().get(RUN_ENV) or default
+    if name is not None and not re.fullmatch(_RUN_NAME, name):
+        raise UsageError(
+            f"invalid run name {name!r}",
+            hint="letters, digits and '_.-', starting with a letter or digit, at most 64",
+        )
+    return name
+
+
+def make_host(args: argparse.Namespace, *, run: str | None = None) -> Host:
     """A host from ``--config`` / ``STOCKADE_CONFIG`` / the XDG config and the environment;
-    inside the server, a run of its own on a warm host, for the caller's environment."""
+    inside the server, a run on a warm host for the caller: its own, or the kept run
+    ``run`` (a run that spans calls).
+
+    Raises:
+        UsageError: ``run`` is named, but this is not the server (a process of its own
+            forgets everything when it exits).
+    """
     from ..caller import current
 
     caller = current()
     if caller is not None:
-        return caller.host(args.config)
+        return caller.host(args.config, run)
+    if run is not None:
+        raise UsageError(
+            f"run {run!r} spans calls, and only the warm server keeps it between them",
+            hint="let the command line use the server (drop --no-server and "
+            "STOCKADE_NO_SERVER), or leave out --run and STOCKADE_RUN",
+        )
     from ..host import Host
 
     return Host.from_environment(args.config, environ=os.environ)

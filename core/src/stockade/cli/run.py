@@ -7,12 +7,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import RecorderFailed, StockadeError, UsageError
-from .common import interrupts, make_host, report_error
+from .common import interrupts, make_host, report_error, run_name
 
 if TYPE_CHECKING:
     import argparse
 
     from ..request.result import RunResult
+    from ..request.spec import ExecRequest
 
 EXIT_TIMEOUT = 124
 EXIT_INTERRUPTED = 130
@@ -39,31 +40,43 @@ def _parse_env(entries: list[str], option: str = "--env") -> dict[str, str]:
     return env
 
 
-def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Run the command named after ``--``; print its output or its JSON result."""
+def request_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> ExecRequest:
+    """The request ``run`` and ``start`` make of their options and the argv after ``--``.
+
+    Raises:
+        UsageError: an ``--env`` or ``--secret`` entry is not ``NAME=VALUE``.
+    """
     from ..request.spec import ExecRequest
-    from ..run.executor import AbortToken
 
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not argv:
-        parser.error("run needs a program: stockade run [OPTIONS] -- PROGRAM [ARG...]")
+        parser.error(
+            f"{args.command} needs a program: stockade {args.command} [OPTIONS] -- PROGRAM [ARG...]"
+        )
+    return ExecRequest(
+        argv,
+        args.cwd,
+        env=_parse_env(args.env),
+        credentials=_parse_env(args.secret, "--secret"),
+        timeout=args.timeout,
+        mode=args.mode,
+        sandbox=args.sandbox,
+        memory_mb=args.memory_mb,
+        origin="cli",
+        profile=args.profile,
+        preapproved=args.yes,
+        grant_writable=args.grant_write,
+    )
+
+
+def run_command(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Run the command named after ``--``; print its output or its JSON result."""
+    from ..run.executor import AbortToken
+
     abort = AbortToken()
     try:
-        request = ExecRequest(
-            argv,
-            args.cwd,
-            env=_parse_env(args.env),
-            credentials=_parse_env(args.secret, "--secret"),
-            timeout=args.timeout,
-            mode=args.mode,
-            sandbox=args.sandbox,
-            memory_mb=args.memory_mb,
-            origin="cli",
-            profile=args.profile,
-            preapproved=args.yes,
-            grant_writable=args.grant_write,
-        )
-        host = make_host(args)
+        request = request_of(args, parser)
+        host = make_host(args, run=run_name(args))
         with interrupts(abort.abort), host:
             result = host.run(request, abort=abort)
     except RecorderFailed as error:

@@ -51,8 +51,10 @@ def _status(place: object, *, as_json: bool) -> int:
         else:
             print(f"stockade serve: not running ({why})")
         return 1
-    with conn:
+    try:
         status = protocol.receive(conn) or {}
+    finally:
+        conn.close()
     status.pop("type", None)
     if as_json:
         print(json.dumps({"running": True, **status}, indent=2, sort_keys=True))

@@ -4,7 +4,10 @@ command line's thin client reads it before anything else is imported)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+
+TYPE_CHECKING = False  # not typing's: the thin client imports this module
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 def state_dir(environ: Mapping[str, str]) -> str:

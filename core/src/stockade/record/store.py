@@ -202,6 +202,16 @@ class Store:
             ) from None
         return self.get(spec.run_id, spec.step)
 
+    def last_step(self, run_id: str) -> int:
+        """The highest step of run ``run_id`` recorded or held so far (0: none)."""
+        with self.locked():
+            row = self.connection.execute(
+                "SELECT MAX(m) FROM (SELECT MAX(step) AS m FROM events WHERE run_id = ?"
+                " UNION ALL SELECT MAX(step) FROM held WHERE run_id = ?)",
+                (run_id, run_id),
+            ).fetchone()
+        return int(row[0] or 0)
+
     def get(self, run_id: str, step: int) -> HeldStep:
         """The held step ``run_id``/``step``.
 

@@ -30,15 +30,13 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from attrs import field, frozen
 
 from ..errors import StockadeError
+from ..request.result import RunResult  # at run time: the wire format reads TaskInfo's types
 from .executor import AbortToken
-
-if TYPE_CHECKING:
-    from ..request.result import RunResult
 
 TaskStatus = Literal["running", "completed", "killed", "failed"]
 STREAMS = ("stdout", "stderr")
@@ -186,6 +184,11 @@ class Tasks:
         self._lock = threading.Lock()
         self._listeners: list[Callable[[TaskInfo], None]] = []
         self._closed = False
+
+    def running(self) -> int:
+        """How many tasks, of any owner, are running now."""
+        with self._lock:
+            return sum(1 for task in self._tasks.values() if not task.done.is_set())
 
     def start(
         self, owner: str, argv: tuple[str, ...], runner: Runner, secrets: tuple[str, ...] = ()

@@ -180,7 +180,7 @@ class Call:
         who = caller.Caller(
             environ=env,
             cwd=cwd,
-            host=lambda config: self.warm.host(config, env, cwd),
+            host=lambda config, run: self.warm.host(config, env, cwd, run),
             ask=self.ask if tty else None,
             on_interrupt=self.on_interrupt,
         )

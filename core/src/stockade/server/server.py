@@ -154,6 +154,11 @@ class Server:
         self.warm.close()
 
     def _idle_for(self) -> float:
+        """Seconds since the last call ended; 0 while a call or a background task runs."""
+        if self.warm.running():
+            with self._lock:
+                self._last = time.monotonic()
+            return 0.0
         with self._lock:
             return 0.0 if self._live else time.monotonic() - self._last
 

@@ -26,10 +26,15 @@ class WarmHosts:
 
     def __init__(self) -> None:
         self._hosts: dict[tuple[object, ...], Host] = {}
+        self._runs: dict[tuple[object, ...], Host] = {}
         self._lock = threading.Lock()
 
-    def host(self, config: str | None, environ: Mapping[str, str], cwd: str) -> Host:
-        """A run of its own on the warm host for ``config`` (``--config``) and ``environ``.
+    def host(
+        self, config: str | None, environ: Mapping[str, str], cwd: str, run: str | None = None
+    ) -> Host:
+        """A run on the warm host for ``config`` (``--config``) and ``environ``: a run of
+        its own, or the kept run named ``run`` (made on its first call; its steps go on
+        from the last one the store has for it), which spans calls until the server exits.
 
         Raises:
             ConfigError: the configuration is invalid (nothing is kept for it).
@@ -44,12 +49,31 @@ class WarmHosts:
             if warm is None:
                 warm = Host(load_config(path, environ=environ), environ=environ)
                 self._hosts[key] = warm
-        return warm.for_run(environ=environ, cwd=cwd)
+            if run is None:
+                return warm.for_run(environ=environ, cwd=cwd)
+            # A run is named per configuration, whatever environment a call comes from.
+            kept = self._runs.get((*key[:-1], run))
+            if kept is None:
+                kept = warm.for_run(environ=environ, run_id=run)
+                kept.kept = True
+                kept.resume_steps()
+                self._runs[(*key[:-1], run)] = kept
+            return kept
+
+    def running(self) -> int:
+        """How many background tasks of the kept runs are running now."""
+        with self._lock:
+            runs = list(self._runs.values())
+        return sum(run.running() for run in runs)
 
     def close(self) -> None:
-        """Close every warm host."""
+        """Close every kept run (killing its tasks), then every warm host."""
         with self._lock:
+            runs, self._runs = list(self._runs.values()), {}
             hosts, self._hosts = list(self._hosts.values()), {}
+        for run in runs:
+            run.kept = False
+            run.close()
         for host in hosts:
             host.close()
 
