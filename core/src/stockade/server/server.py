@@ -24,7 +24,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from . import protocol
 from .calls import Call, CallError, check_call, route_streams
@@ -69,6 +69,7 @@ class Server:
         self._stop = threading.Event()
         self._calls: set[Call] = set()
         self._listener: socket.socket | None = None
+        self._inode = -1
 
     # --- starting -------------------------------------------------------------------------
 
@@ -95,6 +96,7 @@ class Server:
         finally:
             if fd is not None:
                 os.close(fd)
+        self._inode = os.stat(self.place.socket).st_ino
         listener.listen(128)
         listener.settimeout(1.0)
         self._listener = listener
@@ -142,15 +144,24 @@ class Server:
         for call in calls:
             call.interrupt()
 
-    def close(self) -> None:
-        """Remove the socket, the secret and the pid file; close the warm hosts."""
+    def close(self, *, grace: float = 30.0) -> None:
+        """Remove the socket, the secret and the pid file; once the calls still running have
+        ended (they were interrupted: their commands are being killed and recorded; at most
+        ``grace`` seconds), close the warm hosts."""
         self._stop.set()
         if self._listener is not None:
             self._listener.close()
             self._listener = None
-        for path in (self.place.socket, self.place.token, self.place.pid):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        # Only what is still this server's: a new server may have replaced the files already.
+        _unlink_if(self.place.socket, lambda: os.stat(self.place.socket).st_ino == self._inode)
+        _unlink_if(self.place.token, lambda: _read(self.place.token) == self.secret)
+        _unlink_if(self.place.pid, lambda: _read(self.place.pid).strip() == str(os.getpid()))
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._live:
+                    break
+            time.sleep(0.01)
         self.warm.close()
 
     def _idle_for(self) -> float:
@@ -165,13 +176,16 @@ class Server:
     # --- one connection -------------------------------------------------------------------
 
     def _serve(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                self._converse(conn)
-            except protocol.ProtocolError as error:
-                _refuse(conn, error.code, error.message)
-            except OSError:
-                pass  # the client went away
+        try:
+            self._converse(conn)
+        except protocol.ProtocolError as error:
+            _refuse(conn, error.code, error.message)
+        except OSError:
+            pass  # the client went away
+        finally:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)  # wakes the call's listener, blocked reading
+            conn.close()
 
     def _converse(self, conn: socket.socket) -> None:  # noqa: PLR0911 - a return per refusal
         if peer_uid(conn) != os.getuid():
@@ -286,6 +300,17 @@ def _answers(address: str) -> bool:
     finally:
         probe.close()
     return True
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii") as handle:
+        return handle.read()
+
+
+def _unlink_if(path: str, mine: Callable[[], bool]) -> None:
+    with contextlib.suppress(OSError):
+        if mine():
+            os.unlink(path)
 
 
 def _write_private(path: str, text: str) -> None:
