@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import attrs
 import pluggy
 
 from . import caller
@@ -40,7 +39,7 @@ from .record.recording import Recording
 from .request.spec import ExecRequest, ExecSpec, new_run_id
 from .request.step import AdmittedStep, Agent, Carried
 from .request.verdict import Classification, Decision
-from .run.doer import Doer, OnOutput, Prepared
+from .run.doer import Admission, Doer, OnOutput, Prepared
 from .run.executor import AbortToken
 
 if TYPE_CHECKING:
@@ -48,19 +47,6 @@ if TYPE_CHECKING:
     from .request.result import RunResult
     from .run.tasks import TaskInfo, TaskOutput, Tasks
     from .workspace.folders import Home
-
-
-@attrs.frozen
-class Admission:
-    """An admitted step and the credential values that go beside it (never inside it)."""
-
-    step: AdmittedStep
-    secrets: Mapping[str, str] = attrs.field(factory=dict, repr=False)
-
-    @property
-    def spec(self) -> ExecSpec:
-        """The step's resolved command."""
-        return self.step.spec
 
 
 class Host:

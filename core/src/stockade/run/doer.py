@@ -42,6 +42,19 @@ if TYPE_CHECKING:
 OnOutput = Callable[[str, bytes], None]
 
 
+@attrs.frozen
+class Admission:
+    """An admitted step and the credential values that go beside it (never inside it)."""
+
+    step: AdmittedStep
+    secrets: Mapping[str, str] = attrs.field(factory=dict, repr=False)
+
+    @property
+    def spec(self) -> ExecSpec:
+        """The step's resolved command."""
+        return self.step.spec
+
+
 @attrs.define
 class Prepared:
     """A step ready to start: its plan made, its proxy listening.
