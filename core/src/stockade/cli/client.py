@@ -76,7 +76,7 @@ def connect(place: Place, *, op: str, start: bool = True) -> _socket.socket:
         code, message = reply.get("code"), reply.get("message")
         if code != "version" or not start:
             raise NoServer(f"the server refused this client ({code}: {message})")
-        stop(place)  # another version: replace it
+        stop(place, drain=True)  # another version: it finishes its calls, a new one listens
     raise NoServer("the server kept refusing this client's version")
 
 
@@ -142,17 +142,25 @@ def _start(place: Place) -> _socket.socket:
     raise NoServer(f"the server did not listen within {START_TIMEOUT:g}s (its log: {place.log})")
 
 
-def stop(place: Place) -> bool:
-    """Ask the server to stop (whatever its version); whether one was running."""
+def stop(place: Place, *, drain: bool = False) -> bool:
+    """Ask the server to stop (whatever its version); whether one was running. It stops
+    listening at once; its running commands are killed, or with ``drain`` finish first."""
     conn = _open(place)
     if conn is None:
         return False
     try:
-        _hello(conn, place, "stop")
+        reply = _hello(conn, place, "drain" if drain else "stop")
+        if drain and reply.get("type") != "stopping":  # a server that cannot drain: stop it
+            conn.close()
+            conn = _open(place)
+            if conn is None:
+                return False
+            _hello(conn, place, "stop")
     except NoServer:
         return False
     finally:
-        conn.close()
+        if conn is not None:
+            conn.close()
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline and os.path.exists(place.pid):
         time.sleep(0.01)

@@ -249,16 +249,22 @@ ELSEWHERE: dict[str, tuple[str, str]] = {
 }
 
 
+_PRE: list[argparse.ArgumentParser] = []
+
+
 def _command_word(argv: Sequence[str]) -> tuple[str | None, str | None, bool] | None:
     """``(config, command, help)`` as the top level reads them, or ``None`` when only the
     built-in parser can say (``--version``, an option it does not know, a missing value)."""
-    pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
-    pre.add_argument("--config")
-    pre.add_argument("--no-server", action="store_true")
-    pre.add_argument("--version", action="store_true")
-    pre.add_argument("-h", "--help", action="store_true")
-    pre.add_argument("command", nargs="?")
-    pre.add_argument("rest", nargs=argparse.REMAINDER)
+    if not _PRE:
+        pre = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+        pre.add_argument("--config")
+        pre.add_argument("--no-server", action="store_true")
+        pre.add_argument("--version", action="store_true")
+        pre.add_argument("-h", "--help", action="store_true")
+        pre.add_argument("command", nargs="?")
+        pre.add_argument("rest", nargs=argparse.REMAINDER)
+        _PRE.append(pre)  # once per process, as the parser (the server reads every call)
+    pre = _PRE[0]
     try:
         known, unknown = pre.parse_known_args(argv)
     except argparse.ArgumentError:

@@ -115,6 +115,7 @@ class Call:
         self._stops_lock = threading.Lock()
         self.interrupted = threading.Event()
         self.gone = False
+        self.why = ""
 
     def send(self, message: dict[str, object]) -> None:
         """One frame to the client (a client that went away is not an error here)."""
@@ -127,8 +128,11 @@ class Call:
             self.gone = True
             self.interrupt()
 
-    def interrupt(self) -> None:
-        """The client's Ctrl-C, or it went away: every command of the call is stopped."""
+    def interrupt(self, *, why: str = "") -> None:
+        """The client's Ctrl-C, it went away, or (``why``) the server stops: every command
+        of the call is stopped."""
+        if why and not self.interrupted.is_set():
+            self.why = why
         self.interrupted.set()
         with self._stops_lock:
             stops = list(self._stops)

@@ -3,8 +3,10 @@
 One server serves one state directory (one store) for one user. Its socket sits in a 0700
 folder under ``$XDG_RUNTIME_DIR/stockade/`` (named by a digest of the state directory and
 home, so two state directories never share a server), else in ``<state>/server/``. The
-secret, the pid file and the log are always in ``<state>/server/`` (0700): the state directory
-is hidden from every sandboxed command, so no command can read the secret.
+secret, the pid file and the log are always in ``<state>/server/`` (0700; named with the same
+digest when the socket is under ``XDG_RUNTIME_DIR``, so that a client without that variable
+gets a server of its own rather than another's secret): the state directory is hidden from
+every sandboxed command, so no command can read the secret.
 
 Standard library only (the thin client imports it).
 """
@@ -34,16 +36,20 @@ class Place:
         state = os.path.realpath(state_dir(environ))
         self.private = os.path.join(state, "server")
         runtime = environ.get("XDG_RUNTIME_DIR")
+        suffix = ""
         if runtime and os.path.isabs(runtime) and _owned_dir(runtime):
             key = f"{os.getuid()}\0{state}\0{environ.get('HOME', '')}"
             digest = _sha256(key.encode("utf-8", "surrogateescape"))[:16]
             self.folder = os.path.join(runtime, "stockade", digest)
+            # A client without XDG_RUNTIME_DIR on the same state has a server of its own:
+            # the two must not share (and overwrite) one secret and pid file.
+            suffix = f"-{digest}"
         else:
             self.folder = self.private
         self.socket = os.path.join(self.folder, SOCKET)
-        self.token = os.path.join(self.private, TOKEN)
-        self.pid = os.path.join(self.private, PID)
-        self.log = os.path.join(self.private, LOG)
+        self.token = os.path.join(self.private, TOKEN + suffix)
+        self.pid = os.path.join(self.private, PID + suffix)
+        self.log = os.path.join(self.private, LOG + suffix)
 
     def make(self) -> None:
         """Create both folders, 0700, refusing one that another user owns or others may open.

@@ -33,8 +33,10 @@ HOT = frozenset({"run", "pending", "approve", "decline", "start", "read", "kill"
 MAX_FRAME = 16 * 1024 * 1024
 """The largest frame either side accepts (a command's output travels in many frames)."""
 
-CHUNK = 64 * 1024
-"""The most text one ``out`` frame carries."""
+CHUNK = 2 * 1024 * 1024
+"""The most text one ``out`` frame carries: a result's text (the output limit keeps it near
+1 MiB) goes in one frame, so the client writes it as the in-process command does, in one
+write (a reader that leaves early sees the same thing); escaped, it stays under MAX_FRAME."""
 
 _HEADER = struct.Struct("!I")
 

@@ -70,6 +70,7 @@ class Server:
         self._calls: set[Call] = set()
         self._listener: socket.socket | None = None
         self._inode = -1
+        self.draining = False
 
     # --- starting -------------------------------------------------------------------------
 
@@ -118,6 +119,9 @@ class Server:
                     if self._idle_for() > self.idle:
                         print("stockade serve: idle, exiting", flush=True)
                         break
+                    if not self._still_here():
+                        print("stockade serve: its socket or secret is gone, exiting", flush=True)
+                        break
                     continue
                 except OSError:
                     if self._stop.is_set():
@@ -131,18 +135,39 @@ class Server:
         return 0
 
     def prewarm(self) -> None:
-        """Make the warm host for the environment the server started with (errors are the
-        first call's to report)."""
+        """Make the warm host for the environment the server started with, and load the
+        command line's run path (errors are the first call's to report)."""
         with contextlib.suppress(Exception):
             self.warm.host(None, self.environ, "/").close()
+            from ..cli import commands, run  # noqa: F401 - loaded now, not in the first call
 
-    def stop(self) -> None:
-        """Stop accepting; interrupt every running call (its commands are killed)."""
+            commands._parser()
+
+    def _still_here(self) -> bool:
+        """Whether the socket and the secret are still this server's (not removed with the
+        state folder, nor replaced by another server)."""
+        try:
+            return os.stat(self.place.socket).st_ino == self._inode and (
+                _read(self.place.token) == self.secret
+            )
+        except OSError:
+            return False
+
+    def stop(self, *, drain: bool = False) -> None:
+        """Stop accepting at once. Every running call is interrupted (its commands are
+        killed, and its client told why); with ``drain``, they finish first instead (a
+        newer server is taking over the socket)."""
         self._stop.set()
+        self.draining = drain
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        if drain:
+            return
         with self._lock:
             calls = list(self._calls)
         for call in calls:
-            call.interrupt()
+            call.interrupt(why="the server was stopped (stockade serve --stop, or a signal)")
 
     def close(self, *, grace: float = 30.0) -> None:
         """Remove the socket, the secret and the pid file; once the calls still running have
@@ -156,7 +181,8 @@ class Server:
         _unlink_if(self.place.socket, lambda: os.stat(self.place.socket).st_ino == self._inode)
         _unlink_if(self.place.token, lambda: _read(self.place.token) == self.secret)
         _unlink_if(self.place.pid, lambda: _read(self.place.pid).strip() == str(os.getpid()))
-        deadline = time.monotonic() + grace
+        # Draining, a call ends when its command does (within its own timeout).
+        deadline = time.monotonic() + (max(grace, 3600.0) if self.draining else grace)
         while time.monotonic() < deadline:
             with self._lock:
                 if not self._live:
@@ -200,9 +226,9 @@ class Server:
             _refuse(conn, "auth", "the secret does not match this server's")
             return
         op = hello.get("op", "call")
-        if op == "stop":  # any version may stop it: a newer client replaces an older server
+        if op in ("stop", "drain"):  # any version: a newer client replaces an older server
             protocol.send(conn, {"type": "stopping", "pid": os.getpid()})
-            self.stop()
+            self.stop(drain=op == "drain")
             return
         if hello.get("version") != protocol.VERSION:
             _refuse(conn, "version", f"this server speaks {protocol.VERSION}")
@@ -240,6 +266,8 @@ class Server:
                 traceback.print_exc()  # to the server's log
                 call.send(_internal(error))
                 status = 125
+            if call.why:
+                call.send({"type": "out", "fd": 2, "text": f"stockade: {call.why}\n"})
             call.send({"type": "exit", "status": status})
         finally:
             with self._lock:
@@ -259,7 +287,7 @@ class Server:
             "started": self.started,
             "calls_running": live,
             "calls_served": served,
-            "idle_timeout": self.idle,
+            "idle_timeout": self.idle if self.idle != float("inf") else None,
             "idle_for": round(self._idle_for(), 3),
         }
 
