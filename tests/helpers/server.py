@@ -59,6 +59,7 @@ class Stockade:
             folder.mkdir(mode=0o700)
             env["XDG_RUNTIME_DIR"] = str(folder)
         self.env = env
+        self.clients: list[subprocess.Popen[bytes]] = []
 
     @property
     def place(self) -> Place:
@@ -101,7 +102,9 @@ class Stockade:
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         kwargs.setdefault("cwd", self.root)
-        return subprocess.Popen([*STOCKADE, *args], env=self.environ(env=env), **kwargs)
+        client = subprocess.Popen([*STOCKADE, *args], env=self.environ(env=env), **kwargs)
+        self.clients.append(client)
+        return client
 
     def server_pid(self) -> int | None:
         """The running server's pid (from its pid file), or ``None``."""
@@ -154,8 +157,22 @@ class Stockade:
         assert reply is not None and reply["type"] == "welcome", reply
         return conn
 
+    def result(self, run_id: str) -> dict[str, Any]:
+        """The recorded result of the run's one step (``stockade replay --json``)."""
+        done = self.run("replay", "--json", run_id, server=False)
+        assert done.returncode == 0, done.stderr
+        results = [e["event"]["result"] for e in json.loads(done.stdout) if e["kind"] == "result"]
+        assert len(results) == 1, results
+        found: dict[str, Any] = results[0]
+        return found
+
     def stop(self) -> None:
-        """Stop this state folder's server, whatever it is doing; wait until it is gone."""
+        """Stop this state folder's server, whatever it is doing; wait until it is gone.
+        Clients still running are killed first: one could otherwise start a server after."""
+        for client in self.clients:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
         pid = self.server_pid()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.run("serve", "--stop", server=False, timeout=WAIT)
