@@ -176,7 +176,13 @@ def _receive_all(data: bytes) -> list[dict[str, object]]:
             got.append(message)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# database=None: CI runs this as a user too, who cannot write the checkout's .hypothesis
+@settings(
+    max_examples=300,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(st.binary(max_size=2048))
 def test_receive_on_arbitrary_bytes_gives_an_object_none_or_a_protocol_error(data) -> None:
     _receive_all(data)
@@ -189,7 +195,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(st.lists(JSON | st.binary(max_size=64), max_size=4), st.binary(max_size=16))
 def test_receive_on_framed_values_gives_objects_with_a_type_or_an_error(bodies, tail) -> None:
     data = b""
@@ -200,7 +206,7 @@ def test_receive_on_framed_values_gives_objects_with_a_type_or_an_error(bodies, 
 
 
 @given(st.dictionaries(st.text(), JSON, max_size=4), st.text())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, database=None)
 def test_a_frame_encode_makes_is_one_receive_reads_back(fields, kind) -> None:
     message = {**fields, "type": kind}
     got = _receive_all(protocol.encode(message))
