@@ -9,7 +9,9 @@ count of calls served proves each client was served by it, not quietly run in-pr
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -172,3 +174,19 @@ def test_fifty_clients_at_once_each_get_their_own_output(sk: Stockade) -> None:
     assert len(steps) == 50
     assert {s["state"] for s in steps} == {"ran"}
     assert len({s["run_id"] for s in steps}) == 50  # a run of its own per call
+    # each recorded result holds its own command's output, once
+    [store] = sk.state.rglob("store.db")
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        bodies = [
+            json.loads(b) for (b,) in db.execute("SELECT body FROM events WHERE kind = 'result'")
+        ]
+    finally:
+        db.close()
+    mine = [b["result"] for b in bodies if b["result"]["argv"] == ["sh", "-c", 'echo "$N"']]
+    recorded = sorted(r["stdout"]["sha256"] for r in mine)
+    assert recorded == sorted(hashlib.sha256(f"{n}\n".encode()).hexdigest() for n in range(50))
+    # and the chain the fifty wrote at once holds, link by link
+    verified = sk.run("verify", server=False)
+    assert verified.returncode == 0, verified.stdout
+    assert b"links hold" in verified.stdout

@@ -114,3 +114,21 @@ def test_the_server_killed_kills_its_commands_and_loses_no_record(
     assert replacement is not None
     assert replacement != server
     assert procs.alive(replacement)
+
+
+def test_stopping_the_server_mid_command_kills_it_and_records_it(
+    sk: Stockade, tmp_path: Path, escapees: list[int]
+) -> None:
+    client, sleeper = start_sleeper(sk, tmp_path, escapees)
+    server = sk.server_pid()
+    assert server is not None
+    stopped = sk.run("serve", "--stop", server=False)
+    assert (stopped.returncode, stopped.stdout) == (0, b"stockade serve: stopped\n")
+    client.communicate(timeout=WAIT)
+    assert client.returncode != 0  # its command did not finish
+    assert procs.wait_dead(sleeper, WAIT), "the grandchild outlived the server's stop"
+    assert procs.wait_dead(server, WAIT)
+    step = wait_recorded(sk)
+    assert sk.result(step["run_id"])["aborted"] is True
+    verified = sk.run("verify", server=False)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
