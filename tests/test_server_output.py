@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from helpers.server import FULL, Stockade, stockade_for
+from helpers.server import FULL, STOCKADE, Stockade, stockade_for
 
 RUN = ("run", "--yes", "--mode", FULL, "--")
 VARYING = frozenset({"action_id", "run_id", "duration_ms", "created", "started", "ended"})
@@ -190,3 +192,41 @@ def test_fifty_clients_at_once_each_get_their_own_output(sk: Stockade) -> None:
     verified = sk.run("verify", server=False)
     assert verified.returncode == 0, verified.stdout
     assert b"links hold" in verified.stdout
+
+
+HEX = b'printf "%s|%s" "$A" "$ODD" | od -An -tx1 | tr -d " \\n"'
+
+
+def test_bytes_that_are_not_utf8_in_the_clients_environment_travel_as_in_process(
+    sk: Stockade, tmp_path: Path
+) -> None:
+    # the client's environment and --env carry undecodable bytes: they go over the socket as
+    # JSON and must reach the command as they would in-process
+    config = tmp_path / "config.toml"
+    config.write_text('[env]\nallow = ["ODD"]\n')
+    results = []
+    for server in (True, False):
+        env = {os.fsencode(k): os.fsencode(v) for k, v in sk.environ(server=server).items()}
+        env[b"ODD"] = b"odd-\xff"
+        argv = [*map(os.fsencode, STOCKADE), b"--config", bytes(config), *map(str.encode, RUN)]
+        argv[-1:] = [b"--env", b"A=\xff\xfe", b"--", b"sh", b"-c", HEX]
+        results.append(
+            subprocess.run(
+                argv,
+                env=env,
+                capture_output=True,
+                cwd=sk.root,
+                stdin=subprocess.DEVNULL,
+                timeout=120,
+                check=False,
+            )
+        )
+    via, local = results
+    assert (via.returncode, via.stdout, via.stderr) == (
+        local.returncode,
+        local.stdout,
+        local.stderr,
+    )
+    assert via.returncode == 0, via.stderr
+    assert via.stdout == b"fffe7c6f64642dff"  # the very bytes, in hex
+    assert sk.server_pid() is not None
