@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,6 +71,51 @@ def test_a_server_of_another_version_is_replaced_transparently(sk: Stockade) -> 
         assert new != old.pid
         code, shown = status(sk)
         assert (code, shown["pid"], shown["calls_served"]) == (0, new, 1)
+    finally:
+        if old.poll() is None:
+            old.kill()
+            old.wait()
+
+
+OLD_CLIENT = (
+    "import sys, stockade.server.protocol as p\n"
+    "p.VERSION = '0.0.0-old/0'\n"
+    "from stockade.cli import entry\n"
+    "sys.argv[1:] = ['run', '--yes', '--mode', 'danger-full-access', '--', 'sh', '-c',"
+    " 'touch started; sleep 2; echo finished']\n"
+    "entry()\n"
+)
+
+
+def test_replacing_an_old_server_lets_its_running_commands_finish(sk: Stockade) -> None:
+    old = subprocess.Popen(
+        [sys.executable, "-c", OLD_SERVER],
+        env=sk.environ(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        assert sk.wait_server() == old.pid
+        running = subprocess.Popen(
+            [sys.executable, "-c", OLD_CLIENT],
+            env=sk.environ(),
+            cwd=sk.root,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        deadline = time.monotonic() + WAIT
+        while not (Path(sk.root) / "started").exists():
+            assert time.monotonic() < deadline, "the old client's command never started"
+            time.sleep(0.05)
+        done = echo(sk, "replaced")  # this version's client replaces the old server ...
+        assert done.stderr == b""
+        out, err = running.communicate(timeout=WAIT)
+        # ... and the old server's running command was let finish, not killed.
+        assert (running.returncode, out, err) == (0, b"finished\n", b"")
+        assert old.wait(timeout=WAIT) == 0
     finally:
         if old.poll() is None:
             old.kill()
