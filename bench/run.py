@@ -20,6 +20,9 @@
    against ``Host.run`` of the same request in this process.
 10. The run page: ``GET /runs/RUN`` of a 1,000-step run, server side, against ``verify``
     alone and raw ``record.rows`` + ``json.dumps`` of the same events.
+11. The warm server: ``stockade run`` through a running server, cold (starting it) and
+    in-process, against raw ``bwrap``, ``python -I -c pass`` and ``codex sandbox -- true``;
+    where a warm call's time goes; 4 clients x 100 commands at once (``bench/server.py``).
 
 Every section runs with a private ``XDG_STATE_HOME``: the record it writes is thrown away.
 
@@ -43,6 +46,7 @@ import confined  # bench/confined.py: this script's directory is first on sys.pa
 import egress  # bench/egress.py
 import mcp_server  # bench/mcp_server.py (not mcp.py: that would shadow the SDK)
 import record  # bench/record.py
+import server  # bench/server.py: section 11, the warm server and its thin client
 import startup  # bench/startup.py: sections 2 and 3, the CLI
 import timing  # bench/timing.py: interleaving and table rows
 import ui_page  # bench/ui_page.py
@@ -113,6 +117,7 @@ def report(
     changes_stats: dict[str, Any],
     mcp_stats: dict[str, Any],
     ui_stats: dict[str, Any],
+    server_stats: dict[str, Any],
 ) -> None:
     """Print the table, then the BENCH JSON line."""
     head = timing.HEAD
@@ -172,7 +177,9 @@ def report(
     changes.report_changes(changes_stats, timing.row, head)
     mcp_server.report_mcp(mcp_stats, timing.row, head)
     ui_page.report_ui_page(ui_stats, timing.row, head)
+    server.report_server(server_stats, timing.row, head)
     payload = {
+        "server": server_stats,
         "ui_page": ui_stats,
         "changes": changes_stats,
         "mcp": mcp_stats,
@@ -338,6 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ui_stats = ui_page.bench_ui_page(
         timing.interleaved, runs=10 if args.quick else 30, warmup=warmup
     )
+    server_stats = server.bench_server(
+        venv=venv, runs=runs, warmup=warmup, commands=20 if args.quick else server.COMMANDS
+    )
     state.cleanup()
     meta = {
         "commit": commit,
@@ -362,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         changes_stats=changes_stats,
         mcp_stats=mcp_stats,
         ui_stats=ui_stats,
+        server_stats=server_stats,
     )
     return 0
 
