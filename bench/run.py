@@ -5,7 +5,8 @@
 1. Library: ``Host.run(ExecRequest(["true"], ...))`` against raw ``subprocess.run(["true"])``
    (and its capturing variant) in this process, timing.interleaved, after warm-up.
 2. CLI: ``stockade run --mode danger-full-access -- true`` against ``python -c pass``, both
-   from a separate venv installed the way a user gets it (non-editable, bytecode compiled).
+   from a separate venv installed the way a user gets it (non-editable, bytecode compiled),
+   in-process (``STOCKADE_NO_SERVER=1``, in sections 2 to 4; section 11 times the server).
 3. Start-up breakdown: the top cumulative ``-X importtime`` costs of the CLI's imports.
 4. Bubblewrap: ``Host.run`` confined (``workspace-write``) against raw ``bwrap`` with the very
    flags the provider builds, the pre-spawn stages alone, and the CLI under bubblewrap
@@ -150,7 +151,7 @@ def report(
         f"{cli['runs']} runs each after {cli['warmup']} warm-up"
     )
     print(head)
-    print(timing.row(f"stockade run --mode {MODE} -- true", cli["stockade"]))
+    print(timing.row(f"stockade run --mode {MODE} -- true (in-process)", cli["stockade"]))
     print(timing.row("python -c pass", cli["python"]))
     print(timing.row(f'python -c "{startup.FLOOR_IMPORTS}"', cli["floor"]))
     print(
@@ -225,7 +226,7 @@ def report_bubblewrap(bwrap: dict[str, Any], cli: dict[str, Any], head: str) -> 
     )
     print(f"\n   CLI under bubblewrap: {cli['runs']} runs each after {cli['warmup']} warm-up")
     print(head)
-    print(timing.row("stockade run --sandbox bubblewrap -- true", cli["stockade"]))
+    print(timing.row("stockade run --sandbox bubblewrap -- true (in-process)", cli["stockade"]))
     print(timing.row("python -c pass", cli["python"]))
     for peer, (argv, _goal) in confined.PEERS.items():
         if peer in cli:
@@ -326,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     venv, rebuilt, build_s = startup.ensure_user_venv()
     with tempfile.TemporaryDirectory(prefix="stockade-bench-") as scratch:
         env = startup.child_env(scratch)
+        # Sections 2-4 time the in-process CLI, as before the warm server (section 11 times
+        # the server, and a server started here would outlive the bench).
+        env["STOCKADE_NO_SERVER"] = "1"
         cli = startup.bench_cli(venv, runs, warmup, env, scratch)
         imports = startup.import_breakdown(venv, env, scratch)
         bwrap_cli = confined.bench_cli_bubblewrap(
