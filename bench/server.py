@@ -165,7 +165,9 @@ def codex_commands(env: dict[str, str], cwd: str) -> tuple[dict[str, list[str]],
         if why := _fails(argv, env, cwd, 120.0):
             info["skipped_cases"][name] = f"`codex sandbox -- true`: {why}"
             del commands[name]
-    version = subprocess.run([launcher, "--version"], capture_output=True, text=True, check=False)
+    version = subprocess.run(  # with CODEX_HOME: Codex writes under it
+        [launcher, "--version"], env=env, capture_output=True, text=True, check=False
+    )
     info["version"] = version.stdout.strip()
     if not commands:
         info["skipped"] = "; ".join(info["skipped_cases"].values())
