@@ -5,7 +5,8 @@
 1. Library: ``Host.run(ExecRequest(["true"], ...))`` against raw ``subprocess.run(["true"])``
    (and its capturing variant) in this process, timing.interleaved, after warm-up.
 2. CLI: ``stockade run --mode danger-full-access -- true`` against ``python -c pass``, both
-   from a separate venv installed the way a user gets it (non-editable, bytecode compiled).
+   from a separate venv installed the way a user gets it (non-editable, bytecode compiled),
+   in-process (``STOCKADE_NO_SERVER=1``, in sections 2 to 4; section 11 times the server).
 3. Start-up breakdown: the top cumulative ``-X importtime`` costs of the CLI's imports.
 4. Bubblewrap: ``Host.run`` confined (``workspace-write``) against raw ``bwrap`` with the very
    flags the provider builds, the pre-spawn stages alone, and the CLI under bubblewrap
@@ -20,6 +21,9 @@
    against ``Host.run`` of the same request in this process.
 10. The run page: ``GET /runs/RUN`` of a 1,000-step run, server side, against ``verify``
     alone and raw ``record.rows`` + ``json.dumps`` of the same events.
+11. The warm server: ``stockade run`` through a running server, cold (starting it) and
+    in-process, against raw ``bwrap``, ``python -I -c pass`` and ``codex sandbox -- true``;
+    where a warm call's time goes; 4 clients x 100 commands at once (``bench/server.py``).
 
 Every section runs with a private ``XDG_STATE_HOME``: the record it writes is thrown away.
 
@@ -43,6 +47,7 @@ import confined  # bench/confined.py: this script's directory is first on sys.pa
 import egress  # bench/egress.py
 import mcp_server  # bench/mcp_server.py (not mcp.py: that would shadow the SDK)
 import record  # bench/record.py
+import server  # bench/server.py: section 11, the warm server and its thin client
 import startup  # bench/startup.py: sections 2 and 3, the CLI
 import timing  # bench/timing.py: interleaving and table rows
 import ui_page  # bench/ui_page.py
@@ -113,6 +118,7 @@ def report(
     changes_stats: dict[str, Any],
     mcp_stats: dict[str, Any],
     ui_stats: dict[str, Any],
+    server_stats: dict[str, Any],
 ) -> None:
     """Print the table, then the BENCH JSON line."""
     head = timing.HEAD
@@ -145,7 +151,7 @@ def report(
         f"{cli['runs']} runs each after {cli['warmup']} warm-up"
     )
     print(head)
-    print(timing.row(f"stockade run --mode {MODE} -- true", cli["stockade"]))
+    print(timing.row(f"stockade run --mode {MODE} -- true (in-process)", cli["stockade"]))
     print(timing.row("python -c pass", cli["python"]))
     print(timing.row(f'python -c "{startup.FLOOR_IMPORTS}"', cli["floor"]))
     print(
@@ -172,7 +178,9 @@ def report(
     changes.report_changes(changes_stats, timing.row, head)
     mcp_server.report_mcp(mcp_stats, timing.row, head)
     ui_page.report_ui_page(ui_stats, timing.row, head)
+    server.report_server(server_stats, timing.row, head)
     payload = {
+        "server": server_stats,
         "ui_page": ui_stats,
         "changes": changes_stats,
         "mcp": mcp_stats,
@@ -218,7 +226,7 @@ def report_bubblewrap(bwrap: dict[str, Any], cli: dict[str, Any], head: str) -> 
     )
     print(f"\n   CLI under bubblewrap: {cli['runs']} runs each after {cli['warmup']} warm-up")
     print(head)
-    print(timing.row("stockade run --sandbox bubblewrap -- true", cli["stockade"]))
+    print(timing.row("stockade run --sandbox bubblewrap -- true (in-process)", cli["stockade"]))
     print(timing.row("python -c pass", cli["python"]))
     for peer, (argv, _goal) in confined.PEERS.items():
         if peer in cli:
@@ -319,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     venv, rebuilt, build_s = startup.ensure_user_venv()
     with tempfile.TemporaryDirectory(prefix="stockade-bench-") as scratch:
         env = startup.child_env(scratch)
+        # Sections 2-4 time the in-process CLI, as before the warm server (section 11 times
+        # the server, and a server started here would outlive the bench).
+        env["STOCKADE_NO_SERVER"] = "1"
         cli = startup.bench_cli(venv, runs, warmup, env, scratch)
         imports = startup.import_breakdown(venv, env, scratch)
         bwrap_cli = confined.bench_cli_bubblewrap(
@@ -337,6 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     mcp_stats = mcp_server.bench_mcp(runs * 5, warmup * 4, timing.interleaved)
     ui_stats = ui_page.bench_ui_page(
         timing.interleaved, runs=10 if args.quick else 30, warmup=warmup
+    )
+    server_stats = server.bench_server(
+        venv=venv, runs=runs, warmup=warmup, commands=20 if args.quick else server.COMMANDS
     )
     state.cleanup()
     meta = {
@@ -362,6 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         changes_stats=changes_stats,
         mcp_stats=mcp_stats,
         ui_stats=ui_stats,
+        server_stats=server_stats,
     )
     return 0
 
