@@ -189,7 +189,11 @@ def test_receive_on_arbitrary_bytes_gives_an_object_none_or_a_protocol_error(dat
 
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)  # NaN and Infinity are not JSON
+    | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
     max_leaves=10,
 )
@@ -211,3 +215,9 @@ def test_a_frame_encode_makes_is_one_receive_reads_back(fields, kind) -> None:
     message = {**fields, "type": kind}
     got = _receive_all(protocol.encode(message))
     assert got == [json.loads(json.dumps(message))]
+
+
+def test_encode_refuses_what_is_not_json() -> None:
+    for value in (float("inf"), float("nan"), b"bytes", object()):
+        with pytest.raises((ValueError, TypeError)):
+            protocol.encode({"type": "out", "text": value})

@@ -160,8 +160,13 @@ def _exactly(sock: _socket.socket, size: int, *, started: bool) -> bytes | None:
     return bytes(data)
 
 
-def receive(sock: _socket.socket) -> dict[str, object] | None:
+MAX_HELLO = 64 * 1024
+"""The largest frame a peer may send before it has shown the secret."""
+
+
+def receive(sock: _socket.socket, *, limit: int = MAX_FRAME) -> dict[str, object] | None:
     """The next frame's object; ``None`` when the peer closed the connection between frames.
+    A frame over ``limit`` bytes is refused before any of it is read.
 
     Raises:
         ProtocolError: a truncated or oversized frame, or one that is not a JSON object with
@@ -171,9 +176,9 @@ def receive(sock: _socket.socket) -> dict[str, object] | None:
     if header is None:
         return None
     (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME:
+    if size > limit:
         raise ProtocolError(
-            f"a frame of {size} bytes is over the limit of {MAX_FRAME}", code="too_large"
+            f"a frame of {size} bytes is over the limit of {limit}", code="too_large"
         )
     body = _exactly(sock, size, started=True)
     assert body is not None  # noqa: S101 - started=True never gives None

@@ -218,7 +218,7 @@ class Server:
             _refuse(conn, "auth", "this server serves its own user only")
             return
         conn.settimeout(HELLO_TIMEOUT)
-        hello = _expect(conn, "hello")
+        hello = _expect(conn, "hello", limit=protocol.MAX_HELLO)  # nobody is trusted yet
         token = hello.get("token")
         if not isinstance(token, str) or not hmac.compare_digest(
             token.encode("utf-8", "surrogateescape"), self.secret.encode()
@@ -300,9 +300,11 @@ def _internal(error: Exception) -> dict[str, object]:
     return {"type": "out", "fd": 2, "text": text}
 
 
-def _expect(conn: socket.socket, kind: str) -> dict[str, object]:
+def _expect(
+    conn: socket.socket, kind: str, *, limit: int = protocol.MAX_FRAME
+) -> dict[str, object]:
     try:
-        message = protocol.receive(conn)
+        message = protocol.receive(conn, limit=limit)
     except TimeoutError:
         raise protocol.ProtocolError(
             f"no {kind} frame within {HELLO_TIMEOUT:g} seconds", code="timeout"
