@@ -45,7 +45,7 @@ ATTACK = r"""
 import errno, json, os, socket, struct, sys
 arg = sys.argv[1]
 cfg = json.loads(arg) if arg.startswith("{") else json.load(open(arg))
-out = {"reads": {}, "targets": {}, "listed": [], "fds": []}
+out = {"uid": os.getuid(), "reads": {}, "targets": {}, "listed": [], "fds": []}
 
 def why(error):
     return errno.errorcode.get(error.errno, str(error))
@@ -299,7 +299,7 @@ class Ground:
         for served in self.servers:
             served.stop()
 
-    def inputs(self, served: Served, replay: str, relay: Relay) -> dict[str, object]:
+    def inputs(self, served: Served, replay: str, relay: Relay | None) -> dict[str, object]:
         """The attack's arguments. ``replay``: an earlier server's secret, which the test
         read outside and leaves in the workspace."""
         ws = self.box.ws
@@ -317,8 +317,8 @@ class Ground:
             "files": {**files, "replay": str(ws / "old-token"), "environ": f"/proc/{pid}/environ"},
             "folders": {"socket folder": place.folder},
             "paths": paths,
-            "abstract": [*names, relay.name],
-            "scope": [str(self.box.root), relay.name],
+            "abstract": [*names, relay.name] if relay else names,
+            "scope": [str(self.box.root), relay.name] if relay else [str(self.box.root)],
             "version": protocol.VERSION,
             "argv": ["run", "--", "touch", CANARY],
             "cwd": str(self.target),
@@ -331,14 +331,15 @@ class Ground:
         (self.box.ws / "inputs.json").write_text(json.dumps(inputs))
         return [PYTHON, "-S", str(self.box.ws / "attack.py"), str(self.box.ws / "inputs.json")]
 
-    def prepared(self) -> tuple[Served, dict[str, object]]:
-        """A server whose predecessor's secret the attack holds, and the attack's inputs."""
+    def prepared(self, *, relay: bool = True) -> tuple[Served, dict[str, object]]:
+        """A server whose predecessor's secret the attack holds, and the attack's inputs
+        (with ``relay``, an abstract name relaying to the server is among them)."""
         old = self.start()
         replay = old.token
         old.stop()
         served = self.start()
         assert served.token != replay, "each server makes a secret of its own"
-        return served, self.inputs(served, replay, self.relay(served))
+        return served, self.inputs(served, replay, self.relay(served) if relay else None)
 
 
 def listener(pid: int, path: str) -> str:
@@ -354,7 +355,12 @@ def listener(pid: int, path: str) -> str:
 
 @pytest.fixture(params=[True, False], ids=["xdg-runtime", "no-xdg-runtime"])
 def ground(request, box, monkeypatch) -> Iterator[Ground]:
-    made = Ground(box, request.param, monkeypatch)
+    yield from grounded(box, request.param, monkeypatch)
+
+
+def grounded(box: Box, runtime: bool, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ground]:
+    """A :class:`Ground` whose servers are stopped after the test."""
+    made = Ground(box, runtime, monkeypatch)
     try:
         yield made
     finally:
@@ -371,14 +377,16 @@ def unconfined(ground: Ground, inputs: dict[str, object]) -> dict[str, Any]:
     assert set(out["reads"].values()) == {"read"}, out["reads"]
     paths = inputs["paths"]
     assert isinstance(paths, list) and paths[0] == place.socket
-    for way in (*paths[:3], "@" + ground.relays[-1].name):
+    relayed = ["@" + relay.name for relay in ground.relays[-1:]]
+    for way in (*paths[:3], *relayed):
         assert out["targets"][way]["token"] == "ran", (way, out["targets"][way])
         assert out["targets"][way]["replay"] == "refused: the secret does not match this server's"
     assert place.socket in out["listed"], "the control: /proc/net/unix lists the socket"
     assert ground.canary.exists(), "the control: the server ran the canary command"
     ground.canary.unlink()
-    ground.relay_control = ground.relays[-1].accepted
-    assert ground.relay_control > 0
+    if ground.relays:
+        ground.relay_control = ground.relays[-1].accepted
+        assert ground.relay_control > 0, "the control: it reached the abstract name"
     return out
 
 
