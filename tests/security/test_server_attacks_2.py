@@ -29,10 +29,12 @@ from .test_server_attacks import (
     SECRET,
     WAIT,
     Ground,
+    Networked,
     assert_hidden,
     grounded,
     hello,
     unconfined,
+    unix_net_config,
 )
 
 OTHER_UID = "refused: this server serves its own user only"
@@ -152,3 +154,43 @@ def attack_as(argv: list[str]) -> dict[str, Any]:
     assert proc.returncode == 0, proc.stderr
     report: dict[str, Any] = json.loads(proc.stdout)
     return report
+
+
+SQUAT = r"""
+import errno, json, os, socket, sys
+path = sys.argv[1]
+try:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(path)
+    sock.listen(1)
+    print(json.dumps("bound"))
+except OSError as error:
+    print(json.dumps(errno.errorcode.get(error.errno, str(error))))
+"""
+
+
+def test_a_command_cannot_plant_a_socket_where_the_client_looks(
+    ground: Ground, make_host, box
+) -> None:
+    """The reverse attack: a listener planted at the socket's path while no server runs
+    would be sent the real secret by the next client. A ``network`` command allowed
+    ``socket(AF_UNIX)`` cannot make one there: bwrap's view of the runtime folder is
+    read-only, and of the state folder an empty read-only one; Landlock gives no right to
+    make a socket outside the writable roots. The control: the test itself can plant one."""
+    served = ground.start()
+    place = served.place
+    served.stop()  # an idle server's exit frees the path
+    assert not os.path.exists(place.socket)
+    script = box.ws / "squat.py"
+    script.write_text(SQUAT)
+    argv = [PYTHON, "-S", str(script), place.socket]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert json.loads(proc.stdout) == "bound", f"the control could not plant one: {proc.stderr}"
+    os.unlink(place.socket)
+    host = make_host(config=unix_net_config(box), plugins=[Networked()])
+    result = host.run(box.request(argv, profile="net"))
+    assert result.exit_code == 0, result.stderr.text
+    expected = {"bubblewrap": "EROFS", "landlock": "EACCES"}[box.sandbox]
+    assert json.loads(result.stdout.text) == expected
+    assert not os.path.exists(place.socket), "a confined command planted the server's socket"
