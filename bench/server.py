@@ -62,10 +62,8 @@ from stockade.server.paths import Place
 imported = time.perf_counter()
 conn = connect(Place(os.environ), op="call", start=False)
 welcomed = time.perf_counter()
-try:
-    status = converse(conn, sys.argv[1:])
-finally:
-    conn.close()
+status = converse(conn, sys.argv[1:])
+conn.close()
 done = time.perf_counter()
 ms = [(imported - start) * 1e3, (welcomed - imported) * 1e3, (done - welcomed) * 1e3]
 print("PHASES", *ms, status, file=sys.stderr)

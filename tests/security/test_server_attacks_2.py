@@ -201,13 +201,6 @@ def test_a_command_cannot_plant_a_socket_where_the_client_looks(
 
 
 @pytest.mark.sandboxes("bubblewrap")  # no sandbox plays a part: one run is enough
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: before the secret is checked, the server waits for and reads a hello "
-    "frame of up to MAX_FRAME (16 MiB), one thread per connection with no cap; a confined "
-    "network command with unix_sockets reaches the socket (Landlock always, bwrap in "
-    "XDG_RUNTIME_DIR: see test_a_network_command_with_unix_sockets_gets_nothing_run)",
-)
 def test_an_unauthenticated_hello_is_refused_before_a_huge_body_is_read(
     box, monkeypatch: pytest.MonkeyPatch
 ) -> None:
