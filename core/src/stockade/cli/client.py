@@ -23,6 +23,7 @@ import os
 import sys
 import time
 
+from ..caller import ask_terminal
 from ..server import protocol
 from ..server.paths import Place
 
@@ -177,24 +178,6 @@ def _terminal() -> bool:
     return True
 
 
-def _ask(text: str) -> str:
-    try:
-        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return ""
-    try:
-        os.write(tty, text.encode("utf-8", "surrogateescape"))
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = os.read(tty, 1024)
-            if not chunk:
-                break
-            data += chunk
-        return data.decode("utf-8", "replace")
-    finally:
-        os.close(tty)
-
-
 def converse(conn: _socket.socket, argv: list[str]) -> int:
     """Send the call, then print what comes back until its exit status."""
     if TYPE_CHECKING:
@@ -228,7 +211,7 @@ def converse(conn: _socket.socket, argv: list[str]) -> int:
                 stream.flush()
             elif kind == "ask":
                 assert message is not None  # noqa: S101 - kind says so
-                answer = _ask(str(message.get("text", "")))
+                answer = ask_terminal(str(message.get("text", ""))) or ""
                 protocol.send(conn, {"type": "answer", "text": answer})
             elif kind == "exit":
                 assert message is not None  # noqa: S101 - kind says so

@@ -73,33 +73,14 @@ def stockade_ask(pending: PendingApproval) -> Decision | None:
 def _ask(question: str) -> str | None:
     """The line typed after ``question`` at the terminal of whoever ran the command: this
     process's, or a server's caller's; ``None`` when there is none."""
-    from ..caller import current
+    from ..caller import ask_terminal, current
 
     caller = current()
     if caller is not None:
         return None if caller.ask is None else caller.ask(question)
     if not _interactive():
         return None
-    try:
-        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        os.write(tty, question.encode())
-        return _line(tty)
-    finally:
-        os.close(tty)
-
-
-def _line(fd: int) -> str:
-    """One line from the terminal (a terminal in canonical mode gives it whole)."""
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = os.read(fd, 1024)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode("utf-8", "replace")
+    return ask_terminal(question)
 
 
 def _interactive() -> bool:
