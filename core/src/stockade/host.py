@@ -30,9 +30,10 @@ import pluggy
 from . import caller
 from .config.load import load_config
 from .config.schema import Config
-from .errors import CredentialUnavailable, StockadeError, UsageError
+from .errors import StockadeError, UsageError
 from .plugin.manager import Hooks, get_plugin_manager
 from .policy import credentials, decide, held
+from .policy.breaker import Breaker
 from .policy.enforce import enforce_class
 from .policy.resolve import resolve
 from .record.recording import Recording
@@ -86,6 +87,7 @@ class Host:
         self.rules = self.hooks.classifier_rules()
         self.run_id = new_run_id()
         self.recording = Recording(self.hooks)
+        self.breaker = Breaker(self.recording, lambda: self.store, self.run_id)
         self.doer = Doer(
             self.config, sandboxes=self.sandboxes, executors=self.executors, run_id=self.run_id
         )
@@ -135,6 +137,7 @@ class Host:
         run.cwd = cwd
         run.run_id = run_id or new_run_id()
         run.recording = self.recording
+        run.breaker = Breaker(run.recording, lambda: run.store, run.run_id)
         run.doer = self.doer.for_run(run.run_id)
         run._steps, run._started = 0, None
         run._store, run._home, run._tasks = None, None, None
@@ -154,7 +157,7 @@ class Host:
         """
         admission = self.admit(request)  # deciding
         carried = self.carry_out(self.prepare(admission), abort=abort)  # doing
-        return self.recording.result(carried)  # the record
+        return self.breaker.finish(admission.spec, carried, self.recording.result)  # record
 
     def admit(self, request: ExecRequest) -> Admission:
         """Every deciding stage: resolve, credentials, classify, enforce, roots, gate, decide.
@@ -178,13 +181,14 @@ class Host:
             agent=agent,
             here=self.cwd if self.cwd is not None else caller.cwd(),
         )
-        secrets = self._secrets(spec)
+        secrets = credentials.recorded(self.hooks, spec, self.recording)
         self.recording.action(spec)
         classification = self.classify(spec)
         spec = enforce_class(spec, classification)
         decide.check_roots(spec, self.config, self.environ, self.recording)
         if request.gate is not None:
             decide.gate(spec, classification, request.gate, self.recording)
+        tripped = self.breaker.admit(spec, classification, agent)  # the step's own taints
         decision = decide.decide(
             self.hooks,
             spec,
@@ -192,19 +196,9 @@ class Host:
             agent.profile,
             recording=self.recording,
             hold=lambda pending: self.store.hold(pending),  # noqa: PLW0108 - opened on first use
+            breaker=tripped,
         )
         return self._admitted(spec, classification, decision, agent, secrets)
-
-    def _secrets(self, spec: ExecSpec) -> dict[str, str]:
-        """Credentials resolved before anything is recorded, so that an argv carrying one is
-        refused before it could be written down; they go to the child at spawn."""
-        try:
-            return credentials.secrets(self.hooks, spec)
-        except CredentialUnavailable as error:
-            # No value was found, so none can be in argv: the refusal is recorded.
-            self.recording.action(spec)
-            self.recording.error(spec, error)
-            raise
 
     def _admitted(
         self,
@@ -269,7 +263,7 @@ class Host:
                 message="the awaiting task was cancelled, so the command was killed",
             )
             raise
-        return self.recording.result(carried)
+        return self.breaker.finish(prepared.spec, carried, self.recording.result)
 
     def classify(self, spec: ExecSpec) -> Classification:
         """Every classifier votes; the most severe kind wins and all reasons are kept."""
@@ -322,7 +316,7 @@ class Host:
 
         def runner(abort: AbortToken, on_output: OnOutput) -> RunResult:
             carried = self.carry_out(prepared, abort=abort, on_output=on_output)
-            return self.recording.result(carried)
+            return self.breaker.finish(prepared.spec, carried, self.recording.result)
 
         try:
             return tasks.start(owner, request.argv, runner, prepared.secrets)
@@ -454,7 +448,7 @@ class Host:
             raise
         admission = self._admitted(spec, found.classification, decision, agent, secrets)
         carried = self.carry_out(self.prepare(admission), abort=abort, on_output=on_output)
-        return self.recording.result(carried)
+        return self.breaker.finish(spec, carried, self.recording.result)
 
     def close(self) -> None:
         """Kill every background task; release the executor's helpers and the store;

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from stockade.errors import UsageError
 
@@ -25,6 +25,7 @@ async def file_list(
     """A folder's entries."""
     path = string(arguments, "path", default=".")
     listing = await asyncio.to_thread(lambda: service.workspace().file_list(path))
+    await _taint(service, "list", path)
     lines = [render.entry_line(entry) for entry in listing.entries]
     if listing.truncated:
         lines.append("[more entries than the limit; not all are listed]")
@@ -44,6 +45,7 @@ async def file_read(
     read = await asyncio.to_thread(
         lambda: service.workspace().file_read(path, offset=offset, limit=limit)
     )
+    await _taint(service, "read", path)
     shown = read.text if read.text is not None else (read.description or "")
     if read.truncated:
         shown += f"\n[more follows: read on with offset {read.offset + read.returned}]"
@@ -56,5 +58,14 @@ async def file_write(
     """Replace a whole file, atomically."""
     path, content = string(arguments, "path"), string(arguments, "content")
     written = await asyncio.to_thread(lambda: service.workspace().file_write(path, content))
+    await _taint(service, "write", path)
     what = "created" if written.created else ("changed" if written.changed else "unchanged")
     return ok(f"{what}: {written.path} ({written.new_size} bytes)", written)
+
+
+async def _taint(service: Service, tool: Literal["list", "read", "write"], path: str) -> None:
+    """What the tool did to the taint of the connection's run (the breaker's facts)."""
+    profile = service.host.config.profile(service.agent)
+    await asyncio.to_thread(
+        lambda: service.host.breaker.file_tool(tool, service.root(), path, profile)
+    )

@@ -3,7 +3,8 @@
 A step is one command: its ``action`` event (what was asked), the ``permission`` events
 (the policy's decision, then a person's answer when it was held), a ``grant``, the
 ``connection`` events of its egress proxy, a ``decline`` when a person declined it, and how
-it ended (a ``result``, or an ``error`` when it could not run). A held step's state comes
+it ended (a ``result``, or an ``error`` when it could not run); the ``taint`` events it
+caused (what the breaker counts). A held step's state comes
 from the store's held steps: it may be waiting, let go ahead but not run yet, or running in
 another process, which are not events.
 """
@@ -29,7 +30,8 @@ class Line:
 
     Attributes:
         seq: its place in the record.
-        kind: its kind (``permission``, ``grant``, ``connection``, ``decline``, ``error``).
+        kind: its kind (``permission``, ``grant``, ``connection``, ``taint``, ``decline``,
+            ``error``).
         text: what it says.
         by: who decided, for a permission or a grant.
         tone: ``ok``, ``ask``, ``bad`` or empty: how the page colours it.
@@ -94,6 +96,8 @@ def build(
     ``checked`` remembers the blobs whose previews were re-hashed."""
     grouped: dict[int, list[Row]] = {}
     for row in rows:
+        if row.kind == "taint" and row.step == 0:
+            continue  # a file tool's before any step: the breaker's reason names it
         grouped.setdefault(row.step, []).append(row)
     return [
         _step(store, number, events, held.get(number), checked)
@@ -139,6 +143,10 @@ def _step(
         elif row.kind == "error":
             error = f"{body['code']}: {body['message']}"
             lines.append(Line(row.seq, "error", error, tone="bad"))
+        elif row.kind == "taint":
+            what = "private data" if body["taint"] == "private" else "somebody else's words"
+            text = f"the run holds {what}: {body['source']} {body['detail']}"
+            lines.append(Line(row.seq, "taint", text, tone="ask"))
         elif row.kind == "decline":
             text = f"{body['reason']}: it never runs"
             lines.append(Line(row.seq, "decline", text, body["by"], "bad"))

@@ -136,6 +136,13 @@ def _add_file_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subp
         sub.add_argument("path", metavar="PATH", nargs="?" if tool == "list" else None, default=".")
         sub.add_argument("--profile", "--agent", metavar="AGENT", default="default")
         sub.add_argument("--json", action="store_true")
+        sub.add_argument(
+            "--run",
+            dest="run_name",
+            metavar="RUN",
+            help="the run this tool call is part of: what it read taints the run, for the "
+            "breaker (also STOCKADE_RUN)",
+        )
         if tool == "read":
             sub.add_argument("--offset", type=int, default=0, metavar="BYTES")
             sub.add_argument("--limit", type=int, default=256 * 1024, metavar="BYTES")

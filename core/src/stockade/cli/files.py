@@ -36,6 +36,7 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
                 result = workspace.file_read(args.path, offset=args.offset, limit=args.limit)
             else:
                 result = workspace.file_write(args.path, sys.stdin.buffer.read())
+        _taint(args, root)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     if args.json:
@@ -45,6 +46,22 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
         return 0
     _print(args.tool, result)
     return 0
+
+
+def _taint(args: argparse.Namespace, root: str) -> None:
+    """What the tool did to the taint of its run (``--run`` / ``STOCKADE_RUN``), recorded
+    before anything it read is shown; without a run there is nothing to taint."""
+    from .common import run_name
+
+    run = run_name(args)
+    if run is None:
+        return
+    from ..host import Host
+
+    with Host.from_environment(args.config, environ=os.environ) as warm:
+        host = warm.for_run(run_id=run)
+        host.breaker.file_tool(args.tool, root, args.path, warm.config.profile(args.profile))
+        host.close()
 
 
 def _print(tool: str, result: object) -> None:

@@ -34,6 +34,8 @@ def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
     """One summary per step, in the order the steps began."""
     found: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
+        if row.kind == "taint":
+            continue  # what the breaker counts, not a step's state (`stockade replay` has it)
         step = found.setdefault(
             (row.run_id, row.step),
             {"run_id": row.run_id, "step": row.step, "time": row.time, "state": "unfinished"},
@@ -263,6 +265,10 @@ class _Text:
     def _decline(self, body: dict[str, Any]) -> str:
         return f"{self.prose(body['reason'])} by {self.prose(body['by'])}: it never runs"
 
+    def _taint(self, body: dict[str, Any]) -> str:
+        detail = REDACTED if self.redact else self.prose(body["detail"])
+        return f"the run holds {body['taint']} ({self.prose(body['source'])}): {detail}"
+
 
 def _redacted(body: dict[str, Any]) -> dict[str, Any]:
     """``body`` without what redaction covers: argv (and the reasons that quote it), cwd,
@@ -279,6 +285,7 @@ def _redacted(body: dict[str, Any]) -> dict[str, Any]:
         "restored",
         "folder",
         "failed",
+        "detail",
     ):
         if key in hidden:
             hidden[key] = REDACTED

@@ -12,8 +12,17 @@ from typing import TYPE_CHECKING
 from ..errors import CredentialUnavailable
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ..plugin.manager import Hooks
+    from ..record.recording import Recording
     from ..request.spec import ExecSpec
+
+
+def used(spec: ExecSpec) -> Mapping[str, str]:
+    """The credentials a step asked for: variable -> handle (never a value). The breaker
+    counts each as private data the run holds (:mod:`stockade.policy.breaker`)."""
+    return spec.credentials
 
 
 def credentials(hooks: Hooks, spec: ExecSpec) -> dict[str, str]:
@@ -48,3 +57,20 @@ def secrets(hooks: Hooks, spec: ExecSpec) -> dict[str, str]:
 
     refuse_in_argv(spec.argv, values.values())
     return values
+
+
+def recorded(hooks: Hooks, spec: ExecSpec, recording: Recording) -> dict[str, str]:
+    """:func:`secrets`, resolved before anything is recorded, so that an argv carrying one is
+    refused before it could be written down; a handle no broker knows is recorded.
+
+    Raises:
+        CredentialUnavailable: no broker resolved a handle (recorded).
+        UsageError: an argument holds a secret (nothing recorded).
+    """
+    try:
+        return secrets(hooks, spec)
+    except CredentialUnavailable as error:
+        # No value was found, so none can be in argv: the refusal is recorded.
+        recording.action(spec)
+        recording.error(spec, error)
+        raise

@@ -82,8 +82,13 @@ def decide(
     *,
     recording: Recording,
     hold: Callable[[PendingApproval], object],
+    breaker: Decision | None = None,
 ) -> Decision:
     """The policy's decision, a person's answer when it asks; recorded, then enforced.
+
+    ``breaker`` is the breaker's ``ask`` (:mod:`stockade.policy.breaker`): it replaces an
+    ``allow`` or an ``ask`` of the policy (a ``deny`` stays), and no approval in advance
+    answers it: a person does, or it is held.
 
     Raises:
         PolicyDenied: the command is denied.
@@ -93,6 +98,9 @@ def decide(
     decision = hooks.decide(spec, classification, profile) or Decision(
         "deny", "no policy plugin is loaded (the built-in one is blocked)", by="host"
     )
+    if breaker is not None and decision.verdict != "deny":
+        also = f"; the policy asks too: {decision.reason}" if decision.verdict == "ask" else ""
+        decision = Decision("ask", breaker.reason + also, by=breaker.by)
     if spec.grant_writable and decision.verdict == "allow":
         # A widening is never the policy's to give: a person grants it, or nobody.
         decision = Decision(
@@ -101,7 +109,7 @@ def decide(
             by=decision.by,
         )
     if decision.verdict == "ask":
-        if spec.preapproved and spec.origin != "mcp":
+        if spec.preapproved and spec.origin != "mcp" and breaker is None:
             decision = Decision(
                 "allow", f"approved in advance: {decision.reason}", by="preapproved"
             )

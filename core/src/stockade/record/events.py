@@ -12,7 +12,7 @@ from typing import Literal
 
 from attrs import field, frozen
 
-from ..request.literals import Mode, Origin
+from ..request.literals import Mode, Origin, TaintKind
 from ..request.result import Guarded, RunResult
 from ..request.spec import ExecSpec
 from ..request.verdict import Classification, Decision
@@ -264,6 +264,33 @@ class DeclineEvent:
     kind: Literal["decline"] = field(kw_only=True, default="decline")
 
 
+@frozen
+class TaintEvent:
+    """A run came to hold private data or somebody else's words (:mod:`stockade.policy.breaker`).
+
+    Attributes:
+        action_id: the step that caused it, or the file tool call's own id.
+        taint: ``private`` (private data) or ``untrusted`` (somebody else's words).
+        source: what caused it: ``credential``, ``private-path``, ``private-file`` (a file an
+            earlier run marked), ``file_read``, ``file_list``, ``output``, ``network``.
+        detail: which one, in words: the path, the variable and handle, the command.
+        run_id: the run that holds it.
+        step: the step that caused it (for a file tool: the run's last step before it).
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    taint: TaintKind = field(kw_only=True)
+    source: str = field(kw_only=True)
+    detail: str = field(kw_only=True)
+    run_id: str = field(kw_only=True)
+    step: int = field(kw_only=True, default=0)
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["taint"] = field(kw_only=True, default="taint")
+
+
 Event = (
     ActionEvent
     | PermissionEvent
@@ -274,5 +301,6 @@ Event = (
     | WorkspaceEvent
     | QuarantineEvent
     | DeclineEvent
+    | TaintEvent
 )
 """Everything a recorder sees, tagged by its ``kind`` field."""

@@ -16,6 +16,7 @@ from ..errors import RecorderFailed, StockadeError
 
 if TYPE_CHECKING:
     from ..plugin.manager import Hooks
+    from ..request.literals import TaintKind
     from ..request.result import RunResult
     from ..request.spec import ExecSpec
     from ..request.step import Carried
@@ -99,6 +100,28 @@ class Recording:
             from . import events
 
             self.record(events.DeclineEvent(action_id, by=by, reason=reason))
+
+    def taint(
+        self, action_id: str, *, taint: TaintKind, source: str, detail: str, run_id: str, step: int
+    ) -> None:
+        """A run came to hold private data or somebody else's words (the breaker's facts).
+
+        Raises:
+            RecorderFailed: a recorder failed.
+        """
+        if self.active:
+            from . import events
+
+            self.record(
+                events.TaintEvent(
+                    action_id,
+                    taint=taint,
+                    source=source,
+                    detail=detail,
+                    run_id=run_id,
+                    step=step,
+                )
+            )
 
     def connection(self, action_id: str, connection: Any) -> None:  # noqa: ANN401 - egress.Connection
         """One connection the egress proxy allowed or refused. Called from the proxy's

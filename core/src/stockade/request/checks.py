@@ -77,6 +77,15 @@ def _dotfiles(_inst: object, attr: attrs.Attribute[Any], value: tuple[str, ...])
             )
 
 
+def _private_globs(_inst: object, attr: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    for glob in value:
+        if not isinstance(glob, str) or not glob.strip() or "\0" in glob:
+            raise ValueError(
+                f"{attr.name} takes globs of paths (relative to the workspace, or absolute), "
+                f"such as 'secrets/*' or '*.pem'; got {glob!r}"
+            )
+
+
 def _positive_number(
     _inst: object, attr: attrs.Attribute[float | None], value: float | None
 ) -> None:

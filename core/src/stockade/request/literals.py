@@ -10,6 +10,8 @@ Kind = Literal["reads", "writes", "network", "destroys"]
 Verdict = Literal["allow", "ask", "deny"]
 Origin = Literal["cli", "api", "mcp"]
 Autonomy = Literal["standard", "read-only"]
+BreakerSetting = Literal["on", "off-allow-exfiltration"]
+TaintKind = Literal["private", "untrusted"]
 Enforcement = Literal["full", "partial"]
 LimitName = Literal["memory", "processes", "file_size", "cpu", "quota"]
 ChangeMethod = Literal["inotify", "scan"]
@@ -23,6 +25,7 @@ KINDS: tuple[Kind, ...] = ("reads", "writes", "network", "destroys")
 """Classes of effect, least severe first: the order in which votes are ranked."""
 ORIGINS: tuple[Origin, ...] = ("cli", "api", "mcp")
 AUTONOMIES: tuple[Autonomy, ...] = ("standard", "read-only")
+BREAKER_SETTINGS: tuple[BreakerSetting, ...] = ("on", "off-allow-exfiltration")
 
 DOTFILES = frozenset(
     {

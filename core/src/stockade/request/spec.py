@@ -23,9 +23,20 @@ from .checks import (
     _paths,
     _positive,
     _positive_number,
+    _private_globs,
     _strings,
 )
-from .literals import AUTONOMIES, MODES, ORIGINS, Autonomy, Kind, Mode, Origin
+from .literals import (
+    AUTONOMIES,
+    BREAKER_SETTINGS,
+    MODES,
+    ORIGINS,
+    Autonomy,
+    BreakerSetting,
+    Kind,
+    Mode,
+    Origin,
+)
 from .verdict import Decision
 
 
@@ -233,6 +244,10 @@ class Profile:
         writable_dotfiles: protected dotfiles (``.bashrc``, ``.gitconfig``, ...; see
             :data:`stockade.confine.protected.DOTFILES`) its commands may write in a writable root,
             ``["*"]`` for all of them (a dotfiles checkout).
+        private: globs naming its private paths (relative to the workspace, or absolute):
+            a run that reads one holds private data (:mod:`stockade.policy.breaker`).
+        breaker: ``on``; ``off-allow-exfiltration`` lets a run that holds private data and
+            somebody else's words reach the network without asking a person.
     """
 
     name: str = field(default="default", kw_only=True)
@@ -248,3 +263,7 @@ class Profile:
     writable_dotfiles: tuple[str, ...] = field(
         kw_only=True, default=(), converter=_strings, validator=_dotfiles
     )
+    private: tuple[str, ...] = field(
+        kw_only=True, default=(), converter=_strings, validator=_private_globs
+    )
+    breaker: BreakerSetting = field(kw_only=True, default="on", validator=_one_of(BREAKER_SETTINGS))

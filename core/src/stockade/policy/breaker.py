@@ -1,0 +1,387 @@
+"""The breaker: a run that holds private data and has read somebody else's words asks a
+person before any step that can reach the network, and says why.
+
+A run's *taints* come from facts the host already has; each is a ``taint`` event in the
+signed record (:class:`~stockade.record.events.TaintEvent`) naming its source:
+
+somebody else's words (``untrusted``)
+    ``file_read`` / ``file_list``: a file tool of the run read or listed something (any
+    path); ``output``: a step's output came back (its stdout or stderr is not empty);
+    ``network``: a step that could reach the network ran (what it fetched is words from
+    outside, whether or not it printed them).
+private data (``private``)
+    ``credential``: a step asked for a credential (:func:`stockade.policy.credentials.used`);
+    ``private-path``: a step named, or a file tool read, a path the profile's ``private``
+    globs match; ``private-file``: ... a file the sidecar marks private
+    (:class:`~stockade.record.taint.PrivateFiles`): an earlier run wrote it holding private data.
+
+What "names a path" means for a command: each argument (the program too), the value of an
+``--option=value`` argument, and an argument after a leading ``@`` (``curl -d @file``), taken
+relative to the command's folder, ``..`` resolved by its letters, and again with its symlinks
+resolved when it exists. Such a path counts when it is, or is inside, a path a glob matches,
+or when it is an existing folder a glob could match beneath (a glob that begins with a
+wildcard, such as ``*.pem``, can match beneath any folder, so every folder argument counts).
+The command's own folder counts only when it is itself inside a private path: a program that
+reads a folder it was not told about (``grep -r`` with no path) is not seen. Globs follow
+:func:`fnmatch.fnmatchcase` (``*`` matches ``/`` too), against the path relative to the
+workspace, or the absolute path for a glob that starts with ``/``.
+
+The check (:meth:`Breaker.admit`): a step classed ``network``, or run ``danger-full-access``
+(not confined, so it reaches any host), of a run holding both, is decided ``ask`` by
+``breaker`` whatever the policy said (a ``deny`` stays a deny); an approval in advance does
+not answer it (:func:`stockade.policy.decide.decide`). Only the profile's ``breaker =
+"off-allow-exfiltration"`` turns the check off; the taints are recorded all the same.
+
+A step's own taints (its credentials, the private paths it names) count before its decision:
+a step that is then refused or held still counts, since it asked for them. What a run writes
+after it holds private data (file-tool writes; a command's changed files, where its changes
+are watched) is marked in the sidecar, so the next run that reads it holds private data too.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Literal
+
+from attrs import frozen
+
+from ..errors import RecorderFailed
+from ..request.verdict import Decision
+
+if TYPE_CHECKING:
+    from ..record.recording import Recording
+    from ..record.store import Store
+    from ..record.taint import PrivateFiles
+    from ..request.literals import TaintKind
+    from ..request.result import RunResult
+    from ..request.spec import ExecSpec, Profile
+    from ..request.step import Agent, Carried
+    from ..request.verdict import Classification
+
+BY = "breaker"
+"""Who decides the breaker's ``ask`` (``Decision.by``)."""
+OPT_OUT = "off-allow-exfiltration"
+"""The profile's ``breaker`` setting that turns the check off."""
+SHOWN = 3
+"""How many sources of each kind a reason names before it counts the rest."""
+_WILD = "*?["
+
+
+@frozen
+class Taint:
+    """One fact the breaker counts.
+
+    Attributes:
+        taint: ``private`` or ``untrusted``.
+        source: what caused it (see the module docstring).
+        detail: which one, in words.
+    """
+
+    taint: TaintKind
+    source: str
+    detail: str
+
+
+class Breaker:
+    """One run's taints, and the breaker's check of its steps.
+
+    Args:
+        recording: where its taints are recorded.
+        store: the store (opened on first use): the record read back, the sidecar.
+        run_id: the run.
+    """
+
+    def __init__(self, recording: Recording, store: Callable[[], Store], run_id: str) -> None:
+        self.recording = recording
+        self.run_id = run_id
+        self._store = store
+        self._files: PrivateFiles | None = None
+        self._taints: dict[Taint, None] = {}  # an ordered set
+        self._step = 0
+        self._lock = threading.Lock()
+
+    # --- what a run holds ----------------------------------------------------------------
+
+    def holds(self) -> tuple[list[Taint], list[Taint]]:
+        """Its private and untrusted taints: this process's, and what the record has of the
+        run from other processes (a server before a restart, ``stockade file --run``, an
+        approval)."""
+        if self.recording.active:
+            from ..record.taint import recorded
+
+            found = recorded(self._store(), self.run_id)
+            with self._lock:
+                for taint, source, detail in found:
+                    kind: TaintKind = "private" if taint == "private" else "untrusted"
+                    self._taints.setdefault(Taint(kind, source, detail), None)
+        with self._lock:
+            taints = list(self._taints)
+        return (
+            [t for t in taints if t.taint == "private"],
+            [t for t in taints if t.taint == "untrusted"],
+        )
+
+    def _holds_private(self) -> bool:
+        with self._lock:
+            if any(t.taint == "private" for t in self._taints):
+                return True
+        return bool(self.holds()[0])
+
+    # --- a command -----------------------------------------------------------------------
+
+    def admit(
+        self, spec: ExecSpec, classification: Classification, agent: Agent
+    ) -> Decision | None:
+        """Record the step's own taints (the credentials it asks for, the private paths it
+        names); the breaker's ``ask`` when it trips, else ``None``.
+
+        Raises:
+            RecorderFailed: a taint could not be recorded (the step does not run).
+        """
+        from .credentials import used
+
+        with self._lock:
+            self._step = max(self._step, spec.step)
+        taints = [
+            Taint("private", "credential", f"{variable} (handle {handle})")
+            for variable, handle in used(spec).items()
+        ]
+        profile = agent.profile
+        taints += self._private(named(spec.argv, spec.cwd), spec.workspace, profile)
+        taints += self._private([os.path.normpath(spec.cwd)], spec.workspace, profile, own=True)
+        self._add(taints, spec.action_id, spec.run_id, spec.step)
+        return self.check(spec, classification, agent.profile)
+
+    def check(
+        self, spec: ExecSpec, classification: Classification, profile: Profile
+    ) -> Decision | None:
+        """The breaker's ``ask`` for a step that can reach the network, of a run that holds
+        private data and somebody else's words; ``None`` for any other."""
+        if profile.breaker == OPT_OUT:
+            return None
+        if classification.kind != "network" and spec.mode != "danger-full-access":
+            return None
+        private, untrusted = self.holds()
+        if not private or not untrusted:
+            return None
+        return Decision("ask", reason(private, untrusted), by=BY)
+
+    def finish(
+        self, spec: ExecSpec, carried: Carried, record: Callable[[Carried], RunResult]
+    ) -> RunResult:
+        """``record(carried)``, then what the step tainted its run with; the files it wrote
+        while the run held private data are marked in the sidecar, the ones it deleted
+        unmarked. Its taints count at once, before anything is recorded.
+
+        Raises:
+            RecorderFailed: the result or a taint could not be recorded (the result is on
+                the error).
+        """
+        result = carried.result
+        taints = []
+        if result.stdout.total_bytes or result.stderr.total_bytes:
+            taints.append(Taint("untrusted", "output", f"step {spec.step}: {_shown(spec.argv)}"))
+        if result.classification.kind == "network" or spec.mode == "danger-full-access":
+            taints.append(Taint("untrusted", "network", f"step {spec.step}: {_shown(spec.argv)}"))
+        ours = spec.run_id == self.run_id
+        new = self._count(taints, spec.run_id)
+        recorded = record(carried)
+        try:
+            self._record(new, spec.action_id, spec.run_id, spec.step)
+            if result.changes is not None:
+                self._written(spec, result, private=ours and self._holds_private())
+        except RecorderFailed as error:
+            raise RecorderFailed(error.message, hint=error.hint, result=recorded) from error
+        return recorded
+
+    def _written(self, spec: ExecSpec, result: RunResult, *, private: bool) -> None:
+        changes = result.changes
+        assert changes is not None  # noqa: S101 - checked by the caller
+        workspace = os.path.realpath(spec.workspace)
+        files = self.files()
+        if changes.deleted:
+            files.forget(workspace, (path.rstrip("/") for path in changes.deleted))
+        if private:
+            written = [path.rstrip("/") for path in (*changes.created, *changes.modified)]
+            files.mark(workspace, written, run_id=spec.run_id, step=spec.step)
+
+    # --- a file tool ---------------------------------------------------------------------
+
+    def file_tool(
+        self, tool: Literal["list", "read", "write"], root: str, path: str, profile: Profile
+    ) -> None:
+        """What a file tool of the run did to its taint: a listing or a read is somebody
+        else's words, a read of a private path private data; a write while the run holds
+        private data marks the file in the sidecar. Called after the tool succeeded.
+
+        Raises:
+            RecorderFailed: a taint could not be recorded.
+        """
+        from ..request.spec import new_action_id
+
+        relative = os.path.normpath(path).lstrip("/")
+        shown = "." if relative in ("", ".") else relative
+        full = os.path.join(root, relative)
+        if tool == "write":
+            if self._holds_private():
+                workspace = os.path.realpath(root)
+                inside = _relative(os.path.realpath(full), workspace)
+                self.files().mark(
+                    workspace, [inside or relative], run_id=self.run_id, step=self._last_step()
+                )
+            return
+        taints = [Taint("untrusted", f"file_{tool}", shown)]
+        if tool == "read":
+            taints += self._private([full], root, profile)
+        self._add(taints, f"file-{new_action_id()}", self.run_id, self._last_step())
+
+    def _last_step(self) -> int:
+        with self._lock:
+            step = self._step
+        if step == 0 and self.recording.active:
+            step = self._store().last_step(self.run_id)
+        return step
+
+    # --- shared --------------------------------------------------------------------------
+
+    def files(self) -> PrivateFiles:
+        """The sidecar of files marked private (in the store)."""
+        if self._files is None:
+            from ..record.taint import PrivateFiles
+
+            self._files = PrivateFiles(self._store())
+        return self._files
+
+    def _private(
+        self, paths: Iterable[str], workspace: str, profile: Profile, *, own: bool = False
+    ) -> list[Taint]:
+        """The private taints of reading ``paths`` (absolute, normalised); ``own``: the
+        command's folder, which counts only when it is inside a private path."""
+        roots = dict.fromkeys((os.path.normpath(workspace), os.path.realpath(workspace)))
+        taints: list[Taint] = []
+        inside: dict[str, None] = {}
+        for path in paths:
+            relative = next((r for r in (_relative(path, w) for w in roots) if r is not None), None)
+            if relative is not None:
+                inside.setdefault(relative, None)
+            glob = matches(path, relative, profile.private, folders=not own)
+            if glob is not None:
+                shown = path if relative is None else relative or "."
+                taints.append(Taint("private", "private-path", f"{shown} ({glob})"))
+        if inside and not own:
+            marked = self.files().named(os.path.realpath(workspace), inside)
+            taints += [Taint("private", "private-file", path) for path in marked]
+        return taints
+
+    def _add(self, taints: list[Taint], action_id: str, run_id: str, step: int) -> None:
+        """Count ``taints`` and record each one the run did not already hold."""
+        self._record(self._count(taints, run_id), action_id, run_id, step)
+
+    def _count(self, taints: list[Taint], run_id: str) -> list[Taint]:
+        """Count ``taints`` in this process when they are the run's own; the ones to record
+        (new to the run, or of another run: a held step this host released)."""
+        new = []
+        with self._lock:
+            for taint in dict.fromkeys(taints):
+                if run_id != self.run_id:
+                    new.append(taint)
+                elif taint not in self._taints:
+                    self._taints[taint] = None
+                    new.append(taint)
+        return new
+
+    def _record(self, taints: list[Taint], action_id: str, run_id: str, step: int) -> None:
+        for taint in taints:
+            self.recording.taint(
+                action_id,
+                taint=taint.taint,
+                source=taint.source,
+                detail=taint.detail,
+                run_id=run_id,
+                step=step,
+            )
+
+
+def reason(private: list[Taint], untrusted: list[Taint]) -> str:
+    """Why the breaker asks, naming what private thing and which untrusted source."""
+    return (
+        f"the breaker: this run holds private data ({_listed(private)}) and has read "
+        f"somebody else's words ({_listed(untrusted)}), so a step that can reach the network "
+        "could send the one out on the say of the other"
+    )
+
+
+def _listed(taints: list[Taint]) -> str:
+    words = [f"{t.source} {t.detail}" for t in taints[:SHOWN]]
+    if len(taints) > SHOWN:
+        words.append(f"and {len(taints) - SHOWN} more")
+    return "; ".join(words)
+
+
+def _shown(argv: Iterable[str]) -> str:
+    from ..display import command
+
+    return command(argv)
+
+
+def named(argv: Iterable[str], cwd: str) -> list[str]:
+    """The paths a command names (see the module docstring), absolute and normalised: each
+    as written, and again with its symlinks resolved when it exists."""
+    found: dict[str, None] = {}
+    for arg in argv:
+        for text in _candidates(arg):
+            path = os.path.normpath(os.path.join(cwd, text))
+            found.setdefault(path, None)
+            if os.path.lexists(path):
+                found.setdefault(os.path.realpath(path), None)
+    return list(found)
+
+
+def _candidates(arg: str) -> Iterator[str]:
+    if not arg or "\0" in arg:
+        return
+    yield arg
+    if arg.startswith("-") and "=" in arg:
+        arg = arg.partition("=")[2]
+        if arg:
+            yield arg
+    if arg.startswith("@") and len(arg) > 1:
+        yield arg[1:]
+
+
+def matches(
+    path: str, relative: str | None, globs: Iterable[str], *, folders: bool = True
+) -> str | None:
+    """The first glob that makes reading ``path`` (absolute; ``relative`` to the workspace,
+    ``None`` outside it, ``""`` the workspace itself) read something private: ``path`` is,
+    or is inside, a match, or (with ``folders``) is a folder a match could be beneath."""
+    for glob in globs:
+        target = path if glob.startswith("/") else relative
+        if target is None:
+            continue
+        parts = target.split("/")
+        for end in range(len(parts), 0, -1):
+            if fnmatch.fnmatchcase("/".join(parts[:end]), glob):
+                return glob
+        if folders and os.path.isdir(path) and _beneath(target, glob):
+            return glob
+    return None
+
+
+def _beneath(folder: str, glob: str) -> bool:
+    """Whether ``glob`` could match something beneath ``folder``: its letters before the
+    first wildcard agree with the folder's path."""
+    cut = min((i for i, c in enumerate(glob) if c in _WILD), default=len(glob))
+    prefix, base = glob[:cut], (folder.rstrip("/") + "/" if folder not in ("", "/") else folder)
+    return base.startswith(prefix) or prefix.startswith(base)
+
+
+def _relative(path: str, workspace: str) -> str | None:
+    if path == workspace:
+        return ""
+    if path.startswith(workspace.rstrip("/") + "/"):
+        return path[len(workspace.rstrip("/")) + 1 :]
+    return None

@@ -1,0 +1,104 @@
+"""The breaker's memory in the store: a run's taints read back, and the files marked private.
+
+Both live in the store (owner-only, hidden from every sandbox), never in the workspace, where
+a command could change them:
+
+- :func:`recorded`: the ``taint`` events of one run, read back from the signed record, so a
+  run's taint survives the calls, processes and servers that carry its steps.
+- :class:`PrivateFiles`: the sidecar. A file a run wrote while it held private data is kept
+  here by workspace (its real path) and path (relative to it, normalised, no trailing
+  ``/``); the next run that reads it starts with private data in hand. A mark goes when a
+  watched command deletes the file; a later write does not clear it.
+
+The sidecar's table is made on first use (``CREATE TABLE IF NOT EXISTS``): a store an older
+Stockade made gains it, and an older Stockade ignores it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .store import Store
+
+_TABLE = """
+CREATE TABLE IF NOT EXISTS private_files (
+    workspace TEXT NOT NULL,
+    path TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    time REAL NOT NULL,
+    PRIMARY KEY (workspace, path)
+)
+"""
+
+
+def recorded(store: Store, run_id: str) -> list[tuple[str, str, str]]:
+    """The taints of run ``run_id`` in the record, oldest first: ``(taint, source, detail)``."""
+    import json
+
+    with store.locked():
+        found = store.connection.execute(
+            "SELECT body FROM events WHERE run_id=? AND kind='taint' ORDER BY seq", (run_id,)
+        ).fetchall()
+    taints = []
+    for (body,) in found:
+        event = json.loads(body)
+        taints.append((str(event["taint"]), str(event["source"]), str(event["detail"])))
+    return taints
+
+
+class PrivateFiles:
+    """The sidecar of files marked private, in ``store``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        with store.locked(), store.connection:
+            store.connection.execute(_TABLE)
+
+    def mark(self, workspace: str, paths: Iterable[str], *, run_id: str, step: int) -> None:
+        """Mark ``paths`` (relative to ``workspace``) private: written by ``run_id``'s
+        ``step`` while the run held private data."""
+        now = time.time()
+        rows = [(workspace, path, run_id, step, now) for path in paths]
+        if rows:
+            with self.store.locked(), self.store.connection as db:
+                db.executemany("INSERT OR REPLACE INTO private_files VALUES (?, ?, ?, ?, ?)", rows)
+
+    def forget(self, workspace: str, paths: Iterable[str]) -> None:
+        """Drop the marks of ``paths`` (deleted files) and of everything under them."""
+        with self.store.locked(), self.store.connection as db:
+            for path in paths:
+                db.execute(
+                    "DELETE FROM private_files WHERE workspace=? AND (path=? OR path LIKE ?"
+                    " ESCAPE '\\')",
+                    (workspace, path, _under(path)),
+                )
+
+    def named(self, workspace: str, paths: Iterable[str]) -> list[str]:
+        """The marked files among ``paths`` (relative to ``workspace``; ``""`` is the
+        workspace itself) or under one of them, sorted."""
+        found: set[str] = set()
+        with self.store.locked():
+            db = self.store.connection
+            for path in paths:
+                if not path:
+                    rows = db.execute(
+                        "SELECT path FROM private_files WHERE workspace=?", (workspace,)
+                    ).fetchall()
+                else:
+                    rows = db.execute(
+                        "SELECT path FROM private_files WHERE workspace=? AND (path=? OR path"
+                        " LIKE ? ESCAPE '\\')",
+                        (workspace, path, _under(path)),
+                    ).fetchall()
+                found.update(row[0] for row in rows)
+        return sorted(found)
+
+
+def _under(folder: str) -> str:
+    """A ``LIKE`` pattern for every path below ``folder``, its wildcards escaped."""
+    escaped = folder.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + "/%"
