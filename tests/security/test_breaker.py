@@ -48,7 +48,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(b"ok\n")
 
-    do_GET = do_POST = _answer
+    def do_GET(self) -> None:  # noqa: N802 - the standard library's name
+        self._answer()
+
+    def do_POST(self) -> None:  # noqa: N802 - the standard library's name
+        self._answer()
 
     def log_message(self, *_args: object) -> None:
         pass
@@ -166,7 +170,7 @@ def test_no_autonomy_setting_defeats_it(make_host, box, ws, upstream, how: str) 
 def test_a_deny_stays_a_deny(make_host, box, ws, upstream) -> None:
     host = make_host(config=config(box, upstream.port, programs=("cat",)))
     run(host, box, ["cat", "private/notes.txt"])
-    with pytest.raises(PolicyDenied, match="curl is not in agents.a.programs"):
+    with pytest.raises(PolicyDenied, match=r"curl is not in agents\.a\.programs"):
         run(host, box, send(upstream.port))
 
 
@@ -185,7 +189,7 @@ def test_the_taint_survives_another_process_taking_up_the_run(make_host, box, ws
     # A restarted server: a new host, the same run id, nothing in memory.
     again = make_host(config=config(box, upstream.port)).for_run(run_id=first.run_id)
     again.resume_steps()
-    with pytest.raises(PolicyHeld, match="private-path private/notes.txt"):
+    with pytest.raises(PolicyHeld, match=r"private-path private/notes\.txt"):
         run(again, box, send(upstream.port))
     assert upstream.seen == []
     fresh = make_host(config=config(box, upstream.port))  # control: a new run is clean
@@ -214,7 +218,7 @@ def test_what_a_private_run_writes_stays_private_to_the_next(make_host, box, ws,
     # The next run reads the copy (its name says nothing private) and posts it.
     nxt = make_host(config=config(box, upstream.port))
     assert run(nxt, box, ["cat", "copy.txt"]).stdout.text == box.canary + "\n"
-    with pytest.raises(PolicyHeld, match="private-file copy.txt"):
+    with pytest.raises(PolicyHeld, match=r"private-file copy\.txt"):
         run(nxt, box, send(upstream.port, "@copy.txt"))
     assert upstream.seen == []
     control = make_host(config=config(box, upstream.port))
@@ -238,7 +242,7 @@ def test_file_tools_taint_the_run_and_mark_what_it_writes(make_host, box, ws, up
     found = taints(host)
     assert ("untrusted", "file_read", "private/notes.txt") in found
     assert ("private", "private-path", "private/notes.txt (private/*)") in found
-    with pytest.raises(PolicyHeld, match="file_read private/notes.txt"):
+    with pytest.raises(PolicyHeld, match=r"file_read private/notes\.txt"):
         run(host, box, send(upstream.port))
     assert host.breaker.files().named(os.path.realpath(box.ws), ["summary.txt"]) == ["summary.txt"]
     assert upstream.seen == []
@@ -251,7 +255,7 @@ def test_taint_events_are_in_the_verified_record(make_host, box, ws, upstream) -
     run(host, box, ["cat", "private/notes.txt"])
     assert len(taints(host)) == 2
     assert verify(host.store).ok
-    assert [e for e in rows(host.store, host.run_id) if e.kind == "taint"][0].step == 1
+    assert next(e for e in rows(host.store, host.run_id) if e.kind == "taint").step == 1
 
 
 def test_a_denied_step_still_counts_what_it_asked_for(make_host, box, ws, upstream) -> None:
