@@ -32,7 +32,8 @@ def store_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def recorded(make_host, store_path: Path, tmp_path: Path) -> Path:
-    """A store with three steps recorded: a run, a denial of nothing, and output."""
+    """A store with three steps recorded: a run, a denial of nothing, and output; each
+    printed, so each has a ``taint`` event after its result (the breaker's fact)."""
     host = make_host(config=Config(store=StoreConfig(str(store_path))), allow_all=True)
     for argv in (["echo", "one"], ["ls", str(tmp_path)], ["printf", "two\\nthree"]):
         assert host.run(ExecRequest(argv, str(tmp_path), mode=FULL)).ok
@@ -57,21 +58,23 @@ def edit(path: Path, sql: str, *args: object) -> None:
 
 def test_an_untouched_store_verifies(recorded):
     verdict = check(recorded)
-    assert (verdict.ok, verdict.events, verdict.problem) == (True, 9, "")
+    assert (verdict.ok, verdict.events, verdict.problem) == (True, 12, "")
     store = Store(str(recorded))
     kinds = [(r.step, r.kind) for r in rows(store)]
-    assert kinds == [(s, k) for s in (1, 2, 3) for k in ("action", "permission", "result")]
+    assert kinds == [
+        (s, k) for s in (1, 2, 3) for k in ("action", "permission", "result", "taint")
+    ]
     store.close()
 
 
 def test_an_edited_event_is_named(recorded):
     db = sqlite3.connect(recorded)
-    body = db.execute("SELECT body FROM events WHERE seq=4").fetchone()[0]
+    body = db.execute("SELECT body FROM events WHERE seq=5").fetchone()[0]
     db.close()
-    edit(recorded, "UPDATE events SET body=? WHERE seq=4", body.replace("ls", "rm"))
+    edit(recorded, "UPDATE events SET body=? WHERE seq=5", body.replace("ls", "rm"))
     verdict = check(recorded)
-    assert (verdict.ok, verdict.bad_seq) == (False, 4)
-    assert verdict.problem.startswith("event 4 was changed after it was recorded: its content")
+    assert (verdict.ok, verdict.bad_seq) == (False, 5)
+    assert verdict.problem.startswith("event 5 was changed after it was recorded: its content")
 
 
 def test_a_deleted_event_is_named(recorded):
@@ -115,9 +118,9 @@ def test_a_chain_rebuilt_and_re_signed_with_another_key_is_caught(recorded):
     verdict = check(recorded)
     assert (verdict.ok, verdict.bad_seq) == (False, 1)
     assert verdict.problem.startswith("event 1 is not signed with the store's key")
-    assert (verdict.links, verdict.signatures, verdict.more) == (9, 0, 0)  # every one named
-    assert [p.seq for p in verdict.problems] == [*range(1, 10), 9]  # and the head's event
-    assert verdict.problems[-1].text == "event 9 is not the one the head names"
+    assert (verdict.links, verdict.signatures, verdict.more) == (12, 0, 0)  # every one named
+    assert [p.seq for p in verdict.problems] == [*range(1, 13), 12]  # and the head's event
+    assert verdict.problems[-1].text == "event 12 is not the one the head names"
     # Pinning the forger's key too is caught against the owner's key file.
     public = forger.public_key().public_bytes_raw().hex()
     edit(recorded, "UPDATE meta SET value=? WHERE key='pubkey'", public)
@@ -128,7 +131,7 @@ def test_a_truncated_tail_is_caught(recorded):
     edit(recorded, "DELETE FROM events WHERE seq >= 8")
     verdict = check(recorded)
     assert (verdict.ok, verdict.bad_seq) == (False, 8)
-    assert verdict.problem == "the tail was cut: events 8..9 are gone"
+    assert verdict.problem == "the tail was cut: events 8..12 are gone"
     os.unlink(head_path(Store(str(recorded))))
     assert check(recorded).problem == "the head file is missing or unreadable"
 
@@ -186,7 +189,8 @@ def test_the_commands_read_the_record(tmp_path):
     shown = cli("show", step["run_id"], "1", env=env)
     assert shown.stdout == "hello\n"
     timeline = json.loads(cli("replay", step["run_id"], "--json", env=env).stdout)
-    assert [e["kind"] for e in timeline] == ["action", "permission", "result"]
+    kinds = [e["kind"] for e in timeline]
+    assert kinds == ["action", "permission", "result", "taint"]  # taint: its output came back
     hidden = json.loads(cli("replay", step["run_id"], "--redact", "--json", env=env).stdout)
     assert "printf" not in json.dumps(hidden) and "hello" not in json.dumps(hidden)
     assert cli("verify", env=env).returncode == 0
@@ -197,8 +201,8 @@ def test_the_commands_read_the_record(tmp_path):
     broken = cli("verify", "--json", env=env)
     assert broken.returncode == 1
     found = json.loads(broken.stdout)
-    assert (found["ok"], found["events"], found["bad_seq"]) == (False, 3, 2)
-    assert (found["links"], found["signatures"], found["blobs"]) == (2, 3, 1)
+    assert (found["ok"], found["events"], found["bad_seq"]) == (False, 4, 2)
+    assert (found["links"], found["signatures"], found["blobs"]) == (3, 4, 1)
     assert found["problem"].startswith(
         "event 2 was changed after it was recorded: its time column says"
     )

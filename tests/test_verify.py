@@ -67,6 +67,9 @@ def recorded(make_host: Callable[..., Host], state: Path, tmp_path: Path) -> tup
     store, the run."""
     store = state / "stockade" / "store.db"
     host = make_host(config=Config(store=StoreConfig(str(store))), allow_all=True)
+    # These tests pin the record's shape (3 events a step): the breaker's taint events,
+    # which follow a step that printed, are left out here (tests/security/test_breaker.py).
+    host.breaker.finish = lambda _spec, carried, record: record(carried)  # type: ignore[method-assign]
     for argv in (
         ["printf", TRUTH],
         ["sh", "-c", "echo out; echo err >&2"],

@@ -87,7 +87,7 @@ class Host:
         self.rules = self.hooks.classifier_rules()
         self.run_id = new_run_id()
         self.recording = Recording(self.hooks)
-        self.breaker = Breaker(self.recording, lambda: self.store, self.run_id)
+        self.breaker = Breaker(self.recording, lambda: self.store, self.run_id, self.config)
         self.doer = Doer(
             self.config, sandboxes=self.sandboxes, executors=self.executors, run_id=self.run_id
         )
@@ -137,7 +137,7 @@ class Host:
         run.cwd = cwd
         run.run_id = run_id or new_run_id()
         run.recording = self.recording
-        run.breaker = Breaker(run.recording, lambda: run.store, run.run_id)
+        run.breaker = Breaker(run.recording, lambda: run.store, run.run_id, run.config)
         run.doer = self.doer.for_run(run.run_id)
         run._steps, run._started = 0, None
         run._store, run._home, run._tasks = None, None, None

@@ -7,8 +7,8 @@ signed record (:class:`~stockade.record.events.TaintEvent`) naming its source:
 somebody else's words (``untrusted``)
     ``file_read`` / ``file_list``: a file tool of the run read or listed something (any
     path); ``output``: a step's output came back (its stdout or stderr is not empty);
-    ``network``: a step that could reach the network ran (what it fetched is words from
-    outside, whether or not it printed them).
+    ``network``: a step classed ``network`` ran (what it fetched is words from outside,
+    whether or not it printed them).
 private data (``private``)
     ``credential``: a step asked for a credential (:func:`stockade.policy.credentials.used`);
     ``private-path``: a step named, or a file tool read, a path the profile's ``private``
@@ -40,8 +40,10 @@ are watched) is marked in the sidecar, so the next run that reads it holds priva
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Literal
@@ -52,6 +54,7 @@ from ..errors import RecorderFailed
 from ..request.verdict import Decision
 
 if TYPE_CHECKING:
+    from ..config.schema import Config
     from ..record.recording import Recording
     from ..record.store import Store
     from ..record.taint import PrivateFiles
@@ -92,11 +95,16 @@ class Breaker:
         recording: where its taints are recorded.
         store: the store (opened on first use): the record read back, the sidecar.
         run_id: the run.
+        config: the configuration (``store.fail_closed``: whether a sidecar that cannot be
+            read or written refuses the step, or is a warning).
     """
 
-    def __init__(self, recording: Recording, store: Callable[[], Store], run_id: str) -> None:
+    def __init__(
+        self, recording: Recording, store: Callable[[], Store], run_id: str, config: Config
+    ) -> None:
         self.recording = recording
         self.run_id = run_id
+        self.fail_closed = config.store.fail_closed
         self._store = store
         self._files: PrivateFiles | None = None
         self._taints: dict[Taint, None] = {}  # an ordered set
@@ -112,7 +120,9 @@ class Breaker:
         if self.recording.active:
             from ..record.taint import recorded
 
-            found = recorded(self._store(), self.run_id)
+            found: list[tuple[str, str, str]] = []
+            with self._stored():
+                found = recorded(self._store(), self.run_id)
             with self._lock:
                 for taint, source, detail in found:
                     kind: TaintKind = "private" if taint == "private" else "untrusted"
@@ -184,7 +194,7 @@ class Breaker:
         taints = []
         if result.stdout.total_bytes or result.stderr.total_bytes:
             taints.append(Taint("untrusted", "output", f"step {spec.step}: {_shown(spec.argv)}"))
-        if result.classification.kind == "network" or spec.mode == "danger-full-access":
+        if result.classification.kind == "network":
             taints.append(Taint("untrusted", "network", f"step {spec.step}: {_shown(spec.argv)}"))
         ours = spec.run_id == self.run_id
         new = self._count(taints, spec.run_id)
@@ -201,12 +211,15 @@ class Breaker:
         changes = result.changes
         assert changes is not None  # noqa: S101 - checked by the caller
         workspace = os.path.realpath(spec.workspace)
-        files = self.files()
-        if changes.deleted:
-            files.forget(workspace, (path.rstrip("/") for path in changes.deleted))
-        if private:
-            written = [path.rstrip("/") for path in (*changes.created, *changes.modified)]
-            files.mark(workspace, written, run_id=spec.run_id, step=spec.step)
+        written = [path.rstrip("/") for path in (*changes.created, *changes.modified)]
+        if not changes.deleted and not (private and written):
+            return
+        with self._stored():
+            files = self.files()
+            if changes.deleted:
+                files.forget(workspace, (path.rstrip("/") for path in changes.deleted))
+            if private:
+                files.mark(workspace, written, run_id=spec.run_id, step=spec.step)
 
     # --- a file tool ---------------------------------------------------------------------
 
@@ -229,9 +242,10 @@ class Breaker:
             if self._holds_private():
                 workspace = os.path.realpath(root)
                 inside = _relative(os.path.realpath(full), workspace)
-                self.files().mark(
-                    workspace, [inside or relative], run_id=self.run_id, step=self._last_step()
-                )
+                with self._stored():
+                    self.files().mark(
+                        workspace, [inside or relative], run_id=self.run_id, step=self._last_step()
+                    )
             return
         taints = [Taint("untrusted", f"file_{tool}", shown)]
         if tool == "read":
@@ -242,7 +256,8 @@ class Breaker:
         with self._lock:
             step = self._step
         if step == 0 and self.recording.active:
-            step = self._store().last_step(self.run_id)
+            with self._stored():
+                step = self._store().last_step(self.run_id)
         return step
 
     # --- shared --------------------------------------------------------------------------
@@ -265,16 +280,31 @@ class Breaker:
         inside: dict[str, None] = {}
         for path in paths:
             relative = next((r for r in (_relative(path, w) for w in roots) if r is not None), None)
-            if relative is not None:
+            if relative is not None and os.path.lexists(path):  # nothing to read otherwise
                 inside.setdefault(relative, None)
             glob = matches(path, relative, profile.private, folders=not own)
             if glob is not None:
                 shown = path if relative is None else relative or "."
                 taints.append(Taint("private", "private-path", f"{shown} ({glob})"))
         if inside and not own:
-            marked = self.files().named(os.path.realpath(workspace), inside)
-            taints += [Taint("private", "private-file", path) for path in marked]
+            with self._stored():
+                marked = self.files().named(os.path.realpath(workspace), inside)
+                taints += [Taint("private", "private-file", path) for path in marked]
         return taints
+
+    @contextlib.contextmanager
+    def _stored(self) -> Iterator[None]:
+        """A store (the sidecar, the record read back) that cannot be used refuses the
+        step, or (``store.fail_closed = false``, as for the record) is a warning, and only
+        what this process saw counts."""
+        from ..record.store import StoreError
+
+        try:
+            yield
+        except StoreError as error:
+            if self.fail_closed:
+                raise
+            print(f"stockade: warning: the breaker's store: {error}", file=sys.stderr)
 
     def _add(self, taints: list[Taint], action_id: str, run_id: str, step: int) -> None:
         """Count ``taints`` and record each one the run did not already hold."""

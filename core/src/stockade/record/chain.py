@@ -255,7 +255,7 @@ class Chain:
             for holder in (body, body.get("result") or {}):
                 if "argv" in holder:
                     holder["argv"] = [redactor.text(arg) for arg in holder["argv"]]
-            for key in ("cwd", "message"):
+            for key in ("cwd", "message", "detail"):
                 if key in body:
                     body[key] = redactor.text(body[key])
         if event.kind == "result":
