@@ -61,9 +61,7 @@ def test_an_untouched_store_verifies(recorded):
     assert (verdict.ok, verdict.events, verdict.problem) == (True, 12, "")
     store = Store(str(recorded))
     kinds = [(r.step, r.kind) for r in rows(store)]
-    assert kinds == [
-        (s, k) for s in (1, 2, 3) for k in ("action", "permission", "result", "taint")
-    ]
+    assert kinds == [(s, k) for s in (1, 2, 3) for k in ("action", "permission", "result", "taint")]
     store.close()
 
 
