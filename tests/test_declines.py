@@ -170,7 +170,7 @@ def test_the_run_page_declines_into_the_record_and_counts_only_its_run(ui):
     finally:
         store.close()
     assert kinds == ["action", "permission", "decline"]
-    assert verdict.ok and verdict.events == 7  # the other run's 4 (its output's taint too)
+    assert verdict.ok and verdict.events == 7  # the other run's 4: its output's taint too
     # The box counts this run's events within the whole record, not the record as the run.
     assert "This run: 3 events, and its 0 output blobs" in page
     assert "The whole record they are part of: 7 events" in page

@@ -32,8 +32,8 @@ def store_path(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def recorded(make_host, store_path: Path, tmp_path: Path) -> Path:
-    """A store with three steps recorded: a run, a denial of nothing, and output; each
-    printed, so each has a ``taint`` event after its result (the breaker's fact)."""
+    """A store with three steps recorded: a run, a denial of nothing, and output; the
+    first printed, so a ``taint`` event follows its result (the breaker's fact: once a run)."""
     host = make_host(config=Config(store=StoreConfig(str(store_path))), allow_all=True)
     for argv in (["echo", "one"], ["ls", str(tmp_path)], ["printf", "two\\nthree"]):
         assert host.run(ExecRequest(argv, str(tmp_path), mode=FULL)).ok
@@ -58,10 +58,11 @@ def edit(path: Path, sql: str, *args: object) -> None:
 
 def test_an_untouched_store_verifies(recorded):
     verdict = check(recorded)
-    assert (verdict.ok, verdict.events, verdict.problem) == (True, 12, "")
+    assert (verdict.ok, verdict.events, verdict.problem) == (True, 10, "")
     store = Store(str(recorded))
     kinds = [(r.step, r.kind) for r in rows(store)]
-    assert kinds == [(s, k) for s in (1, 2, 3) for k in ("action", "permission", "result", "taint")]
+    step = ("action", "permission", "result")
+    assert kinds == [(1, k) for k in (*step, "taint")] + [(s, k) for s in (2, 3) for k in step]
     store.close()
 
 
@@ -116,9 +117,9 @@ def test_a_chain_rebuilt_and_re_signed_with_another_key_is_caught(recorded):
     verdict = check(recorded)
     assert (verdict.ok, verdict.bad_seq) == (False, 1)
     assert verdict.problem.startswith("event 1 is not signed with the store's key")
-    assert (verdict.links, verdict.signatures, verdict.more) == (12, 0, 0)  # every one named
-    assert [p.seq for p in verdict.problems] == [*range(1, 13), 12]  # and the head's event
-    assert verdict.problems[-1].text == "event 12 is not the one the head names"
+    assert (verdict.links, verdict.signatures, verdict.more) == (10, 0, 0)  # every one named
+    assert [p.seq for p in verdict.problems] == [*range(1, 11), 10]  # and the head's event
+    assert verdict.problems[-1].text == "event 10 is not the one the head names"
     # Pinning the forger's key too is caught against the owner's key file.
     public = forger.public_key().public_bytes_raw().hex()
     edit(recorded, "UPDATE meta SET value=? WHERE key='pubkey'", public)
@@ -129,7 +130,7 @@ def test_a_truncated_tail_is_caught(recorded):
     edit(recorded, "DELETE FROM events WHERE seq >= 8")
     verdict = check(recorded)
     assert (verdict.ok, verdict.bad_seq) == (False, 8)
-    assert verdict.problem == "the tail was cut: events 8..12 are gone"
+    assert verdict.problem == "the tail was cut: events 8..10 are gone"
     os.unlink(head_path(Store(str(recorded))))
     assert check(recorded).problem == "the head file is missing or unreadable"
 

@@ -116,7 +116,7 @@ def test_an_unconfined_step_counts_as_reaching_the_network(make_host, ws: Path) 
     host.run(req(["cat", "private/notes.txt"], mode=FULL))  # private data, and output
     with pytest.raises(PolicyHeld, match="the breaker") as held:
         host.run(req(["true"], mode=FULL))  # classed reads, yet nothing confines it
-    assert "network step 1: cat private/notes.txt" in held.value.message
+    assert "output step 1: cat private/notes.txt" in held.value.message
     control = make_host(allow_all=True, config=config(ws))
     control.run(req(["cat", "readme.txt"], mode=FULL))  # no private data: it runs
     assert control.run(req(["true"], mode=FULL)).exit_code == 0

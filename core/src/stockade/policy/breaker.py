@@ -8,7 +8,8 @@ somebody else's words (``untrusted``)
     ``file_read`` / ``file_list``: a file tool of the run read or listed something (any
     path); ``output``: a step's output came back (its stdout or stderr is not empty);
     ``network``: a step classed ``network`` ran (what it fetched is words from outside,
-    whether or not it printed them).
+    whether or not it printed them). ``output`` and ``network`` count once per run, at the
+    first step that gave them; a file, a credential or a private path once each.
 private data (``private``)
     ``credential``: a step asked for a credential (:func:`stockade.policy.credentials.used`);
     ``private-path``: a step named, or a file tool read, a path the profile's ``private``
@@ -107,7 +108,7 @@ class Breaker:
         self.fail_closed = config.store.fail_closed
         self._store = store
         self._files: PrivateFiles | None = None
-        self._taints: dict[Taint, None] = {}  # an ordered set
+        self._taints: dict[tuple[str, ...], Taint] = {}  # by key(), in order
         self._step = 0
         self._lock = threading.Lock()
 
@@ -126,9 +127,10 @@ class Breaker:
             with self._lock:
                 for taint, source, detail in found:
                     kind: TaintKind = "private" if taint == "private" else "untrusted"
-                    self._taints.setdefault(Taint(kind, source, detail), None)
+                    found_taint = Taint(kind, source, detail)
+                    self._taints.setdefault(key(found_taint), found_taint)
         with self._lock:
-            taints = list(self._taints)
+            taints = list(self._taints.values())
         return (
             [t for t in taints if t.taint == "private"],
             [t for t in taints if t.taint == "untrusted"],
@@ -136,7 +138,7 @@ class Breaker:
 
     def _holds_private(self) -> bool:
         with self._lock:
-            if any(t.taint == "private" for t in self._taints):
+            if any(t.taint == "private" for t in self._taints.values()):
                 return True
         return bool(self.holds()[0])
 
@@ -318,8 +320,8 @@ class Breaker:
             for taint in dict.fromkeys(taints):
                 if run_id != self.run_id:
                     new.append(taint)
-                elif taint not in self._taints:
-                    self._taints[taint] = None
+                elif key(taint) not in self._taints:
+                    self._taints[key(taint)] = taint
                     new.append(taint)
         return new
 
@@ -333,6 +335,19 @@ class Breaker:
                 run_id=run_id,
                 step=step,
             )
+
+
+ONCE = frozenset({"output", "network"})
+"""Sources counted once per run: a run that printed once holds somebody else's words, and
+a step a thousand steps later that prints again tells the breaker nothing new."""
+
+
+def key(taint: Taint) -> tuple[str, ...]:
+    """What makes a taint new to a run: a private thing, or a file read or listed, each
+    time it differs; output and network once (:data:`ONCE`)."""
+    if taint.source in ONCE:
+        return (taint.taint, taint.source)
+    return (taint.taint, taint.source, taint.detail)
 
 
 def reason(private: list[Taint], untrusted: list[Taint]) -> str:
