@@ -110,6 +110,7 @@ class Breaker:
         self._files: PrivateFiles | None = None
         self._taints: dict[tuple[str, ...], Taint] = {}  # by key(), in order
         self._step = 0
+        self._seen = 0  # the last event of the record read back
         self._lock = threading.Lock()
 
     # --- what a run holds ----------------------------------------------------------------
@@ -123,7 +124,7 @@ class Breaker:
 
             found: list[tuple[str, str, str]] = []
             with self._stored():
-                found = recorded(self._store(), self.run_id)
+                found, self._seen = recorded(self._store(), self.run_id, self._seen)
             with self._lock:
                 for taint, source, detail in found:
                     kind: TaintKind = "private" if taint == "private" else "untrusted"

@@ -35,19 +35,25 @@ CREATE TABLE IF NOT EXISTS private_files (
 """
 
 
-def recorded(store: Store, run_id: str) -> list[tuple[str, str, str]]:
-    """The taints of run ``run_id`` in the record, oldest first: ``(taint, source, detail)``."""
+def recorded(store: Store, run_id: str, after: int = 0) -> tuple[list[tuple[str, str, str]], int]:
+    """The taints of run ``run_id`` recorded after event ``after``, oldest first, as
+    ``(taint, source, detail)``, and the last event number looked at (to pass as ``after``
+    next time: a long run is read once, not at every step)."""
     import json
 
     with store.locked():
+        last = store.connection.execute("SELECT MAX(seq) FROM events").fetchone()[0] or 0
+        # The sequence's range, not the run's index: only the events since the last look.
         found = store.connection.execute(
-            "SELECT body FROM events WHERE run_id=? AND kind='taint' ORDER BY seq", (run_id,)
+            "SELECT body FROM events WHERE seq > ? AND seq <= ? AND +run_id = ?"
+            " AND kind = 'taint' ORDER BY seq",
+            (after, last, run_id),
         ).fetchall()
     taints = []
     for (body,) in found:
         event = json.loads(body)
         taints.append((str(event["taint"]), str(event["source"]), str(event["detail"])))
-    return taints
+    return taints, int(last)
 
 
 class PrivateFiles:
