@@ -88,7 +88,9 @@ def test_an_absolute_glob_matches_the_absolute_path(ws: Path) -> None:
     assert matches(str(ws / "private" / "notes.txt"), None, [glob]) == glob
 
 
-@settings(max_examples=300, deadline=None)
+@settings(
+    max_examples=300, deadline=None, database=None
+)  # also run as a user who cannot write .hypothesis
 @given(args=st.lists(st.text(max_size=40), max_size=6), depth=st.integers(0, 3))
 def test_naming_never_fails_and_a_private_path_is_always_caught(
     tmp_path_factory: pytest.TempPathFactory, args: list[str], depth: int
