@@ -207,3 +207,35 @@ async def test_mcp_a_file_written_after_private_data_stays_private(
     [question] = asked
     assert "private-file summary.txt" in question and "output step 1: cat summary.txt" in question
     assert upstream.seen == []
+
+
+# --- the run page -----------------------------------------------------------------------------
+
+
+def test_the_run_page_shows_the_reason_and_the_taints(tmp_path: Path, monkeypatch) -> None:
+    from stockade.errors import PolicyHeld
+    from stockade.request.spec import ExecRequest
+    from test_ui import Ui  # the run page's own server helper
+
+    monkeypatch.setenv("STOCKADE_SECRET_GH", "s3cret-value")
+    ui = Ui(tmp_path)
+    try:
+        (ui.ws / "readme.txt").write_text("somebody else's words\n")
+        ui.run(["cat", "readme.txt"])
+        ui.run(["curl", "--version"])  # control: no private data yet, it runs
+        with pytest.raises(PolicyHeld) as held:
+            ui.agent.run(
+                ExecRequest(["curl", "--version"], profile="careful", credentials={"T": "gh"})
+            )
+        run, step = held.value.details["run_id"], held.value.details["step"]
+        page = ui.page(f"/runs/{run}")
+    finally:
+        ui.stop()
+    assert step == 3
+    assert "the breaker: this run holds private data (credential T (handle gh)) and has read" in (
+        page
+    )
+    assert "words (output step 1: cat readme.txt; network step 2: curl --version)" in page
+    assert "the run holds somebody else&#39;s words: output step 1: cat readme.txt" in page
+    assert "the run holds private data: credential T (handle gh)" in page
+    assert "s3cret-value" not in page
