@@ -199,10 +199,12 @@ def test_the_taint_survives_another_process_taking_up_the_run(make_host, box, ws
 def test_a_released_held_step_taints_its_run(make_host, box, ws, upstream) -> None:
     host = make_host(config=config(box, upstream.port))
     with pytest.raises(PolicyHeld):  # a shell is destroys: held whatever the profile says
-        run(host, box, ["sh", "-c", 'cat "$0"', "private/notes.txt"])
+        run(host, box, ["sh", "-c", 'cat "$0"; cat "$0" > copied.txt', "private/notes.txt"])
     host.answer(host.run_id, 1, approve=True, by="a person")
     make_host(config=config(box, upstream.port)).resume(host.run_id, 1)  # another process
-    with pytest.raises(PolicyHeld, match=r"output step 1: sh -c 'cat \"\$0\"'"):
+    # What it wrote is marked: its own run held private data, whoever released it.
+    assert host.breaker.files().named(os.path.realpath(box.ws), [""]) == ["copied.txt"]
+    with pytest.raises(PolicyHeld, match=r"output step 1: sh -c 'cat \"\$0\"; cat"):
         run(host, box, send(upstream.port))
     assert upstream.seen == []
 

@@ -137,7 +137,18 @@ class Breaker:
             [t for t in taints if t.taint == "untrusted"],
         )
 
-    def _holds_private(self) -> bool:
+    def _holds_private(self, run_id: str | None = None) -> bool:
+        """Whether the run (or ``run_id``: a held step of another run this host released)
+        holds private data."""
+        if run_id is not None and run_id != self.run_id:
+            if not self.recording.active:
+                return False
+            from ..record.taint import recorded
+
+            found: list[tuple[str, str, str]] = []
+            with self._stored():
+                found = recorded(self._store(), run_id)[0]
+            return any(taint == "private" for taint, _, _ in found)
         with self._lock:
             if any(t.taint == "private" for t in self._taints.values()):
                 return True
@@ -199,13 +210,12 @@ class Breaker:
             taints.append(Taint("untrusted", "output", f"step {spec.step}: {_shown(spec.argv)}"))
         if result.classification.kind == "network":
             taints.append(Taint("untrusted", "network", f"step {spec.step}: {_shown(spec.argv)}"))
-        ours = spec.run_id == self.run_id
         new = self._count(taints, spec.run_id)
         recorded = record(carried)
         try:
             self._record(new, spec.action_id, spec.run_id, spec.step)
             if result.changes is not None:
-                self._written(spec, result, private=ours and self._holds_private())
+                self._written(spec, result, private=self._holds_private(spec.run_id))
         except RecorderFailed as error:
             raise RecorderFailed(error.message, hint=error.hint, result=recorded) from error
         return recorded

@@ -16,8 +16,10 @@ Stockade made gains it, and an older Stockade ignores it.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -61,7 +63,7 @@ class PrivateFiles:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        with store.locked(), store.connection:
+        with _errors("make"), store.locked(), store.connection:
             store.connection.execute(_TABLE)
 
     def mark(self, workspace: str, paths: Iterable[str], *, run_id: str, step: int) -> None:
@@ -70,12 +72,12 @@ class PrivateFiles:
         now = time.time()
         rows = [(workspace, path, run_id, step, now) for path in paths]
         if rows:
-            with self.store.locked(), self.store.connection as db:
+            with _errors("mark files in"), self.store.locked(), self.store.connection as db:
                 db.executemany("INSERT OR REPLACE INTO private_files VALUES (?, ?, ?, ?, ?)", rows)
 
     def forget(self, workspace: str, paths: Iterable[str]) -> None:
         """Drop the marks of ``paths`` (deleted files) and of everything under them."""
-        with self.store.locked(), self.store.connection as db:
+        with _errors("unmark files in"), self.store.locked(), self.store.connection as db:
             for path in paths:
                 db.execute(
                     "DELETE FROM private_files WHERE workspace=? AND (path=? OR path LIKE ?"
@@ -87,7 +89,7 @@ class PrivateFiles:
         """The marked files among ``paths`` (relative to ``workspace``; ``""`` is the
         workspace itself) or under one of them, sorted."""
         found: set[str] = set()
-        with self.store.locked():
+        with _errors("read"), self.store.locked():
             db = self.store.connection
             for path in paths:
                 if not path:
@@ -102,6 +104,20 @@ class PrivateFiles:
                     ).fetchall()
                 found.update(row[0] for row in rows)
         return sorted(found)
+
+
+@contextlib.contextmanager
+def _errors(what: str) -> Iterator[None]:
+    """A failing sidecar as the store's own error, naming what could not be done."""
+    from .store import StoreError
+
+    try:
+        yield
+    except sqlite3.Error as error:
+        raise StoreError(
+            f"cannot {what} the private-files sidecar: {error}",
+            hint="check the store's storage; the breaker cannot tell which files are private",
+        ) from None
 
 
 def _under(folder: str) -> str:
