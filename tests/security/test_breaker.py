@@ -268,3 +268,25 @@ def test_a_denied_step_still_counts_what_it_asked_for(make_host, box, ws, upstre
     run(host, box, ["cat", "readme.txt"])
     with pytest.raises(PolicyHeld, match="the breaker"):
         run(host, box, send(upstream.port, "hi"))
+
+
+def test_a_skill_read_is_somebody_elses_words(make_host, box, ws, upstream) -> None:
+    from pathlib import Path
+
+    import attrs
+
+    from stockade.config.schema import SkillsConfig
+    from stockade_skills import SkillTool
+
+    examples = Path(__file__).resolve().parents[2] / "skills"
+    skills = SkillsConfig(project=(str(examples),), user=())
+    cfg = attrs.evolve(config(box, upstream.port), skills=skills)
+    control = make_host(config=cfg)
+    run(control, box, ["true", "private/notes.txt"])  # private data, nothing printed
+    assert run(control, box, send(upstream.port, "hi")).exit_code == 0  # no words: it runs
+    host = make_host(config=cfg)
+    run(host, box, ["true", "private/notes.txt"])
+    assert "unit-convert" in SkillTool(host, profile="a")("unit-convert").text
+    with pytest.raises(PolicyHeld, match=r"skill unit-convert: SKILL\.md"):
+        run(host, box, send(upstream.port, "hi"))
+    assert upstream.seen == [b"/ hi"]

@@ -6,9 +6,10 @@ signed record (:class:`~stockade.record.events.TaintEvent`) naming its source:
 
 somebody else's words (``untrusted``)
     ``file_read`` / ``file_list``: a file tool of the run read or listed something (any
-    path); ``output``: a step's output came back (its stdout or stderr is not empty);
-    ``network``: a step classed ``network`` ran (what it fetched is words from outside,
-    whether or not it printed them). ``output`` and ``network`` count once per run, at the
+    path); ``skill``: the skill tool gave a skill's instructions or a resource
+    (:meth:`Breaker.words`); ``output``: a step's output came back (its stdout or stderr is
+    not empty); ``network``: a step classed ``network`` ran (what it fetched is words from
+    outside, whether or not it printed them). ``output`` and ``network`` count once per run, at the
     first step that gave them; a file, a credential or a private path once each.
 private data (``private``)
     ``credential``: a step asked for a credential (:func:`stockade.policy.credentials.used`);
@@ -264,6 +265,19 @@ class Breaker:
         if tool == "read":
             taints += self._private([full], root, profile)
         self._add(taints, f"file-{new_action_id()}", self.run_id, self._last_step())
+
+    def words(self, source: str, detail: str) -> None:
+        """Somebody else's words that reached the run another way than a command or a file
+        tool: ``source`` names the way (``skill``: a skill's instructions or a resource
+        read through the skill tool), ``detail`` what it was.
+
+        Raises:
+            RecorderFailed: the taint could not be recorded.
+        """
+        from ..request.spec import new_action_id
+
+        taint = Taint("untrusted", source, detail)
+        self._add([taint], f"{source}-{new_action_id()}", self.run_id, self._last_step())
 
     def _last_step(self) -> int:
         with self._lock:

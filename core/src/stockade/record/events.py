@@ -272,7 +272,8 @@ class TaintEvent:
         action_id: the step that caused it, or the file tool call's own id.
         taint: ``private`` (private data) or ``untrusted`` (somebody else's words).
         source: what caused it: ``credential``, ``private-path``, ``private-file`` (a file an
-            earlier run marked), ``file_read``, ``file_list``, ``output``, ``network``.
+            earlier run marked), ``file_read``, ``file_list``, ``skill``, ``output``,
+            ``network``.
         detail: which one, in words: the path, the variable and handle, the command.
         run_id: the run that holds it.
         step: the step that caused it (for a file tool: the run's last step before it).

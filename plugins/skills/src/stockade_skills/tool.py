@@ -141,6 +141,8 @@ class SkillTool:
             )
         else:
             text = resources.read_text(resources.resolve(skill, resource))
+        # A skill's text is somebody else's words to the run (the breaker counts it).
+        self.host.breaker.words("skill", f"{skill.name}: {resource or 'SKILL.md'}")
         window = text[offset : offset + limit]
         end = offset + len(window)
         return SkillOutput(
