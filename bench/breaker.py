@@ -15,7 +15,9 @@ nothing, records nothing and never asks. Two commands, each in both hosts:
 
 Neither run ever holds private data, so the breaker never asks: what is timed is the
 tracking alone. The difference of the medians is what tracking adds; it is printed beside
-the run-to-run spread (p90 - median) of the untracked case, the noise it must stand out of.
+the run-to-run spread (p90 - median) of the untracked case, the noise it must stand out of,
+and beside the mean time the breaker's own calls take a step, timed inside the tracked host
+(its warm-up steps included).
 No target beyond the issue's "nothing measurable".
 """
 
@@ -25,6 +27,7 @@ import argparse
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +43,46 @@ class Untracked:
     def finish(self, _spec: object, carried: Any, record: Callable[[Any], Any]) -> Any:  # noqa: ANN401
         """Only the record of the result."""
         return record(carried)
+
+
+class Timed:
+    """A tracking breaker with a stopwatch on its own calls (the result's record excluded)."""
+
+    def __init__(self, inner: Any) -> None:  # noqa: ANN401 - a stockade.policy.breaker.Breaker
+        self.inner = inner
+        self.calls = 0
+        self.seconds = 0.0
+
+    def admit(self, *args: Any) -> Any:  # noqa: ANN401
+        """The breaker's admit, timed."""
+        start = time.perf_counter()
+        try:
+            return self.inner.admit(*args)
+        finally:
+            self.seconds += time.perf_counter() - start
+            self.calls += 1
+
+    def finish(self, spec: object, carried: Any, record: Callable[[Any], Any]) -> Any:  # noqa: ANN401
+        """The breaker's finish, timed without the time ``record`` takes."""
+        spent = 0.0
+
+        def timed_record(value: Any) -> Any:  # noqa: ANN401
+            nonlocal spent
+            began = time.perf_counter()
+            try:
+                return record(value)
+            finally:
+                spent += time.perf_counter() - began
+
+        start = time.perf_counter()
+        try:
+            return self.inner.finish(spec, carried, timed_record)
+        finally:
+            self.seconds += time.perf_counter() - start - spent
+
+    def holds(self) -> Any:  # noqa: ANN401
+        """The wrapped breaker's taints."""
+        return self.inner.holds()
 
 
 def bench_breaker(runs: int = 200, warmup: int = 20) -> dict[str, Any]:
@@ -61,6 +104,8 @@ def bench_breaker(runs: int = 200, warmup: int = 20) -> dict[str, Any]:
             store = StoreConfig(os.path.join(scratch, name, "store.db"))
             hosts[name] = Host(Config(agents={"a": agent}, store=store))
         hosts["untracked"].breaker = Untracked()  # type: ignore[assignment]
+        stopwatch = Timed(hosts["tracked"].breaker)
+        hosts["tracked"].breaker = stopwatch  # type: ignore[assignment]
         requests = {
             "full": ExecRequest(["true"], mode="danger-full-access", profile="a"),
             "confined": ExecRequest(["cat", "readme.txt"], mode="workspace-write", profile="a"),
@@ -77,15 +122,18 @@ def bench_breaker(runs: int = 200, warmup: int = 20) -> dict[str, Any]:
         try:
             for label, request in requests.items():
                 count = runs if label == "full" else max(runs // 4, 20)
+                calls, seconds = stopwatch.calls, stopwatch.seconds
                 stats = timing.interleaved(
                     {name: case(host, request) for name, host in hosts.items()}, count, warmup
                 )
                 tracked, untracked = stats["tracked"], stats["untracked"]
+                own_ms = (stopwatch.seconds - seconds) / (stopwatch.calls - calls) * 1000
                 found[label] = {
                     **stats,
                     "added_ms": tracked["median"] - untracked["median"],
                     "ratio": tracked["median"] / untracked["median"],
                     "spread_ms": untracked["p90"] - untracked["median"],
+                    "breaker_ms": own_ms,
                 }
             found["provider"] = hosts["tracked"].run(requests["confined"]).sandbox.provider
             found["taints"] = len(hosts["tracked"].breaker.holds()[1])
@@ -113,6 +161,8 @@ def report_breaker(stats: dict[str, Any]) -> None:
             f"  tracking adds {figures['added_ms']:+.3f} ms ({figures['ratio']:.3f}x); "
             f"the untracked case's own spread (p90 - median) is {figures['spread_ms']:.3f} ms"
         )
+        own = figures["breaker_ms"]
+        print(f"  the breaker's own calls (admit; finish but the record) take {own:.3f} ms a step")
 
 
 def main() -> int:

@@ -111,7 +111,8 @@ class Breaker:
         self._files: PrivateFiles | None = None
         self._taints: dict[tuple[str, ...], Taint] = {}  # by key(), in order
         self._step = 0
-        self._seen = 0  # the last event of the record read back
+        self._seen = 0  # the last event of the record read back (0: none yet)
+        self._real: dict[str, str] = {}  # a workspace's real path, resolved once a run
         self._lock = threading.Lock()
 
     # --- what a run holds ----------------------------------------------------------------
@@ -206,28 +207,33 @@ class Breaker:
                 the error).
         """
         result = carried.result
-        taints = []
+        sources = []
         if result.stdout.total_bytes or result.stderr.total_bytes:
-            taints.append(Taint("untrusted", "output", f"step {spec.step}: {_shown(spec.argv)}"))
+            sources.append("output")
         if result.classification.kind == "network":
-            taints.append(Taint("untrusted", "network", f"step {spec.step}: {_shown(spec.argv)}"))
+            sources.append("network")
+        with self._lock:  # counted once a run (ONCE): the command is shown only the first time
+            ours = spec.run_id == self.run_id
+            sources = [s for s in sources if not ours or ("untrusted", s) not in self._taints]
+        taints = [Taint("untrusted", s, f"step {spec.step}: {_shown(spec.argv)}") for s in sources]
         new = self._count(taints, spec.run_id)
         recorded = record(carried)
         try:
             self._record(new, spec.action_id, spec.run_id, spec.step)
             if result.changes is not None:
-                self._written(spec, result, private=self._holds_private(spec.run_id))
+                self._written(spec, result)
         except RecorderFailed as error:
             raise RecorderFailed(error.message, hint=error.hint, result=recorded) from error
         return recorded
 
-    def _written(self, spec: ExecSpec, result: RunResult, *, private: bool) -> None:
+    def _written(self, spec: ExecSpec, result: RunResult) -> None:
         changes = result.changes
         assert changes is not None  # noqa: S101 - checked by the caller
-        workspace = os.path.realpath(spec.workspace)
         written = [path.rstrip("/") for path in (*changes.created, *changes.modified)]
-        if not changes.deleted and not (private and written):
+        private = bool(written) and self._holds_private(spec.run_id)
+        if not changes.deleted and not private:
             return
+        workspace = self._realpath(spec.workspace)
         with self._stored():
             files = self.files()
             if changes.deleted:
@@ -302,7 +308,7 @@ class Breaker:
     ) -> list[Taint]:
         """The private taints of reading ``paths`` (absolute, normalised); ``own``: the
         command's folder, which counts only when it is inside a private path."""
-        roots = dict.fromkeys((os.path.normpath(workspace), os.path.realpath(workspace)))
+        roots = dict.fromkeys((os.path.normpath(workspace), self._realpath(workspace)))
         taints: list[Taint] = []
         inside: dict[str, None] = {}
         for path in paths:
@@ -315,9 +321,16 @@ class Breaker:
                 taints.append(Taint("private", "private-path", f"{shown} ({glob})"))
         if inside and not own:
             with self._stored():
-                marked = self.files().named(os.path.realpath(workspace), inside)
+                marked = self.files().named(self._realpath(workspace), inside)
                 taints += [Taint("private", "private-file", path) for path in marked]
         return taints
+
+    def _realpath(self, workspace: str) -> str:
+        """The workspace's real path, the sidecar's key for it (resolved once a run)."""
+        found = self._real.get(workspace)
+        if found is None:
+            found = self._real[workspace] = os.path.realpath(workspace)
+        return found
 
     @contextlib.contextmanager
     def _stored(self) -> Iterator[None]:

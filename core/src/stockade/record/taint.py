@@ -37,25 +37,36 @@ CREATE TABLE IF NOT EXISTS private_files (
 """
 
 
-def recorded(store: Store, run_id: str, after: int = 0) -> tuple[list[tuple[str, str, str]], int]:
+def recorded(
+    store: Store, run_id: str, after: int | None = None
+) -> tuple[list[tuple[str, str, str]], int]:
     """The taints of run ``run_id`` recorded after event ``after``, oldest first, as
     ``(taint, source, detail)``, and the last event number looked at (to pass as ``after``
-    next time: a long run is read once, not at every step)."""
+    next time: a long run is read once, not at every step). ``after=None``: all of them,
+    through the run's index (the number given back is then 0)."""
     import json
 
+    if after is None:
+        with store.locked():
+            found = store.connection.execute(
+                "SELECT seq, body FROM events WHERE run_id = ? AND kind = 'taint' ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+        return [_fields(json.loads(body)) for _seq, body in found], 0
     with store.locked():
-        last = store.connection.execute("SELECT MAX(seq) FROM events").fetchone()[0] or 0
-        # The sequence's range, not the run's index: only the events since the last look.
+        # One walk of the sequence since the last look (not the run's index): the rows of
+        # every run, the bodies of this run's taints only.
         found = store.connection.execute(
-            "SELECT body FROM events WHERE seq > ? AND seq <= ? AND +run_id = ?"
-            " AND kind = 'taint' ORDER BY seq",
-            (after, last, run_id),
+            "SELECT seq, CASE WHEN run_id = ? AND kind = 'taint' THEN body END FROM events"
+            " WHERE seq > ? ORDER BY seq",
+            (run_id, after),
         ).fetchall()
-    taints = []
-    for (body,) in found:
-        event = json.loads(body)
-        taints.append((str(event["taint"]), str(event["source"]), str(event["detail"])))
-    return taints, int(last)
+    taints = [_fields(json.loads(body)) for _seq, body in found if body is not None]
+    return taints, int(found[-1][0]) if found else after
+
+
+def _fields(event: dict[str, object]) -> tuple[str, str, str]:
+    return str(event["taint"]), str(event["source"]), str(event["detail"])
 
 
 class PrivateFiles:
