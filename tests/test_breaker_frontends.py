@@ -159,6 +159,26 @@ def test_cli_a_file_tool_taints_the_kept_run(sk: Stockade, upstream: Upstream) -
     assert sk.run("verify", server=False).returncode == 0
 
 
+def test_cli_a_kept_run_keeps_its_taint_across_a_server_restart(
+    sk: Stockade, upstream: Upstream
+) -> None:
+    ws = sk.root / "ws"
+    ws.mkdir()
+    plant(ws)
+    config = sk.root / "stockade.toml"
+    config.write_text(agent_toml(ws, upstream.port))
+    sk.env["STOCKADE_CONFIG"] = str(config)
+    run = ("run", "--profile", "b", "--run", "r5")
+    assert sk.run(*run, "--", "cat", "private/notes.txt").returncode == 0
+    first = sk.wait_server()
+    sk.stop()  # the server that kept run r5 is gone, and its memory with it
+    held = sk.run(*run, "--", *post(upstream.port, "@private/notes.txt"))
+    assert sk.wait_server() != first  # a new server took the call
+    assert held.returncode == 126, held.stderr
+    assert b"private-path private/notes.txt" in held.stderr
+    assert upstream.seen == []
+
+
 # --- MCP --------------------------------------------------------------------------------------
 
 
