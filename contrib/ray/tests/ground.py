@@ -1,0 +1,88 @@
+"""What the Ray tests share: a box of canaries under the home, a live upstream, polling."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+PYTHON = "/usr/bin/python3"  # the system interpreter: visible inside every sandbox
+
+
+def pytest_report_header() -> str:
+    return "ray: " + (ray.__version__ if ray is not None else "not installed: tests skipped")
+
+
+class Box:
+    """A private folder under the home: ``ws`` (a workspace), ``outside`` (a canary)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.canary = "CANARY-" + secrets.token_hex(8)
+        self.ws = root / "ws"
+        self.outside = root / "outside"
+        self.state = root / "state"
+        for folder in (self.ws, self.outside, self.state):
+            folder.mkdir()
+        self.secret = self.outside / "secret.txt"
+        self.secret.write_text(self.canary)
+
+
+def wait_for(check: Callable[[], bool], seconds: float = 30.0) -> bool:
+    """Poll ``check`` until it holds or ``seconds`` pass (a deadline, not a timing claim)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+class Upstream:
+    """A live HTTP server on loopback that counts the requests reaching it."""
+
+    BODY = b"hello from the upstream\n"
+
+    def __init__(self) -> None:
+        self.hits = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.recv(4096)
+                    self.hits += 1
+                    head = f"HTTP/1.0 200 OK\r\nContent-Length: {len(self.BODY)}\r\n\r\n"
+                    conn.sendall(head.encode() + self.BODY)
+                except OSError:
+                    continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sock.close()
