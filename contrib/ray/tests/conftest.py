@@ -36,7 +36,6 @@ except ImportError:  # pragma: no cover - depends on the environment
     collect_ignore_glob = ["test_*.py"]
 
 
-
 @pytest.fixture(scope="session", autouse=True)
 def cluster() -> Iterator[None]:
     assert ray is not None

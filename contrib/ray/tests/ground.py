@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 import socket
 import threading
@@ -39,6 +40,22 @@ def wait_for(check: Callable[[], bool], seconds: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return check()
+
+
+def running(token: str) -> list[int]:
+    """The live processes whose command line holds ``token`` (host pids: a sandbox's own
+    pid namespace numbers them otherwise)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                if token.encode() in handle.read() and alive(int(name)):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found
 
 
 def alive(pid: int) -> bool:
