@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import tempfile
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +34,10 @@ except ImportError:  # pragma: no cover - depends on the environment
         raise  # CI installs Ray (.ci/run): its absence is a failure there
     ray = None
     collect_ignore_glob = ["test_*.py"]
+
+
+def pytest_report_header() -> str:
+    return "ray: " + (ray.__version__ if ray is not None else "not installed: tests skipped")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -13,10 +13,6 @@ from pathlib import Path
 PYTHON = "/usr/bin/python3"  # the system interpreter: visible inside every sandbox
 
 
-def pytest_report_header() -> str:
-    return "ray: " + (ray.__version__ if ray is not None else "not installed: tests skipped")
-
-
 class Box:
     """A private folder under the home: ``ws`` (a workspace), ``outside`` (a canary)."""
 

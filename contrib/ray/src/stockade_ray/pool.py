@@ -30,7 +30,7 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, as_completed
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
@@ -217,7 +217,7 @@ class StockadePool:
                 batch = []
         futures += self._ship(batch)
         for done in as_completed(futures):
-            yield done  # type: ignore[misc]
+            yield cast("StepFuture", done)
 
     def _ship(
         self, batch: list[tuple[int, ExecRequest, Mapping[str, bytes] | None]]
@@ -317,7 +317,7 @@ class StockadePool:
     def _finish(self, ready: list[Any]) -> None:
         with self._lock:
             shipped = [self._shipped.pop(ref) for ref in ready]
-        settled: list[tuple[StepFuture, Done | BaseException]] = []
+        settled: list[tuple[StepFuture, Done | StockadeError]] = []
         lost: list[_Shipped] = []
         with self._batch() as failed:
             for item in shipped:
@@ -331,17 +331,18 @@ class StockadePool:
             for item in shipped:
                 item.slot.busy -= 1
         for future, outcome in settled:
-            if isinstance(outcome, Done):
-                if failed:
-                    outcome = RecorderFailed(
+            if not isinstance(outcome, Done):
+                future.set_exception(outcome)
+            elif failed:
+                future.set_exception(
+                    RecorderFailed(
                         f"the command ran, but its result was not recorded: {failed[0]}",
                         hint="the result is attached to this error; check the recorder's storage",
                         result=outcome.result,
                     )
-                else:
-                    future.set_result(outcome)
-                    continue
-            future.set_exception(outcome)
+                )
+            else:
+                future.set_result(outcome)
 
     def _outcome(self, item: _Shipped) -> Done | StockadeError:
         """What one reply came to, recorded (in the collector's batch)."""
