@@ -152,7 +152,7 @@ class StockadePool:
         options = dict(DEFAULT_PLACEMENT if placement is None else placement)
         self._actor_class = ray.remote(Worker).options(max_concurrency=1, **options)
         self._lock = threading.Condition()
-        self._slots = [self._start() for _ in range(size)]
+        self._slots = self._start(size)
         self._sticky: dict[str, _Slot] = {}
         self._shipped: dict[Any, _Shipped] = {}
         self._turn = itertools.count()
@@ -164,11 +164,14 @@ class StockadePool:
 
     # --- workers ---------------------------------------------------------------------------
 
-    def _start(self) -> _Slot:
+    def _start(self, count: int = 1) -> list[_Slot]:
+        """``count`` new workers, started together; once each says where it runs."""
         import ray
 
-        actor = self._actor_class.remote(self.host.config, self.host.run_id, self._worker_env)
-        return _Slot(actor, dict(ray.get(actor.where.remote())))
+        config, run_id = self.host.config, self.host.run_id
+        actors = [self._actor_class.remote(config, run_id, self._worker_env) for _ in range(count)]
+        places = ray.get([actor.where.remote() for actor in actors])
+        return [_Slot(actor, dict(place)) for actor, place in zip(actors, places, strict=True)]
 
     def workers(self) -> list[dict[str, str]]:
         """Where each worker runs now: ``node``, ``actor``, ``hostname``, ``pid``."""
@@ -179,7 +182,7 @@ class StockadePool:
         """A new worker in ``slot`` when ``dead`` still serves it (once per death)."""
         if slot.actor is not dead:
             return
-        fresh = self._start()
+        (fresh,) = self._start()
         with self._lock:
             if slot.actor is dead:
                 slot.actor, slot.where = fresh.actor, fresh.where
