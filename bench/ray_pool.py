@@ -28,11 +28,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 import timing  # bench/timing.py
+
+if TYPE_CHECKING:
+    from stockade.config.schema import Config
+    from stockade.host import Host
+    from stockade.request.spec import ExecRequest
 
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # read when Ray is imported
 
@@ -82,7 +87,9 @@ def main() -> int:
     return 0
 
 
-def _per_step(config: Any, host: Any, true: Any, runs: int, warmup: int) -> dict[str, Any]:
+def _per_step(
+    config: Config, host: Host, true: ExecRequest, runs: int, warmup: int
+) -> dict[str, Any]:
     """``true`` through the host and through a one-worker pool, interleaved; then 200 of
     them through ``map`` on 2 workers."""
     from stockade_ray import StockadePool
@@ -110,7 +117,9 @@ def _per_step(config: Any, host: Any, true: Any, runs: int, warmup: int) -> dict
     return figures
 
 
-def _parallelism(config: Any, host: Any, true: Any, sleep: Any, sleeps: int) -> dict[str, Any]:
+def _parallelism(
+    config: Config, host: Host, true: ExecRequest, sleep: ExecRequest, sleeps: int
+) -> dict[str, Any]:
     """``sleep`` commands per second: one host one after another, then each pool size."""
     from stockade_ray import StockadePool
 
