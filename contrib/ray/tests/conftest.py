@@ -1,6 +1,6 @@
 """A local Ray cluster for the whole session, and the ground the attacks need.
 
-Ray is optional: without it these tests are skipped, except under CI (``STOCKADE_CI=1``),
+Ray is optional: without it every test module skips itself, except under CI (``STOCKADE_CI=1``),
 where ``.ci/run`` installs it and a missing Ray fails the run. The cluster is started once
 (``num_cpus=2``) in a short private temp folder, so a user other than the one who last ran
 Ray here can start one too. Canaries live under the user's home, never under ``/tmp``
@@ -32,8 +32,7 @@ try:
 except ImportError:  # pragma: no cover - depends on the environment
     if os.environ.get("STOCKADE_CI") == "1":
         raise  # CI installs Ray (.ci/run): its absence is a failure there
-    ray = None
-    collect_ignore_glob = ["test_*.py"]
+    ray = None  # each test module then skips itself (pytest.importorskip)
 
 
 def pytest_report_header() -> str:

@@ -19,6 +19,9 @@ from stockade.record.store import Store
 from stockade.record.verify import verify
 from stockade.request.spec import ExecRequest, Profile
 from stockade.testing import AllowAll
+
+pytest.importorskip("ray")  # optional (see conftest.py): stockade_ray is imported after it
+
 from stockade_ray import StockadePool
 
 CURL = "/usr/bin/curl"

@@ -10,8 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ray
+import pytest
 from ground import Box
+
+ray = pytest.importorskip("ray")  # optional: see conftest.py
 
 EXAMPLE = Path(__file__).parents[3] / "docs" / "examples" / "ray_fanout.py"
 STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]

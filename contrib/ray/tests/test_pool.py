@@ -22,6 +22,9 @@ from stockade.record.store import Store
 from stockade.record.verify import verify
 from stockade.request.spec import ExecRequest, Profile
 from stockade.testing import AllowAll
+
+pytest.importorskip("ray")  # optional (see conftest.py): stockade_ray is imported after it
+
 from stockade_ray import INPUT_BYTES, Caps, StepCancelled, StockadePool, WorkerLost
 
 # Starts a grandchild that would outlive a careless kill (both carry the token in their
