@@ -41,7 +41,7 @@ from stockade.request.spec import ExecRequest
 from stockade.request.step import Carried
 from stockade.request.wire import step_from_json, step_to_json
 
-from .errors import StepCancelled, WorkerLost, rebuilt
+from .errors import RemoteFailure, StepCancelled, WorkerLost, rebuilt
 from .worker import Caps, Worker
 
 if TYPE_CHECKING:
@@ -312,9 +312,13 @@ class StockadePool:
                 if not self._shipped and self._closed:
                     return
                 refs = list(self._shipped)
-            ready, _ = ray.wait(refs, num_returns=1, timeout=0.2)
+            try:
+                ready, _ = ray.wait(refs, num_returns=1, timeout=0.2)
+                if ready:
+                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            except Exception:  # noqa: BLE001 - Ray itself went away: every step is lost
+                ready = refs
             if ready:
-                ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
                 self._finish(ready)
 
     def _finish(self, ready: list[Any]) -> None:
@@ -324,7 +328,14 @@ class StockadePool:
         lost: list[_Shipped] = []
         with self._batch() as failed:
             for item in shipped:
-                outcome = self._outcome(item)
+                try:
+                    outcome = self._outcome(item)
+                except Exception as bad:  # noqa: BLE001 - a malformed reply fails its step only
+                    outcome = RemoteFailure(
+                        f"the worker's reply could not be read: {bad!r}",
+                        hint="run the same Stockade version on the driver and the workers",
+                    )
+                    self.host.recording.error(item.admission.spec, outcome)
                 if isinstance(outcome, WorkerLost):
                     lost.append(item)
                 settled.append((item.future, outcome))
@@ -366,8 +377,10 @@ class StockadePool:
                 hint="the pool has started another worker; run the step again if it is safe to",
                 details={"node": where.get("node", ""), "actor": where.get("actor", "")},
             )
-        except ray.exceptions.RayError as failure:
-            error = WorkerLost(f"the worker failed: {failure}", hint="see the worker's log")
+        except ray.exceptions.RayError as failure:  # the worker raised what it should not
+            error = RemoteFailure(
+                f"the worker failed: {failure}", hint="see the worker's log (a Stockade bug)"
+            )
         else:
             if "error" in reply:
                 error = rebuilt(reply["error"])
