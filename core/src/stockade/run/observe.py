@@ -69,8 +69,8 @@ class Observation:
     def _start(
         self, spec: ExecSpec, abort: AbortToken | None, *, quota_mb: int | None, track_changes: bool
     ) -> None:
-        """The changes watch (an agent's own workspace only), and the quota's with a token of
-        its own."""
+        """The changes watch (an agent's own workspace; other folders only through a warm
+        server's ``watches``), and the quota's with a token of its own."""
         self._changes = self._track(spec) if track_changes else None
         limit = quota_mb
         if limit is None:

@@ -7,6 +7,11 @@ CLI call is a run of its own as before. A config file that changed (its size, mt
 inode) or another environment (the plugins are made with it: the built-in broker reads
 secrets from it) gives a new warm host: a changed file is picked up without a restart.
 Variables that differ between two shells of one person (``PWD``, ``SHLVL``, ...) do not count.
+
+Old warm hosts are closed (:class:`WarmHosts`: a bound, an idle time, never one in use).
+The server's kept watches (:class:`~stockade.run.kept.Watches`) are made here and handed to
+every warm host's doer; :mod:`stockade.run.kept` does the watching, the server only decides
+when they are swept and closed.
 """
 
 from __future__ import annotations
