@@ -95,6 +95,9 @@ class Kept(Watch):
             out: tuple[list[str], list[str], list[str]] = ([], [], [])
             self._after = {}
             overflowed = self._overflow
+            if not (overflowed or self._dirty or self._dead or self._root_replaced()):
+                self._stamp = stamp  # no event anywhere: nothing to list
+                return self._result(out, "inotify")
             self._reconcile(out)
             changes = self._result(out, "scan" if overflowed else "inotify")
             self._update(out[2])
