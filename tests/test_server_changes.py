@@ -9,7 +9,10 @@ identical folder.
 
 from __future__ import annotations
 
+import http.client
 import json
+import re
+import select
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -81,6 +84,40 @@ def test_the_default_profile_reports_what_it_changed(sk: Stockade, tmp_path: Pat
     recorded = sk.result(sk.steps()[-1]["run_id"])  # the record says the same
     assert recorded["action_id"] == json.loads(done.stdout)["action_id"]
     assert recorded["changes"] == mine
+
+
+def test_the_run_page_shows_them(sk: Stockade, tmp_path: Path) -> None:
+    work = folder(tmp_path / "work")
+    sk.run(*RUN, "true", cwd=work)
+    assert changes_of(sk.run(*RUN, *COMMAND, cwd=work))["total"] == 9
+    run = sk.steps()[-1]["run_id"]
+    ui = sk.popen("ui", "--port", "0", "--no-open")  # in-process; loopback only
+    try:
+        assert ui.stdout is not None
+        ready, _, _ = select.select([ui.stdout], [], [], WAIT)
+        assert ready, "stockade ui printed nothing"
+        found = re.search(rb"http://127\.0\.0\.1:(\d+)/\?token=([\w-]+)", ui.stdout.readline())
+        assert found is not None
+        port, token = int(found.group(1)), found.group(2).decode()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT)
+        try:
+            connection.request(
+                "GET",
+                f"/runs/{run}",
+                headers={"Host": f"127.0.0.1:{port}", "Cookie": f"stockade-ui-{port}={token}"},
+            )
+            response = connection.getresponse()
+            page = response.read().decode()
+        finally:
+            connection.close()
+        assert response.status == 200, page
+    finally:
+        ui.terminate()
+        ui.communicate(timeout=WAIT)  # and closes its pipes
+    assert "changed files (9)" in page
+    assert '<li class="created">+ <code>new.txt</code></li>' in page
+    assert '<li class="modified">~ <code>keep.txt</code></li>' in page
+    assert '<li class="deleted">\u2212 <code>old.txt</code></li>' in page
 
 
 def test_in_process_there_is_no_watch(sk: Stockade, tmp_path: Path) -> None:
