@@ -120,6 +120,33 @@ def test_the_run_page_shows_them(sk: Stockade, tmp_path: Path) -> None:
     assert '<li class="deleted">\u2212 <code>old.txt</code></li>' in page
 
 
+@pytest.mark.parametrize("sandbox", ["bubblewrap", "landlock", None])
+def test_in_a_sandbox_and_never_through_a_symlink_out(
+    sk: Stockade, tmp_path: Path, sandbox: str | None
+) -> None:
+    """Under each backend the list is the same; a write through a planted symlink is refused
+    by the sandbox and never listed. The control (``None``: danger-full-access) lets that
+    write land outside, and still lists only the folder's own entries."""
+    work, outside = folder(tmp_path / "work"), tmp_path / "outside"
+    outside.mkdir()
+    (work / "out").symlink_to(outside)
+    how = ("--sandbox", sandbox) if sandbox else ("--mode", FULL)
+    env = {"STOCKADE_DISABLE_PLUGINS": ""}  # the real sandboxes
+    argv = ("run", "--json", "--yes", *how, "--", "touch", "new.txt", "keep.txt", "out/escaped")
+    sk.run(*argv[:-4], "true", env=env, cwd=work)  # the server and the watch, first
+    done = sk.run(*argv, env=env, cwd=work)
+    result = json.loads(done.stdout)
+    assert result["sandbox"]["provider"] == (sandbox or "none"), result["sandbox"]
+    listed = result["changes"]
+    assert (listed["created"], listed["modified"], listed["deleted"]) == (
+        ["new.txt"],
+        ["keep.txt"],
+        [],
+    )
+    assert (outside / "escaped").exists() == (sandbox is None)
+    assert result["exit_code"] == (0 if sandbox is None else 1)
+
+
 def test_in_process_there_is_no_watch(sk: Stockade, tmp_path: Path) -> None:
     work = folder(tmp_path / "work")
     done = sk.run(*RUN, *COMMAND, cwd=work, server=False)
