@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..request.plan import LaunchPlan
     from ..request.result import Changes, ProcessOutcome
     from ..workspace.folders import Locks
+    from .kept import Watches
     from .observe import Observation
 
 OnOutput = Callable[[str, bytes], None]
@@ -112,6 +113,7 @@ class Doer:
         self._lock = threading.Lock()
         self._executor: Executor | None = None
         self._locks: Locks | None = None
+        self.watches: Watches | None = None  # a warm server's kept watches (run.kept)
 
     def for_run(self, run_id: str) -> Doer:
         """A doer for another run on the same providers and executor (its own locks)."""
@@ -120,6 +122,7 @@ class Doer:
         doer.providers = self.providers
         doer._lock, doer._locks = self._lock, None
         doer._executor = self.executor
+        doer.watches = self.watches
         return doer
 
     @property
@@ -283,6 +286,7 @@ class Doer:
             prepared.plan,
             quota_mb=agent.profile.quota_mb,
             track_changes=agent.own_workspace,
+            watches=None if agent.own_workspace else self.watches,
             quarantine=os.path.join(store_folder(self.config), "quarantine", spec.action_id),
         )
 
