@@ -87,6 +87,23 @@ class Prepared:
                 self.proxy.close()
 
 
+def placeholders(
+    step: AdmittedStep, secrets: Mapping[str, str], proxy: CommandProxy | None
+) -> dict[str, str]:
+    """The credentials as the child gets them: the value, or for one its profile binds a
+    placeholder (the proxy's, which it turns into the value for the bound host only)."""
+    from ..egress.inject import placeholder
+
+    binds = step.agent.profile.credentials
+    given = proxy.placeholders if proxy is not None else {}
+    return {
+        variable: (given.get(variable) or placeholder(value))
+        if step.spec.credentials.get(variable) in binds
+        else value
+        for variable, value in secrets.items()
+    }
+
+
 class Doer:
     """Carries out admitted steps on this machine.
 
@@ -170,12 +187,15 @@ class Doer:
         try:
             provider = self.providers.provider_for(spec)
             if step.egress is not None:
-                proxy = self._proxy(step, refused, on_connection)
-                spec = attrs.evolve(
-                    spec, egress=Egress(proxy.hosts, socket=proxy.socket, port=proxy.port)
+                proxy = self._proxy(step, refused, on_connection, secrets)
+                egress = Egress(
+                    proxy.hosts, socket=proxy.socket, port=proxy.port, ca_bundle=proxy.ca_bundle
                 )
-            # The provider sees the credentials as part of the environment it must pass on.
-            plan = provider.confine(attrs.evolve(spec, env={**spec.env, **secrets}))
+                spec = attrs.evolve(spec, egress=egress)
+            # The provider sees the credentials as part of the environment it must pass on;
+            # a credential the profile binds is a placeholder there (the proxy injects it).
+            given = placeholders(step, secrets, proxy)
+            plan = provider.confine(attrs.evolve(spec, env={**spec.env, **given}))
             try:  # a program the sandbox hides would fail inside with a raw error
                 refuse_hidden_program(provider, spec)
             except BaseException:
@@ -192,9 +212,16 @@ class Doer:
         step: AdmittedStep,
         refused: list[Refusal],
         on_connection: Callable[[Connection], None] | None,
+        secrets: Mapping[str, str],
     ) -> CommandProxy:
-        """The egress proxy of a ``network`` step; each refusal lands in ``refused``."""
+        """The egress proxy of a ``network`` step; each refusal lands in ``refused``.
+
+        Raises:
+            CredentialUnavailable: a bound credential's value cannot go in a header.
+        """
+        from ..egress.inject import Injection
         from ..egress.proxy import CommandProxy
+        from ..errors import CredentialUnavailable
 
         assert step.egress is not None  # noqa: S101 - the caller checked
 
@@ -211,7 +238,22 @@ class Doer:
             if on_connection is not None:
                 on_connection(connection)
 
-        return CommandProxy(step.egress.hosts, step.egress.resolve, seen)
+        try:
+            injections = [
+                Injection.make(bound.variable, bound.handle, bound.binding, secrets[bound.variable])
+                for bound in step.egress.credentials
+            ]
+        except ValueError as error:
+            raise CredentialUnavailable(
+                str(error), hint="bind a real token, or pass it in the environment unbound"
+            ) from None
+        return CommandProxy(
+            step.egress.hosts,
+            step.egress.resolve,
+            seen,
+            injections=injections,
+            upstream_ca=step.egress.upstream_ca,
+        )
 
     def carry_out(
         self,
