@@ -36,7 +36,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         body = self._record()
         echo = json.dumps(
-            {"path": self.path, "headers": dict(self.headers.items()), "body": body.decode("latin-1")}
+            {
+                "path": self.path,
+                "headers": dict(self.headers.items()),
+                "body": body.decode("latin-1"),
+            }
         ).encode()
         auth = self.headers.get("Authorization", "")
         path = urlsplit(self.path).path
@@ -75,8 +79,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(echo)
 
-    do_POST = do_GET
-    do_PUT = do_GET
+    do_POST = do_GET  # noqa: N815 - the name http.server calls
 
     def log_message(self, *_args: object) -> None:
         pass
@@ -88,16 +91,21 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 class EchoUpstream:
-    """An HTTPS echo server on 127.0.0.1 for ``names``; ``cafile`` is its certificate."""
+    """An HTTPS echo server on 127.0.0.1 for ``names``; ``cafile`` is its certificate.
+    ``tls=False``: plain HTTP (no ``cafile``)."""
 
-    def __init__(self, folder: Path, names: tuple[str, ...] = ("bound.test",)) -> None:
+    def __init__(
+        self, folder: Path, names: tuple[str, ...] = ("bound.test",), *, tls: bool = True
+    ) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        self.cafile, key = self_signed_cert(folder, names)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(self.cafile, key)
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.seen = []
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.cafile = ""
+        if tls:
+            self.cafile, key = self_signed_cert(folder, names)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.cafile, key)
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.port: int = self.server.server_address[1]
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()

@@ -133,7 +133,13 @@ def _binding_problems(table: Mapping[str, Any], where: str) -> list[str]:
 
     problems = []
     for handle, binding in bindings.items():
-        host = binding.get("host") if isinstance(binding, Mapping) else None
+        if not isinstance(binding, Mapping):
+            problems.append(
+                f"invalid value {binding!r}: a binding is a table, {handle} = {{host = "
+                f'"api.example.com"}} @ {where}.credentials[{handle!r}]'
+            )
+            continue
+        host = binding.get("host")
         if not isinstance(host, str):
             continue
         at = f"{where}.credentials[{handle!r}].host"

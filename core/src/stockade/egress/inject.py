@@ -84,8 +84,11 @@ class Injection:
     placeholder: str
 
     @classmethod
-    def make(cls, variable: str, handle: str, binding: CredentialBinding, value: str) -> Injection:
-        """An injection from a binding; refuses a value too short or unfit for a header."""
+    def make(
+        cls, variable: str, handle: str, binding: CredentialBinding, value: str, stand_in: str
+    ) -> Injection:
+        """An injection from a binding, the command holding ``stand_in`` (a
+        :func:`placeholder`); refuses a value too short or unfit for a header."""
         [rule] = parse_hosts([binding.host])
         if len(value) < MIN_SECRET or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
             raise ValueError(
@@ -94,9 +97,7 @@ class Injection:
             )
         rendered = binding.render(value)
         header = binding.header.lower()
-        return cls(
-            variable, handle, rule.host, rule.port, header, rendered, value, placeholder(value)
-        )
+        return cls(variable, handle, rule.host, rule.port, header, rendered, value, stand_in)
 
 
 class Facts(Protocol):
@@ -241,6 +242,7 @@ class _Session:
         self.host, self.port, self.facts = facts.host, facts.port, facts
         self.requests = 0
         self.injected: dict[str, int] = {}
+        self.partial = False  # part of a response went down: no other answer fits now
 
     def summary(self) -> str:
         if not self.requests:
@@ -255,6 +257,7 @@ class _Session:
         )
 
     async def send(self, data: bytes) -> None:
+        self.partial = True
         self.writer.write(data)
         await self.writer.drain()
         self.facts.counts[1] += len(data)
@@ -270,7 +273,6 @@ class _Session:
             await self.send(head + body)
 
     async def run(self, upstream: stream.Source, up_writer: asyncio.StreamWriter) -> None:
-        answered = True  # the last response went down whole: a refusal may answer
         try:
             while True:
                 try:
@@ -284,20 +286,19 @@ class _Session:
                 request = http.parse_head(head[:-4])
                 out, check = self._rewrite(request)
                 self.requests += 1
-                answered = False
                 up_writer.write(out)
                 self.facts.counts[0] += len(out)
                 await self._body(request, check, up_writer)
                 keep = await self._response(request, upstream)
-                answered = True
+                self.partial = False
                 if not keep:
                     return
         except http.Refusal as refused:
-            if answered:
+            if not self.partial:
                 await self.answer(refused.status, refused.reason)
             raise TunnelRefused(refused.reason, alert=False) from None
         except EOFError:
-            if not answered:
+            if self.partial:
                 why = f"{show(self.host, self.port)} closed the connection in mid-response"
                 raise TunnelRefused(why, alert=False) from None
 

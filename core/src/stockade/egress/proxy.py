@@ -468,7 +468,6 @@ class CommandProxy:
         self.hosts = hosts
         self.folder = tempfile.mkdtemp(prefix="stockade-egress-")
         self.ca_bundle: str | None = None
-        self.placeholders = {i.variable: i.placeholder for i in injections}
         try:
             inject = None
             if injections:

@@ -87,23 +87,6 @@ class Prepared:
                 self.proxy.close()
 
 
-def placeholders(
-    step: AdmittedStep, secrets: Mapping[str, str], proxy: CommandProxy | None
-) -> dict[str, str]:
-    """The credentials as the child gets them: the value, or for one its profile binds a
-    placeholder (the proxy's, which it turns into the value for the bound host only)."""
-    from ..egress.inject import placeholder
-
-    binds = step.agent.profile.credentials
-    given = proxy.placeholders if proxy is not None else {}
-    return {
-        variable: (given.get(variable) or placeholder(value))
-        if step.spec.credentials.get(variable) in binds
-        else value
-        for variable, value in secrets.items()
-    }
-
-
 class Doer:
     """Carries out admitted steps on this machine.
 
@@ -129,13 +112,14 @@ class Doer:
         self._lock = threading.Lock()
         self._executor: Executor | None = None
         self._locks: Locks | None = None
+        self._stand_ins: dict[tuple[str, str], str] = {}
 
     def for_run(self, run_id: str) -> Doer:
         """A doer for another run on the same providers and executor (its own locks)."""
         doer = object.__new__(Doer)
         doer.config, doer.executors, doer.run_id = self.config, self.executors, run_id
         doer.providers = self.providers
-        doer._lock, doer._locks = self._lock, None
+        doer._lock, doer._locks, doer._stand_ins = self._lock, None, {}
         doer._executor = self.executor
         return doer
 
@@ -194,7 +178,7 @@ class Doer:
                 spec = attrs.evolve(spec, egress=egress)
             # The provider sees the credentials as part of the environment it must pass on;
             # a credential the profile binds is a placeholder there (the proxy injects it).
-            given = placeholders(step, secrets, proxy)
+            given = self.given(step, secrets)
             plan = provider.confine(attrs.evolve(spec, env={**spec.env, **given}))
             try:  # a program the sandbox hides would fail inside with a raw error
                 refuse_hidden_program(provider, spec)
@@ -207,8 +191,25 @@ class Doer:
             raise
         return Prepared(step, spec, plan, provider, tuple(secrets.values()), proxy, refused)
 
-    @staticmethod
+    def given(self, step: AdmittedStep, secrets: Mapping[str, str]) -> dict[str, str]:
+        """The credentials as the child gets them: the value, or for one its profile binds
+        the run's placeholder (which the proxy turns into the value for the bound host)."""
+        binds = step.agent.profile.credentials
+        return {
+            variable: self.stand_in(handle, value) if handle in binds else value
+            for variable, handle in step.spec.credentials.items()
+            if (value := secrets.get(variable)) is not None
+        }
+
+    def stand_in(self, handle: str, value: str) -> str:
+        """The run's placeholder for ``handle`` (while its value stays the same)."""
+        from ..egress.inject import placeholder
+
+        with self._lock:
+            return self._stand_ins.setdefault((handle, value), placeholder(value))
+
     def _proxy(
+        self,
         step: AdmittedStep,
         refused: list[Refusal],
         on_connection: Callable[[Connection], None] | None,
@@ -240,7 +241,13 @@ class Doer:
 
         try:
             injections = [
-                Injection.make(bound.variable, bound.handle, bound.binding, secrets[bound.variable])
+                Injection.make(
+                    bound.variable,
+                    bound.handle,
+                    bound.binding,
+                    value := secrets[bound.variable],
+                    self.stand_in(bound.handle, value),
+                )
                 for bound in step.egress.credentials
             ]
         except ValueError as error:
