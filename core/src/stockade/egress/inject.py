@@ -54,6 +54,7 @@ __all__ = ["Injection", "Injector", "placeholder"]
 HEAD_LIMIT = 16 * 1024  # one request head
 RESPONSE_HEAD_LIMIT = 64 * 1024
 HANDSHAKE_S = 10.0
+CLOSE_S = 1.0  # a TLS close waits this long for the peer's close_notify
 IDLE_S = 30.0  # a kept-alive connection may wait this long for its next request
 MIN_SECRET = 8  # a shorter secret is refused: its forms would match by chance
 _ALNUM = string.ascii_letters + string.digits
@@ -177,8 +178,9 @@ class Injector:
         """Terminate the client's TLS, open a verified one upstream, relay request by request.
 
         Raises:
-            TunnelRefused: the handshake failed, or a request was refused (the client got a
-                ``403``/``502`` inside the tunnel first when it could).
+            Refusal: the handshake failed, or a request was refused (the client got a
+                ``403``/``502`` inside the tunnel first when it could); its status is empty,
+                since the tunnel's TLS is this module's: the proxy only records it.
         """
         host, port = facts.host, facts.port
         if rest:
@@ -194,11 +196,10 @@ class Injector:
                 ssl_handshake_timeout=HANDSHAKE_S,
             )
         except (OSError, ssl.SSLError, TimeoutError) as err:
-            raise TunnelRefused(
+            raise _ended(
                 f"the TLS handshake with the client for {show(host, port)} failed ({err}); a "
                 "client must trust the run's authority (SSL_CERT_FILE and the other CA "
-                "variables name it)",
-                alert=False,
+                "variables name it), or ask for this host by its name (SNI)"
             ) from None
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         session = _Session(self, stream.Source(reader), writer, facts)
@@ -214,18 +215,14 @@ class Injector:
             except (OSError, ssl.SSLError, TimeoutError) as err:
                 why = f"the TLS connection to {show(host, port)} failed: {err}"
                 await session.answer("502 Bad Gateway", why)
-                raise TunnelRefused(why, alert=False) from None
+                raise _ended(why) from None
             try:
                 await session.run(stream.Source(up_reader), up_writer)
             finally:
-                up_writer.close()
-                with contextlib.suppress(Exception):
-                    await up_writer.wait_closed()
+                await _shut(up_writer)
         finally:
             facts.reason += session.summary()
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            await _shut(writer)
 
 
 class _Session:
@@ -296,11 +293,11 @@ class _Session:
         except http.Refusal as refused:
             if not self.partial:
                 await self.answer(refused.status, refused.reason)
-            raise TunnelRefused(refused.reason, alert=False) from None
+            raise _ended(refused.reason) from None
         except EOFError:
             if self.partial:
                 why = f"{show(self.host, self.port)} closed the connection in mid-response"
-                raise TunnelRefused(why, alert=False) from None
+                raise _ended(why) from None
 
     def _rewrite(self, request: http.Request) -> tuple[bytes, Callable[[bytes], None]]:
         """The request as it goes upstream (the secret in place), and its body's check."""
@@ -382,6 +379,23 @@ class _Session:
                 await self.send(mask.feed(await upstream.some()))
         await self.send(mask.flush())
         return False
+
+
+async def _shut(writer: asyncio.StreamWriter) -> None:
+    """Close gently (TLS close_notify) for a moment, then for good: the proxy closes the
+    socket next, and no transport may still watch its descriptor then."""
+    writer.close()
+    try:
+        async with asyncio.timeout(CLOSE_S):
+            await writer.wait_closed()
+    except Exception:  # noqa: BLE001, S110 - a peer gone or slow: the abort below ends it
+        pass
+    finally:
+        writer.transport.abort()
+
+
+def _ended(reason: str) -> http.Refusal:
+    return http.Refusal("", reason)
 
 
 def _response_head(head: bytes) -> tuple[int, list[tuple[str, str]]]:
