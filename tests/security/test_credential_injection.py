@@ -283,9 +283,7 @@ os.execv(sys.argv[1], sys.argv[1:])
 """
 
 
-def test_curl_in_the_sandbox_calls_the_upstream_with_the_placeholder(
-    box, make_host, upstreams
-):
+def test_curl_in_the_sandbox_calls_the_upstream_with_the_placeholder(box, make_host, upstreams):
     token = make_secret()
     bound = upstreams["bound"]
     at = f"bound.test:{bound.port}"
