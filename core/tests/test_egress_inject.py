@@ -248,7 +248,7 @@ def test_an_upstream_the_proxy_cannot_verify_is_refused(echo):
 
 def test_a_client_hello_for_another_name_is_refused(echo):
     events = []
-    proxy, found = proxied(echo, events)
+    proxy, _ = proxied(echo, events)
     context = ssl.create_default_context(cafile=proxy.ca_bundle)
     context.check_hostname = False  # the client would accept the leaf: the proxy refuses
     try:

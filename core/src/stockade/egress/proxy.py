@@ -226,6 +226,8 @@ class Proxy:
                 await asyncio.sleep(0.1)
                 continue
             client.setblocking(False)
+            if client.family != socket.AF_UNIX:  # relayed records go at once, no Nagle wait
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             task = self._loop.create_task(self._handle(client))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
