@@ -40,7 +40,7 @@ def masked(forms: list[bytes], pieces: list[bytes]) -> bytes:
     return b"".join(mask.feed(p) for p in pieces) + mask.flush()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(
     secret=st.binary(min_size=1, max_size=12),
     parts=st.lists(st.binary(max_size=20), max_size=8),
@@ -101,7 +101,7 @@ def test_a_secret_split_across_chunks_is_masked_and_rechunked():
     assert data == b"token=" + b"*" * len(SECRET) + b"; done"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300, deadline=None, database=None)
 @given(st.binary(max_size=300))
 def test_a_chunked_body_parser_refuses_only_by_its_errors(data):
     with contextlib.suppress(egress_http.BadRequest, EOFError):

@@ -391,7 +391,10 @@ async def _shut(writer: asyncio.StreamWriter) -> None:
     except Exception:  # noqa: BLE001, S110 - a peer gone or slow: the abort below ends it
         pass
     finally:
-        writer.transport.abort()
+        # A TLS transport that already lost its connection has no protocol left to abort
+        # (Python 3.11.2 then raises AttributeError): it is closed, which is the aim.
+        with contextlib.suppress(AttributeError):
+            writer.transport.abort()
 
 
 def _ended(reason: str) -> http.Refusal:
