@@ -83,6 +83,14 @@ def plain(url, headers, body=None):
     finally:
         c.close()
 
+def tunnel_plain(path, headers):  # HTTP inside a CONNECT tunnel, as curl -p sends it
+    c = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=20)
+    c.set_tunnel("plain.test", hp)
+    try:
+        return answer(c, "GET", path, headers, None, P)
+    finally:
+        c.close()
+
 bearer = {"Authorization": "Bearer " + ph}
 out["echo"] = tls("bound.test", bp, "GET", "/echo", bearer)
 out["basic"] = tls("bound.test", bp, "GET", "/echo", {"Authorization": basic})
@@ -105,6 +113,8 @@ out["to_plain"] = plain("http://%s/echo" % P, bearer)
 out["to_plain_url"] = plain("http://%s/echo?t=%s" % (P, ph), {})
 out["to_plain_body"] = plain("http://%s/echo" % P, {}, body=b"t=" + ph.encode())
 out["to_plain_clean"] = plain("http://%s/echo" % P, {})
+out["to_plain_tunnel"] = tunnel_plain("/echo", bearer)
+out["to_plain_tunnel_clean"] = tunnel_plain("/echo", {})
 redirect = tls("bound.test", bp, "GET", "/redirect?to=https://%s/echo" % O, bearer)
 out["redirect"] = redirect
 location = dict(redirect.get("headers", [])).get("Location", "")
@@ -230,11 +240,12 @@ def test_the_proxy_injects_and_the_command_never_holds_the_value(
     assert "X-Api-Key" not in received
 
     # Another host: plain HTTP is read, and refused; a TLS tunnel gets the placeholder only.
-    for name in ("to_plain", "to_plain_url", "to_plain_body", "redirect_plain"):
+    for name in ("to_plain", "to_plain_url", "to_plain_body", "redirect_plain", "to_plain_tunnel"):
         assert out[name].get("status") == 403, (name, out[name])
         assert "'github'" in out[name]["body"] and "bound.test" in out[name]["body"]
     assert out["to_plain_clean"]["status"] == 200  # the control: plain.test is reachable
-    assert len(plain.seen) == 1
+    assert out["to_plain_tunnel_clean"]["status"] == 200  # ... through a tunnel too
+    assert len(plain.seen) == 2
     assert out["redirect"]["status"] == 302  # relayed, never followed by the proxy
     assert out["to_other_tls"]["status"] == 200
     assert token not in other.received() and push not in other.received()

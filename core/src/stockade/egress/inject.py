@@ -46,7 +46,7 @@ from attrs import frozen
 from ..record.redact import secret_forms
 from ..request.spec import CredentialBinding
 from . import ca, http, stream
-from .relay import TunnelRefused
+from .relay import Gate, TunnelRefused
 from .rules import parse_hosts, show
 
 __all__ = ["Injection", "Injector", "placeholder"]
@@ -153,6 +153,26 @@ class Injector:
             if (found := self.carried(value.encode("latin-1"))) is not None:
                 raise self._refuse(found, f"the {name} header", host, port)
         return self._body_check(host, port)
+
+    def screen_tunnel(self, first: bytes, gate: Gate | None, host: str, port: int) -> Gate:
+        """The up gate of a plain tunnel to another host, which also refuses a placeholder
+        in its bytes (``first`` included): seen only where they are in the clear, as in
+        HTTP inside the tunnel; TLS hides it."""
+        check = self._body_check(host, port)
+
+        def screen(data: bytes | memoryview) -> None:
+            try:
+                check(bytes(data))
+            except http.Refusal as refused:
+                raise TunnelRefused(refused.reason, alert=False, status=refused.status) from None
+
+        def screened(data: memoryview) -> bytes | memoryview:
+            out = data if gate is None else gate(data)
+            screen(out)
+            return out
+
+        screen(first)  # it passed ``gate`` already
+        return screened
 
     def _body_check(self, host: str, port: int) -> Callable[[bytes], None]:
         longest = max((len(f) for _, forms in self._placeholders for f in forms), default=1)

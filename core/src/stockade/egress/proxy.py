@@ -378,6 +378,8 @@ class Proxy:
         )
         try:
             first, up_gate = await relay.first_bytes(self._loop, client, rest, attempt.port, watch)
+            if self._inject is not None:  # a placeholder in the clear, in any tunnel: refused
+                up_gate = self._inject.screen_tunnel(first, up_gate, attempt.host, attempt.port)
         except BaseException:
             down.cancel()
             await asyncio.gather(down, return_exceptions=True)
