@@ -4,7 +4,8 @@ For the credential-injection tests: it keeps what it received (so a test sees wh
 secret arrived), and its answers echo the request's headers in a response header and in
 the body, in the ways that could carry a secret back to the command: with a
 ``Content-Length``, chunked with the secret split across chunks, close-delimited, and
-gzip-compressed. ``/redirect?to=URL`` answers 302.
+gzip-compressed. ``/redirect?to=URL`` answers 302; ``.../info/refs`` without an
+``Authorization`` answers 401 (so ``git`` sends its credentials).
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         ).encode()
         auth = self.headers.get("Authorization", "")
         path = urlsplit(self.path).path
+        if path.endswith("/info/refs") and not auth:  # git asks again, with credentials
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="echo"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if path == "/redirect":
             target = parse_qs(urlsplit(self.path).query)["to"][0]
             self.send_response(302)

@@ -17,6 +17,7 @@ canary (so it reads what it claims to).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -221,8 +222,6 @@ def test_the_proxy_injects_and_the_command_never_holds_the_value(
     # Functional: the bound host got the values, for bearer and basic, kept alive too.
     received = bound.received()
     assert f"Bearer {token}" in received
-    import base64
-
     assert "Basic " + base64.b64encode(f"x-access-token:{push}".encode()).decode() in received
     for name in ("echo", "basic", "chunked", "close", "keep1", "keep2"):
         assert out[name]["status"] == 200, (name, out[name])
@@ -343,3 +342,49 @@ def test_curl_in_the_sandbox_calls_the_upstream_with_the_placeholder(box, make_h
     assert bare.exit_code != 0, bare.stdout.text
     assert (box.ws / "header.txt").read_text().split()[-1] == held
     assert len(bound.seen) == 1
+
+
+GIT_WITH_TOKEN = """
+import os, sys
+url = "https://x-access-token:%s@%s/repo.git" % (os.environ["GIT_TOKEN"], sys.argv[1])
+os.execv("/usr/bin/git", ["git", "ls-remote", url])
+"""
+
+
+def test_git_over_https_gets_basic_auth_from_the_proxy(box, make_host, upstreams):
+    push = make_secret()
+    bound = upstreams["bound"]
+    at = f"bound.test:{bound.port}"
+    profile = Profile(
+        name="net",
+        hosts=(at,),
+        ask=(),
+        workspace=str(box.ws),
+        credentials={"gitpush": CredentialBinding(at, username="x-access-token")},
+    )
+    config = Config(
+        sandbox=box.sandbox,
+        agents={"net": profile},
+        network=NetworkConfig(resolve={"bound.test": "127.0.0.1"}, upstream_ca=bound.cafile),
+    )
+    host = make_host(
+        config=config,
+        plugins=[Networked()],
+        environ={**os.environ, "STOCKADE_SECRET_GITPUSH": push},
+    )
+    (box.ws / "git_with_token.py").write_text(GIT_WITH_TOKEN)
+    result = host.run(
+        box.request(
+            [PYTHON, "-S", "git_with_token.py", at],
+            profile="net",
+            credentials={"GIT_TOKEN": "gitpush"},
+            env={"GIT_TERMINAL_PROMPT": "0"},
+        )
+    )
+    # The echo is no git server, so git fails after its authenticated request; what
+    # counts is what reached the server: git's placeholder, turned into the secret.
+    sent = [dict(r["headers"]).get("Authorization") for r in bound.seen]
+    expected = "Basic " + base64.b64encode(f"x-access-token:{push}".encode()).decode()
+    assert sent[0] is None and len(sent) >= 2, (sent, result.stderr.text)
+    assert set(sent[1:]) == {expected}
+    assert forms_in((result.stdout.text + result.stderr.text).encode(), push) == []
