@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from stockade.config.load import parse_config
 from stockade.egress import http as egress_http
-from stockade.egress import stream
+from stockade.egress import inject, stream
 from stockade.egress.ca import RunAuthority
 from stockade.egress.inject import Injection, Injector, placeholder
 from stockade.egress.proxy import CommandProxy
@@ -275,3 +275,36 @@ def test_the_other_direction_sees_the_echo_only_masked_even_chunked(echo):
     assert status == 200
     assert SECRET.encode() not in body
     assert json.loads(body.split(b"\n", 1)[1])["path"] == "/chunked"
+
+
+def test_expect_continue_is_answered_by_the_proxy(echo):
+    events = []
+    proxy, found = proxied(echo, events)
+    context = ssl.create_default_context(cafile=proxy.ca_bundle)
+    conn = http.client.HTTPSConnection("127.0.0.1", proxy.port, context=context, timeout=10)
+    conn.set_tunnel("bound.test", echo.port)
+    try:
+        conn.putrequest("POST", "/echo")
+        conn.putheader("Authorization", f"Bearer {found.placeholder}")
+        conn.putheader("Expect", "100-continue")
+        conn.putheader("Content-Length", "5")
+        conn.endheaders()
+        raw = conn.sock.recv(100)  # before any body: the proxy's own interim answer
+        assert raw == b"HTTP/1.1 100 Continue\r\n\r\n"
+        conn.send(b"a=1&b")
+        response = conn.getresponse()
+        assert response.status == 200
+        response.read()
+    finally:
+        conn.close()
+        proxy.close()
+    headers = dict(echo.seen[0]["headers"])
+    assert "Expect" not in headers and echo.seen[0]["body"] == "a=1&b"
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.binary(max_size=200))
+def test_a_response_head_parser_refuses_only_by_refusal(data):
+    with contextlib.suppress(egress_http.Refusal):
+        status, fields = inject._response_head(data + b"\r\n\r\n")
+        assert status >= 0 and all(name == name.lower() for name, _ in fields)

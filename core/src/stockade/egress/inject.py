@@ -301,10 +301,12 @@ class _Session:
                 except (EOFError, TimeoutError):
                     return
                 request = http.parse_head(head[:-4])
-                out, check = self._rewrite(request)
+                out, check, expect = self._rewrite(request)
                 self.requests += 1
                 up_writer.write(out)
                 self.facts.counts[0] += len(out)
+                if expect:  # interim: a final answer (a refusal too) may still follow
+                    self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
                 await self._body(request, check, up_writer)
                 keep = await self._response(request, upstream)
                 self.partial = False
@@ -319,15 +321,19 @@ class _Session:
                 why = f"{show(self.host, self.port)} closed the connection in mid-response"
                 raise _ended(why) from None
 
-    def _rewrite(self, request: http.Request) -> tuple[bytes, Callable[[bytes], None]]:
-        """The request as it goes upstream (the secret in place), and its body's check."""
+    def _rewrite(self, request: http.Request) -> tuple[bytes, Callable[[bytes], None], bool]:
+        """The request as it goes upstream (the secret in place), its body's check, and
+        whether the client waits for ``100 Continue`` (the proxy answers it, at once)."""
         http.check_in_tunnel(request, self.host, self.port)
         injector, host, port = self.injector, self.host, self.port
         if (found := injector.carried(request.target.encode("latin-1"))) is not None:
             raise injector._refuse(found, "its target (the URL)", host, port)
-        headers = []
+        headers, expect = [], False
         for name, value in request.headers:
             lower = name.lower()
+            if lower == "expect" and value.lower() == "100-continue":
+                expect = True
+                continue
             if lower == "accept-encoding":
                 continue
             found = injector.carried(value.encode("latin-1"))
@@ -340,7 +346,7 @@ class _Session:
             self.injected[found.handle] = self.injected.get(found.handle, 0) + 1
         headers.append(("Accept-Encoding", "identity"))
         out = http.Request(request.method, request.target, request.version, tuple(headers))
-        return out.serialize(), injector._body_check(host, port)
+        return out.serialize(), injector._body_check(host, port), expect
 
     async def _body(
         self, request: http.Request, check: Callable[[bytes], None], up: asyncio.StreamWriter
