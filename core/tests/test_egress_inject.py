@@ -308,3 +308,37 @@ def test_a_response_head_parser_refuses_only_by_refusal(data):
     with contextlib.suppress(egress_http.Refusal):
         status, fields = inject._response_head(data + b"\r\n\r\n")
         assert status >= 0 and all(name == name.lower() for name, _ in fields)
+
+
+def test_a_bound_credential_is_a_placeholder_even_without_a_proxy(make_host, tmp_path):
+    """danger-full-access has no proxy: the command gets the run's placeholder, never the
+    value, and the same one in every command of the run."""
+    from stockade.config.schema import Config
+    from stockade.request.spec import ExecRequest, Profile
+
+    profile = Profile(
+        name="gh",
+        hosts=("api.test",),
+        workspace=str(tmp_path),
+        credentials={"github": CredentialBinding("api.test")},
+    )
+    host = make_host(
+        allow_all=True,
+        config=Config(agents={"gh": profile}),
+        environ={"STOCKADE_SECRET_GITHUB": SECRET, "PATH": "/usr/bin:/bin"},
+    )
+    show = [sys.executable, "-c", "import os; print(os.environ['T'])"]
+    seen = []
+    for _ in range(2):
+        result = host.run(
+            ExecRequest(
+                show,
+                str(tmp_path),
+                mode="danger-full-access",
+                profile="gh",
+                credentials={"T": "github"},
+            )
+        )
+        assert result.exit_code == 0, result.stderr.text
+        seen.append(result.stdout.text.strip())
+    assert seen[0] == seen[1] and seen[0].startswith("ghp_") and seen[0] != SECRET
