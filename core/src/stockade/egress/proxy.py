@@ -14,7 +14,8 @@ A name must be the same name all the way: a request head is parsed strictly
 (:mod:`stockade.egress.http`; anything malformed gets 400), a forwarded request's ``Host``
 must name its target, and inside a tunnel the TLS ClientHello must ask for the CONNECT host
 (:mod:`stockade.egress.tls`); a tunnel to port 443 must carry TLS. Every attempt that sent
-anything is reported once, refused or not, with the reason.
+anything is reported once, refused or not, with the reason. A tunnel to a host that the
+profile binds a credential to is handed to :mod:`stockade.egress.inject` instead.
 
 Why it is hand-written: the job is small (one request head, a policy check, a relay) and
 must be exactly this policy — no third-party proxy library enforces "these host:port pairs,
