@@ -416,3 +416,65 @@ def test_git_over_https_gets_basic_auth_from_the_proxy(box, make_host, upstreams
     assert sent[0] is None and len(sent) >= 2, (sent, result.stderr.text)
     assert set(sent[1:]) == {expected}
     assert forms_in((result.stdout.text + result.stderr.text).encode(), push) == []
+
+
+NODE = "/usr/bin/node"
+# Node.js has no proxy support of its own: CONNECT by hand, then TLS over that socket,
+# trusting what NODE_EXTRA_CA_CERTS adds.
+NODE_FETCH = """
+const http = require("http"), tls = require("tls");
+const proxy = new URL(process.env.HTTPS_PROXY), target = process.argv[2];
+const connect = http.request({host: proxy.hostname, port: proxy.port, method: "CONNECT",
+                              path: target});
+connect.on("connect", (res, socket) => {
+  const [name] = target.split(":");
+  const secure = tls.connect({socket, servername: name}, () => {
+    secure.write(`GET /echo HTTP/1.1\\r\\nHost: ${target}\\r\\n` +
+      `Authorization: Bearer ${process.env.GH_TOKEN}\\r\\nConnection: close\\r\\n\\r\\n`);
+  });
+  let answer = "";
+  secure.on("data", (d) => { answer += d; });
+  secure.on("end", () => { process.stdout.write(answer); });
+  secure.on("error", (e) => { console.error("TLS", e.message); process.exit(3); });
+});
+connect.end();
+"""
+
+
+class NodeFetch:
+    """Classes ``node`` as ``network``."""
+
+    @hookimpl
+    def stockade_classifier_rules(self):
+        return {"node": lambda args: ("network", "the test's Node.js fetch")}
+
+
+@pytest.mark.skipif(not os.path.exists(NODE), reason="Node.js is not installed")
+def test_node_trusts_the_run_authority_through_its_variable(box, make_host, upstreams):
+    token = make_secret()
+    bound = upstreams["bound"]
+    at = f"bound.test:{bound.port}"
+    profile = Profile(
+        name="net",
+        hosts=(at,),
+        ask=(),
+        workspace=str(box.ws),
+        credentials={"github": CredentialBinding(at)},
+    )
+    config = Config(
+        sandbox=box.sandbox,
+        agents={"net": profile},
+        network=NetworkConfig(resolve={"bound.test": "127.0.0.1"}, upstream_ca=bound.cafile),
+    )
+    host = make_host(
+        config=config,
+        plugins=[NodeFetch()],
+        environ={**os.environ, "STOCKADE_SECRET_GITHUB": token},
+    )
+    (box.ws / "fetch.js").write_text(NODE_FETCH)
+    result = host.run(
+        box.request([NODE, "fetch.js", at], profile="net", credentials={"GH_TOKEN": "github"})
+    )
+    assert result.exit_code == 0, result.stdout.text + result.stderr.text
+    assert result.stdout.text.startswith("HTTP/1.1 200")
+    assert [dict(r["headers"])["Authorization"] for r in bound.seen] == [f"Bearer {token}"]

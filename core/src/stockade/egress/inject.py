@@ -380,7 +380,10 @@ class _Session:
                 raise http.Refusal("502 Bad Gateway", "the upstream switched protocols")
             if status >= 200:
                 break
-        close = "close" in _field(fields, "connection").lower() or request.version == "HTTP/1.0"
+        asked = ",".join(request.values("connection")).lower()
+        close = "close" in f"{_field(fields, 'connection').lower()} {asked}" or (
+            request.version == "HTTP/1.0"
+        )
         coding, length = _field(fields, "transfer-encoding"), _field(fields, "content-length")
         if request.method == "HEAD" or status in _NO_BODY:
             return not close
