@@ -111,6 +111,7 @@ out["in_body"] = tls("bound.test", bp, "POST", "/echo", {}, body=b"token=" + ph.
 out["other_header"] = tls("bound.test", bp, "GET", "/echo", {"X-Api-Key": ph})
 out["host_mismatch"] = tls("bound.test", bp, "GET", "/echo", bearer, host=O)
 out["absolute"] = tls("bound.test", bp, "GET", "https://%s/echo" % O, bearer)
+out["disallowed"] = tls("denied.test", bp, "GET", "/echo", bearer)  # not in the hosts
 out["to_other_tls"] = tls("other.test", op, "GET", "/echo", bearer)
 out["to_plain"] = plain("http://%s/echo" % P, bearer)
 out["to_plain_url"] = plain("http://%s/echo?t=%s" % (P, ph), {})
@@ -259,6 +260,7 @@ def test_the_proxy_injects_and_the_command_never_holds_the_value(
     for name in ("in_url", "in_body", "other_header", "host_mismatch"):
         assert out[name].get("status") == 403, (name, out[name])
     assert out["absolute"].get("status") == 400, out["absolute"]
+    assert "Tunnel connection failed: 403" in out["disallowed"]["error"]
     paths = [str(r["path"]) for r in bound.seen]
     assert not any("token=" in p or p.startswith("https:") for p in paths), paths
     assert "X-Api-Key" not in received
