@@ -314,6 +314,22 @@ def test_the_proxy_injects_and_the_command_never_holds_the_value(
             assert forms_in(data, secret) == [], path
 
 
+def one_binding_host(box, make_host, bound, *, handle, binding, secret, plugin):
+    """A host whose profile allows ``bound`` only and binds ``handle`` there; the built-in
+    broker holds ``secret`` for it."""
+    at = f"bound.test:{bound.port}"
+    profile = Profile(
+        name="net", hosts=(at,), ask=(), workspace=str(box.ws), credentials={handle: binding}
+    )
+    config = Config(
+        sandbox=box.sandbox,
+        agents={"net": profile},
+        network=NetworkConfig(resolve={"bound.test": "127.0.0.1"}, upstream_ca=bound.cafile),
+    )
+    variable = "STOCKADE_SECRET_" + handle.upper()
+    return make_host(config=config, plugins=[plugin], environ={**os.environ, variable: secret})
+
+
 CURL = "/usr/bin/curl"
 # Writes curl's header file from the variable, then becomes curl (one sandboxed command).
 CURL_WITH_TOKEN = """
@@ -327,22 +343,9 @@ def test_curl_in_the_sandbox_calls_the_upstream_with_the_placeholder(box, make_h
     token = make_secret()
     bound = upstreams["bound"]
     at = f"bound.test:{bound.port}"
-    profile = Profile(
-        name="net",
-        hosts=(at,),
-        ask=(),
-        workspace=str(box.ws),
-        credentials={"github": CredentialBinding(at, format="token {}")},
-    )
-    config = Config(
-        sandbox=box.sandbox,
-        agents={"net": profile},
-        network=NetworkConfig(resolve={"bound.test": "127.0.0.1"}, upstream_ca=bound.cafile),
-    )
-    host = make_host(
-        config=config,
-        plugins=[Networked()],
-        environ={**os.environ, "STOCKADE_SECRET_GITHUB": token},
+    binding = CredentialBinding(at, format="token {}")
+    host = one_binding_host(
+        box, make_host, bound, handle="github", binding=binding, secret=token, plugin=Networked()
     )
     (box.ws / "curl_with_token.py").write_text(CURL_WITH_TOKEN)
     fetch = [CURL, "-sS", "--max-time", "20", "-H", "@header.txt", f"https://{at}/echo"]
@@ -385,22 +388,9 @@ def test_git_over_https_gets_basic_auth_from_the_proxy(box, make_host, upstreams
     push = make_secret()
     bound = upstreams["bound"]
     at = f"bound.test:{bound.port}"
-    profile = Profile(
-        name="net",
-        hosts=(at,),
-        ask=(),
-        workspace=str(box.ws),
-        credentials={"gitpush": CredentialBinding(at, username="x-access-token")},
-    )
-    config = Config(
-        sandbox=box.sandbox,
-        agents={"net": profile},
-        network=NetworkConfig(resolve={"bound.test": "127.0.0.1"}, upstream_ca=bound.cafile),
-    )
-    host = make_host(
-        config=config,
-        plugins=[Networked()],
-        environ={**os.environ, "STOCKADE_SECRET_GITPUSH": push},
+    binding = CredentialBinding(at, username="x-access-token")
+    host = one_binding_host(
+        box, make_host, bound, handle="gitpush", binding=binding, secret=push, plugin=Networked()
     )
     (box.ws / "git_with_token.py").write_text(GIT_WITH_TOKEN)
     result = host.run(
@@ -456,22 +446,9 @@ def test_node_trusts_the_run_authority_through_its_variable(box, make_host, upst
     token = make_secret()
     bound = upstreams["bound"]
     at = f"bound.test:{bound.port}"
-    profile = Profile(
-        name="net",
-        hosts=(at,),
-        ask=(),
-        workspace=str(box.ws),
-        credentials={"github": CredentialBinding(at)},
-    )
-    config = Config(
-        sandbox=box.sandbox,
-        agents={"net": profile},
-        network=NetworkConfig(resolve={"bound.test": "127.0.0.1"}, upstream_ca=bound.cafile),
-    )
-    host = make_host(
-        config=config,
-        plugins=[NodeFetch()],
-        environ={**os.environ, "STOCKADE_SECRET_GITHUB": token},
+    binding = CredentialBinding(at)
+    host = one_binding_host(
+        box, make_host, bound, handle="github", binding=binding, secret=token, plugin=NodeFetch()
     )
     (box.ws / "fetch.js").write_text(NODE_FETCH)
     result = host.run(
