@@ -41,14 +41,31 @@ PROXY_VARIABLES = (
 )
 
 
-def proxy_env(port: int) -> dict[str, str]:
-    """The environment that points a command's tools at the egress proxy on ``port``.
+CA_VARIABLES = (
+    "SSL_CERT_FILE",  # OpenSSL's default (Python's ssl, Go, Ruby, wget)
+    "REQUESTS_CA_BUNDLE",  # requests, pip
+    "CURL_CA_BUNDLE",  # curl
+    "GIT_SSL_CAINFO",  # git over HTTPS
+    "NODE_EXTRA_CA_CERTS",  # Node.js (added to its own store)
+    "AWS_CA_BUNDLE",  # the AWS CLI and SDKs
+    "CARGO_HTTP_CAINFO",  # cargo
+    "PIP_CERT",  # pip, when it does not use requests' variable
+)
+
+
+def proxy_env(port: int, ca_bundle: str | None = None) -> dict[str, str]:
+    """The environment that points a command's tools at the egress proxy on ``port``, and
+    (for a proxy that injects credentials) their trust at ``ca_bundle``, as the command
+    sees that path.
 
     ``NO_PROXY`` is set empty: an inherited list must not send a host around the proxy
     (there is no other way out anyway).
     """
     url = f"http://127.0.0.1:{port}"
-    return {**dict.fromkeys(PROXY_VARIABLES, url), "NO_PROXY": "", "no_proxy": ""}
+    env = {**dict.fromkeys(PROXY_VARIABLES, url), "NO_PROXY": "", "no_proxy": ""}
+    if ca_bundle is not None:
+        env.update(dict.fromkeys(CA_VARIABLES, ca_bundle))
+    return env
 
 
 def looks_denied(outcome: ProcessOutcome) -> bool:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 INSIDE_PORT = 3128
 """Where the forwarder listens inside the sandbox's own network namespace."""
+INSIDE_CA = "/run/stockade/ca-bundle.pem"
+"""Where the run's trust bundle (for a proxy that injects credentials) lies in the sandbox."""
 _BASE_ARGS = ("--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
 
 
@@ -115,11 +117,15 @@ class BubblewrapSandbox(SandboxProvider):
             self._recent.remember(spec, plan_layout.hiding)
             env = dict(spec.env)
             command: tuple[str, ...] = (spec.program, *spec.argv[1:])
+            trust: list[str] = []
+            if spec.egress is not None and spec.egress.ca_bundle is not None:
+                # The run's trust bundle, read-only, where only this sandbox sees it.
+                trust = ["--ro-bind", spec.egress.ca_bundle, INSIDE_CA]
             if spec.egress is not None:
                 from .bridge import Bridge
 
                 bridge = Bridge(spec.egress.socket)
-                env.update(proxy_env(INSIDE_PORT))
+                env.update(proxy_env(INSIDE_PORT, INSIDE_CA if trust else None))
                 command = (
                     _inside_python(),
                     "-I",
@@ -131,7 +137,7 @@ class BubblewrapSandbox(SandboxProvider):
                     spec.program,
                     *spec.argv,
                 )
-            args = [*_BASE_ARGS, *plan_layout.args, "--clearenv"]
+            args = [*_BASE_ARGS, *plan_layout.args, *trust, "--clearenv"]
             for key, value in env.items():
                 args += ["--setenv", key, value]
             args += ["--seccomp", str(filter_fd)]
