@@ -25,6 +25,7 @@ from ..confine.promises import CORE, Promise, pins
 from ..confine.provider import SandboxProvider
 from ..plugin.manager import Hooks, get_plugin_manager
 from ..request.literals import Mode
+from ..request.plan import HiddenPath
 from ..request.spec import ExecRequest
 
 PYTHON = "/usr/bin/python3"
@@ -124,6 +125,17 @@ class Box:
     ) -> ExecRequest:
         """A request to run ``source`` with the system Python (``-S``), and ``args``."""
         return self.request([PYTHON, "-S", "-c", source, *args], mode=mode, **kw)
+
+    def hides(
+        self, path: str, *, mode: Mode = "workspace-write", config: Config | None = None
+    ) -> HiddenPath | None:
+        """What the provider says of ``path`` for a command run in this box: where it hides
+        it (:meth:`~stockade.confine.provider.SandboxProvider.hides`), or ``None``."""
+        from ..policy.resolve import resolve
+
+        config = config or Config(sandbox=self.sandbox)
+        spec = resolve(self.py("pass", mode=mode), config, os.environ)
+        return self.provider().hides(path, spec)
 
     def remove(self) -> None:
         """Delete the box, whatever modes the attacks left on its files."""

@@ -13,8 +13,6 @@ import pytest
 
 from stockade.confine.promises import Promise
 
-pytestmark = pytest.mark.promise(Promise.CREDENTIAL_STORES)
-
 PROBE = """
 import errno, json, os, sys
 home = sys.argv[1]
@@ -33,6 +31,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.promise(Promise.CREDENTIAL_STORES)
 def test_a_masked_store_reads_as_the_docs_say(host, box, mode):
     (box.home / ".netrc").write_text(box.canary)
     (box.home / ".ssh").mkdir()

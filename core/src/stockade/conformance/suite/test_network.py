@@ -11,8 +11,6 @@ import pytest
 
 from stockade.confine.promises import Promise
 
-pytestmark = pytest.mark.promise(Promise.NO_HOST_SOCKETS)
-
 
 class Listener:
     """A host socket that counts whatever reaches it."""
@@ -68,6 +66,7 @@ def listeners(box, tmp_path):
         listener.close()
 
 
+@pytest.mark.promise(Promise.NO_HOST_SOCKETS)
 def test_listeners_are_reachable_from_the_host(listeners):
     # Control: each listener counts a connection from outside the sandbox.
     for name, listener in listeners.items():
@@ -123,6 +122,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.promise(Promise.NO_HOST_SOCKETS)
 def test_no_socket_reaches_the_host(host, box, listeners, mode):
     targets = {name: listener.address for name, listener in listeners.items()}
     targets["unix_abstract"] = (

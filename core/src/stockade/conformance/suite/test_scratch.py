@@ -16,8 +16,6 @@ import pytest
 from stockade.confine.promises import Promise
 from stockade.conformance import procs
 
-pytestmark = pytest.mark.promise(Promise.PRIVATE_SCRATCH)
-
 # The holder: its canary in its scratch, where it is (for the attacker), then it waits for
 # the word and reads its own canary back (the control).
 HOLD = """
@@ -62,6 +60,7 @@ print("OWN", open(os.path.join(mine, "own")).read())
 """
 
 
+@pytest.mark.promise(Promise.PRIVATE_SCRATCH)
 def test_a_run_cannot_reach_the_scratch_of_a_background_run(host, box):
     (box.ws / "work").mkdir()
     holder = host.start(box.py(HOLD, box.canary), owner="test")
@@ -100,6 +99,7 @@ def test_a_run_cannot_reach_the_scratch_of_a_background_run(host, box):
         assert not os.path.exists(os.path.join(os.path.dirname(where), "planted"))
 
 
+@pytest.mark.promise(Promise.PRIVATE_SCRATCH)
 def test_the_scratch_parent_lists_but_grants_nothing_else(host, box):
     """The folder of a run's scratch takes no new entry: a shared parent is only listable
     (EACCES), a private ``/tmp`` lies in a read-only root (EROFS)."""

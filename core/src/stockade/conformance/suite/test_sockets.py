@@ -29,8 +29,6 @@ from stockade.confine.promises import Promise
 from stockade.conformance.ground import PYTHON
 from stockade.request.spec import Profile
 
-pytestmark = pytest.mark.promise(Promise.EGRESS_PROXY)
-
 BODY = "through the proxy\n"
 EPERM = "EPERM"
 STREAM, STREAM_FLAGS = 1, 1 | 0o4000 | 0o2000000  # SOCK_NONBLOCK | SOCK_CLOEXEC
@@ -198,6 +196,7 @@ def sweep(host, box, counters, *, url: str = "", **kw):
     return json.loads(result.stdout.text)
 
 
+@pytest.mark.promise(Promise.EGRESS_PROXY)
 def test_a_network_command_gets_tcp_streams_only(make_host, box, counters, upstream):
     host = make_host(config=net_config(box, upstream), plugins=[Networked()])
     out = sweep(host, box, counters, url=f"http://allowed.test:{upstream}/", profile="net")

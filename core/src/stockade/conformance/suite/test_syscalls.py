@@ -10,8 +10,6 @@ import pytest
 from stockade.confine import seccomp
 from stockade.confine.promises import Promise
 
-pytestmark = pytest.mark.promise(Promise.SECCOMP)
-
 RAW = """
 import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -89,11 +87,13 @@ CALLS = [
 ]
 
 
+@pytest.mark.promise(Promise.SECCOMP)
 def test_every_denied_syscall_is_attacked():
     attacked = {name for name, *_ in CALLS}
     assert set(seccomp.DENIED) <= attacked | {"process_vm_readv"}  # readv: test_processes
 
 
+@pytest.mark.promise(Promise.SECCOMP)
 def test_the_filter_refuses_each_call(host, box, mode):
     calls = [(name, nr, args) for name, nr, args, _ in CALLS]
     result = host.run(box.py(RAW, json.dumps(calls), mode=mode))
@@ -127,6 +127,7 @@ print("survived", flush=True)
 """
 
 
+@pytest.mark.promise(Promise.SECCOMP)
 @pytest.mark.parametrize("source", [X32, I386], ids=["x32", "i386"])
 def test_foreign_syscall_tables_kill_the_process(host, box, source):
     result = host.run(box.py(source))
