@@ -19,7 +19,7 @@ import pytest
 from stockade.conformance import ground
 from stockade.conformance.ground import MODES, PYTHON
 
-__all__ = ["MODES", "PYTHON", "SANDBOXES"]
+__all__ = ["MODES", "PYTHON", "SANDBOXES", "Box"]
 
 SANDBOXES = ("bubblewrap", "landlock")
 
@@ -66,6 +66,9 @@ class NamedBox(ground.Box):
     def write_refused(self) -> str:
         """What a write the sandbox refuses fails with: a read-only mount, or Landlock."""
         return "Read-only file system" if self.sandbox == "bubblewrap" else "Permission denied"
+
+
+Box = NamedBox
 
 
 @pytest.fixture
