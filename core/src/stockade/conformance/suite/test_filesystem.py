@@ -196,6 +196,24 @@ def test_git_and_agent_config_stay_read_only(host, box):
     assert (ws / ".git").is_dir() and (ws / "vendor" / "lib" / ".git").is_dir()
 
 
+@pytest.mark.promise(Promise.PROTECTED_READ_ONLY)
+def test_protected_names_are_read_only_while_the_command_runs(host, box):
+    """Not merely put back after the run: each write is refused as it is tried."""
+    _git("init", "-q", cwd=box.ws)
+    (box.ws / ".vscode").mkdir()
+    (box.ws / ".vscode" / "tasks.json").write_text("original")
+    (box.ws / ".envrc").write_text("original")
+    (box.ws / "src").mkdir()
+    result = host.run(box.py(ATTACK_PROTECTED))
+    assert result.exit_code == 0, result.stderr.text
+    out = json.loads(result.stdout.text)
+    assert out["control"] == "done"  # the control: the workspace itself is writable
+    for name in ("hook", "config", "rename_git", "vscode", "envrc"):
+        assert box.refused(out[name]), (name, out)
+    assert not result.restored  # nothing landed, so nothing was put back
+    assert (box.ws / ".vscode" / "tasks.json").read_text() == "original"
+
+
 @pytest.mark.promise(Promise.PROTECTED_NAMES)
 @pytest.mark.parametrize("name", [".claude", ".git", ".vscode"])
 def test_a_symlinked_protected_path_is_refused(host, box, name):
