@@ -26,9 +26,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    return int(
-        pytest.main(["-p", "no:cacheprovider", "--pyargs", "stockade.conformance.suite", *args])
-    )
+    # ``stockade`` itself is imported already (this module is in it), so pytest warns that it
+    # cannot rewrite its asserts; the suite's modules, imported later, are rewritten.
+    quiet = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    suite = [*quiet, "-p", "no:cacheprovider", "--pyargs", "stockade.conformance.suite"]
+    return int(pytest.main([*suite, *args]))
 
 
 if __name__ == "__main__":
