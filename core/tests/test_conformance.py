@@ -158,7 +158,8 @@ def test_the_verdict_of_each_promise():
     assert verdict({"m::a": "pinned"}, "why") == ("pinned", "why")
     result, why = verdict({"m::a": "failed"}, "why")  # a pinned gap that no longer fails
     assert result == "FAIL" and why.startswith("pinned gap now holds")
-    assert verdict({"m::a": "skipped"}, None) == ("not declared", "")
+    assert verdict({"m::a": "skipped"}, None, declared=False) == ("not declared", "")
+    assert verdict({"m::a": "skipped"}, None) == ("skipped", "cannot arise here")
     assert verdict({}, None) == ("not run", "")
 
 

@@ -3,7 +3,8 @@
 One table per provider. A promise's result is ``pass`` (every attack on it held),
 ``FAIL`` (an attack got through, or a pinned gap no longer fails: remove the pin),
 ``pinned`` (every attack failed as the provider's :class:`~stockade.confine.promises.Gap`
-says), ``not declared`` (an extra promise the provider does not make) or ``not run``.
+says), ``not declared`` (an extra promise the provider does not make), ``skipped`` (every
+attack on it cannot arise here: as root, say) or ``not run`` (none was selected).
 """
 
 from __future__ import annotations
@@ -48,15 +49,20 @@ class Outcomes:
         return [p.value for p in Promise if "failed" in self.of(sandbox, p.value).values()]
 
 
-def verdict(cases: Mapping[str, str], pinned: str | None) -> tuple[str, str]:
-    """A promise's result and its reason, from its cases' outcomes."""
+def verdict(
+    cases: Mapping[str, str], pinned: str | None, *, declared: bool = True
+) -> tuple[str, str]:
+    """A promise's result and its reason, from its cases' outcomes; ``declared`` is false
+    for an extra promise the provider neither declares nor pins."""
     failed = sorted(node.rpartition("::")[2] for node, out in cases.items() if out == "failed")
     ran = [out for out in cases.values() if out != "skipped"]
     if failed:
         why = "pinned gap now holds, remove the pin: " if pinned else ""
         return "FAIL", why + ", ".join(failed)
     if not ran:
-        return ("not declared" if cases else "not run"), ""
+        if not cases:
+            return "not run", ""
+        return ("skipped", "cannot arise here") if declared else ("not declared", "")
     if pinned is not None and all(out == "pinned" for out in ran):
         return "pinned", pinned
     return "pass", f"{len(ran)} attack{'s' if len(ran) != 1 else ''}"
@@ -76,7 +82,8 @@ def render(outcomes: Outcomes, providers: Mapping[str, type[SandboxProvider]]) -
         ]
         for promise in Promise:
             cases = outcomes.of(sandbox, promise.value)
-            result, reason = verdict(cases, gaps.get(promise))
+            declared = cls is None or promise in CORE or promise in cls.PROMISES
+            result, reason = verdict(cases, gaps.get(promise), declared=declared)
             kind = "core" if promise in CORE else "extra"
             lines.append(f"| {promise.value} | {kind} | {result} | {reason} |")
         failed = outcomes.failed(sandbox)
