@@ -176,3 +176,21 @@ def test_the_table_keeps_a_cases_worst_outcome_and_tells_pins_from_skips():
     text = render(outcomes, {})
     assert "| seccomp | core | FAIL | a |" in text
     assert text.splitlines()[-1] == "p: FAILED seccomp"
+
+
+def test_removing_a_box_leaves_a_host_file_linked_into_it_as_it_was(tmp_path):
+    """An attack may hard-link a host file (``/etc/passwd``) into the workspace: cleaning
+    up must not change that file's mode, while still emptying folders an attack locked."""
+    host_file = tmp_path / "passwd"
+    host_file.write_text("root:x:0:0\n")
+    host_file.chmod(0o644)
+    (tmp_path / "box").mkdir()
+    made = ground.Box(tmp_path / "box", "none", ground.providers()["none"])
+    os.link(host_file, made.ws / "linked")
+    (made.ws / "locked" / "deep").mkdir(parents=True)
+    (made.ws / "locked" / "deep" / "f").write_text("x")
+    (made.ws / "locked" / "deep").chmod(0)
+    (made.ws / "locked").chmod(0)
+    made.remove()
+    assert not made.root.exists()
+    assert host_file.stat().st_mode & 0o7777 == 0o644

@@ -138,10 +138,16 @@ class Box:
         return self.provider().hides(path, spec)
 
     def remove(self) -> None:
-        """Delete the box, whatever modes the attacks left on its files."""
-        for folder, dirs, files in os.walk(self.root):
-            for name in (*dirs, *files):
+        """Delete the box, whatever modes the attacks left on its folders.
+
+        Only folders get their owner's rights back (to list and empty them): a file here may
+        be a hard link an attack made to a host file (``/etc/passwd``), whose mode must not
+        change; removing a name needs no right on the file itself.
+        """
+        os.chmod(self.root, 0o700)
+        for folder, dirs, _files in os.walk(self.root):
+            for name in dirs:
                 path = os.path.join(folder, name)
                 if not os.path.islink(path):
-                    os.chmod(path, 0o700)
+                    os.chmod(path, os.stat(path).st_mode | 0o700)
         shutil.rmtree(self.root, ignore_errors=True)
