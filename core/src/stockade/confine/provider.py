@@ -19,6 +19,7 @@ from ..request.literals import Mode
 from ..request.plan import HiddenPath, LaunchPlan, Probe, SandboxFacts
 from ..request.result import ProcessOutcome
 from ..request.spec import ExecSpec
+from .promises import Gap, Promise
 
 # What a command prints when a sandbox, not its own logic, stopped it. Conservative:
 # ``denied`` is a hint for the reader of a failed run, never a verdict.
@@ -83,11 +84,19 @@ class SandboxProvider(ABC):
         PLUGIN_NAME: the name configuration selects it by.
         MODES: the modes it can enforce.
         PRIORITY: ``auto`` picks the usable provider with the highest priority.
+        PROMISES: the promises it keeps in its confining modes
+            (:class:`~stockade.confine.promises.Promise`); the conformance kit holds it to
+            them, and to every promise of :data:`~stockade.confine.promises.CORE`.
+        GAPS: the promises it knowingly does not keep, each pinned with its reason
+            (:class:`~stockade.confine.promises.Gap`); the kit expects their attacks to
+            succeed and shows them as ``pinned``.
     """
 
     PLUGIN_NAME: ClassVar[str]
     MODES: ClassVar[frozenset[Mode]]
     PRIORITY: ClassVar[int] = 0
+    PROMISES: ClassVar[frozenset[Promise]] = frozenset()
+    GAPS: ClassVar[tuple[Gap, ...]] = ()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: Mapping[str, Any] = dict(options or {})

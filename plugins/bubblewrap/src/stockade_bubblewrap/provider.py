@@ -23,6 +23,7 @@ import attrs
 from stockade.confine import protected as paths
 from stockade.confine import seccomp
 from stockade.confine.hiding import Recent
+from stockade.confine.promises import Gap, Promise
 from stockade.confine.provider import SandboxProvider, looks_denied, proxy_env, sealed_memfd
 from stockade.errors import SandboxUnavailable
 from stockade.request.literals import Mode
@@ -55,6 +56,8 @@ class BubblewrapSandbox(SandboxProvider):
     PLUGIN_NAME = "bubblewrap"
     MODES: ClassVar[frozenset[Mode]] = frozenset({"read-only", "workspace-write"})
     PRIORITY = 100
+    PROMISES: ClassVar[frozenset[Promise]] = frozenset(Promise)  # every one, extras included
+    GAPS: ClassVar[tuple[Gap, ...]] = ()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
