@@ -9,7 +9,8 @@ because a virtualenv under ``/tmp`` is hidden once the mounts are laid.
 In order: read the layout (JSON) from ``LAYOUT_FD``; open every folder to bind again before
 anything covers it; make the whole tree read-only with one ``mount_setattr``; lay a fresh
 ``/dev``; lay the mounts outer before inner (private scratch, writable and read-only binds,
-protected paths, masks); make the masks read-only; bring the loopback interface up; then
+protected paths, masks); make the masks read-only; bring the loopback interface up; for a
+``network`` command, start relaying the namespace's proxy port to the egress proxy; then
 fork. The child drops every capability and becomes the launcher, which loads the seccomp
 filter and becomes the command. This process stays as PID 1: the kernel does not deliver
 ``SIGTERM`` to a namespace's init without a handler, so it installs one and forwards the
@@ -36,7 +37,7 @@ SETUP_FAILED = 125
 _MS_BIND, _MS_REC, _MS_PRIVATE = 4096, 16384, 1 << 18
 _MS_NOSUID, _MS_NODEV = 2, 4
 _SYS_MOUNT_SETATTR = 442  # the same number on every architecture (added in 5.12)
-_MOUNT_ATTR_RDONLY = 1
+_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 1, 2, 4
 _AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
@@ -65,11 +66,15 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
     _check(rc, f"mount {fstype or 'bind'} on {target}")
 
 
-def _read_only(path: str, *, recursive: bool = False, writable: bool = False) -> None:
-    """Set (or, with ``writable``, clear) the read-only attribute of the mount at ``path``."""
-    attr = struct.pack(
-        "QQQQ", 0 if writable else _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_RDONLY * writable, 0, 0
-    )
+def _read_only(
+    path: str, *, recursive: bool = False, writable: bool = False, extra: int = 0
+) -> None:
+    """Set (or, with ``writable``, clear) the read-only attribute of the mount at ``path``,
+    and set the ``extra`` attributes."""
+    if writable:
+        attr = struct.pack("QQQQ", extra, _MOUNT_ATTR_RDONLY, 0, 0)
+    else:
+        attr = struct.pack("QQQQ", _MOUNT_ATTR_RDONLY | extra, 0, 0, 0)
     flags = _AT_RECURSIVE if recursive else 0
     buf = ctypes.create_string_buffer(attr, len(attr))
     rc = _libc.syscall(_SYS_MOUNT_SETATTR, _AT_FDCWD, path.encode(), flags, buf, len(attr))
@@ -120,12 +125,12 @@ def lay(layout: dict[str, object]) -> None:
             _read_only(path, writable=how == "rw")
         elif kind == "mask-dir":
             _mount_point(path, is_dir=True)
-            _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0000")
+            _mount("tmpfs", path, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
             masks.append(path)
-        elif kind == "mask-file":
+        elif kind == "mask-file":  # /dev/null on a nodev mount: it cannot even be opened
             _mount_point(path, is_dir=False)
             _mount(f"/proc/self/fd/{null}", path, None, _MS_BIND)
-            _read_only(path)
+            _read_only(path, extra=_MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV)
     for path in (*masks, "/dev"):  # read-only last: until now mount points could be made
         _read_only(path)
 
@@ -183,6 +188,40 @@ def init(child: int) -> int:
             return 128 - code if code < 0 else code
 
 
+def forward(port: int, proxy: str) -> None:
+    """Listen on the namespace's ``127.0.0.1:port``; relay each connection, both ways, to
+    the egress proxy's Unix socket ``proxy`` (bound in by the layout), on threads of this
+    process. The command cannot reach ``proxy`` itself: seccomp refuses it Unix sockets."""
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", port))  # close-on-exec: not inherited
+
+    def pump(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(1 << 16):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def relay(conn: socket.socket) -> None:
+        with conn, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as upstream:
+            try:
+                upstream.connect(proxy)
+            except OSError:
+                return
+            back = threading.Thread(target=pump, args=(upstream, conn), daemon=True)
+            back.start()
+            pump(conn, upstream)
+            back.join()
+
+    def serve() -> None:
+        while True:
+            conn, _ = listener.accept()
+            threading.Thread(target=relay, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+
+
 def main(args: list[str]) -> int:
     """``LAYOUT_FD LAUNCHER_ARGV...``: set up, then run the launcher under an init."""
     try:
@@ -192,6 +231,9 @@ def main(args: list[str]) -> int:
         lay(layout)
         if layout.get("loopback"):
             loopback_up()
+        egress = layout.get("egress")
+        if egress:
+            forward(int(egress["port"]), str(egress["socket"]))
         os.chdir(layout["cwd"])
     except (OSError, ValueError, KeyError, IndexError, SetupError) as error:
         os.write(2, f"stockade-unshare: setup failed: {error}\n".encode())

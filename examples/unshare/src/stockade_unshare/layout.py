@@ -73,8 +73,10 @@ def build(
     keep_read_only: Iterable[str] = (),
     writable_dotfiles: frozenset[str] = frozenset(),
     scan_limit: int = protected.DEFAULT_SCAN_LIMIT,
+    sockets: Iterable[str] = (),
 ) -> Layout:
-    """The layout for one run (the arguments are the spec's fields of the same names).
+    """The layout for one run (the arguments are the spec's fields of the same names;
+    ``sockets``: the egress proxy's socket, bound in for the relay).
 
     Raises:
         SandboxUnavailable: a protected path is a symlink, the scan limit was hit, a bound
@@ -115,6 +117,7 @@ def build(
     mounts += [Mount("bind", p, "ro") for p in read_only]
     mounts += [Mount("bind", p, "rw") for p in writable]
     mounts += [Mount("protect", p, "ro") for p in kept]
+    mounts += [Mount("bind", p, "ro") for p in sockets]  # the egress proxy, for the init
     mounts += [
         Mount("mask-dir" if os.path.isdir(p) else "mask-file", p, why) for p, why in masks.items()
     ]

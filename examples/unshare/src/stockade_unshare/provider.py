@@ -6,8 +6,9 @@ of the command's own and ``--kill-child``; inside, a small setup in Python
 launcher (:mod:`stockade.confine.seccomp_exec`), which loads the shared filter and becomes
 the command. Everything it hides comes from Stockade's lists; nothing is special-cased here.
 
-What it does not do, it says (:data:`UnshareSandbox.GAPS`): a ``network`` command is
-refused, since nothing carries the egress proxy into the namespace.
+A ``network`` command gets a loopback of its own and ``HTTP_PROXY`` pointing at a port on
+it, where the init relays each connection to the egress proxy's Unix socket (bound in; the
+command itself cannot open Unix sockets). It has no other way out.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import attrs
 from stockade.confine import protected, seccomp, seccomp_exec
 from stockade.confine.hiding import Recent
 from stockade.confine.promises import CORE, Gap, Promise
-from stockade.confine.provider import SandboxProvider, looks_denied, sealed_memfd
+from stockade.confine.provider import SandboxProvider, looks_denied, proxy_env, sealed_memfd
 from stockade.errors import ConfigError, SandboxUnavailable
 from stockade.request.literals import Mode
 from stockade.request.plan import HiddenPath, LaunchPlan, Probe, SandboxFacts
@@ -51,6 +52,8 @@ NAMESPACES = (
 )
 """unshare's options: every namespace, the command's init killed if unshare dies."""
 SETTINGS = ("scan_limit",)
+INSIDE_PORT = 3128
+"""Where the init relays a ``network`` command's proxy traffic, on the namespace's loopback."""
 
 
 class UnshareSandbox(SandboxProvider):
@@ -69,13 +72,7 @@ class UnshareSandbox(SandboxProvider):
         Promise.PRIVATE_VIEW,
         Promise.PROTECTED_READ_ONLY,
     }
-    GAPS: ClassVar[tuple[Gap, ...]] = (
-        Gap(
-            Promise.EGRESS_PROXY,
-            "network commands are refused: nothing carries the egress proxy into the "
-            "namespace, so an allowed host cannot be reached either",
-        ),
-    )
+    GAPS: ClassVar[tuple[Gap, ...]] = ()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
@@ -112,11 +109,6 @@ class UnshareSandbox(SandboxProvider):
         """The plan: ``unshare ... python -I -S -c SETUP FD LAUNCHER...``."""
         if spec.mode not in self.MODES:
             raise SandboxUnavailable(f"unshare does not run {spec.mode} commands")
-        if spec.egress is not None:
-            raise SandboxUnavailable(
-                "the unshare sandbox does not run network commands (no egress proxy inside)",
-                hint="use --sandbox bubblewrap for commands that reach the network",
-            )
         unshare = shutil.which("unshare")
         if unshare is None:
             raise SandboxUnavailable("util-linux unshare is not installed")
@@ -130,15 +122,21 @@ class UnshareSandbox(SandboxProvider):
             "cwd": os.path.realpath(spec.cwd),
             "loopback": True,
         }
+        env = dict(spec.env)
+        network = spec.egress is not None
+        if spec.egress is not None:  # the init relays the namespace's port to the proxy
+            document["egress"] = {"port": INSIDE_PORT, "socket": spec.egress.socket}
+            env.update(proxy_env(INSIDE_PORT))
         layout_fd = sealed_memfd("stockade-unshare-layout", json.dumps(document).encode())
         # --8<-- [start:seccomp]
-        filter_fd = seccomp.program_fd(network=False)  # the shared policy, compiled once
+        filter_fd = seccomp.program_fd(network=network)  # the shared policy, compiled once
         command = seccomp_exec.launcher(filter_fd, spec.program, spec.argv, python=python)
         # --8<-- [end:seccomp]
         facts = SandboxFacts(self.PLUGIN_NAME, spec.mode, enforcement="full")
         return LaunchPlan.from_spec(
             spec,
             facts,
+            env=env,
             executable=unshare,
             argv=(
                 unshare,
@@ -158,7 +156,7 @@ class UnshareSandbox(SandboxProvider):
         )
 
     def _layout(self, spec: ExecSpec) -> layout.Layout:
-        cache = seccomp.cache_path(network=False)
+        cache = seccomp.cache_path(network=spec.egress is not None)
         keep = {
             os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(__file__))
         }
@@ -178,6 +176,7 @@ class UnshareSandbox(SandboxProvider):
             keep_read_only=sorted(keep),
             writable_dotfiles=protected.opened(spec.writable_dotfiles),
             scan_limit=self.scan_limit,
+            sockets=(spec.egress.socket,) if spec.egress is not None else (),
         )
 
     def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:
