@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tomllib
 import uuid
 from pathlib import Path
 
@@ -29,10 +30,15 @@ CLI = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
 
 
 def install_example(site: Path) -> None:
-    """What an installer leaves for ``stockade-unshare``: its entry point, in ``site``."""
-    info = site / "stockade_unshare-0.1.0.dist-info"
+    """What an installer leaves for ``stockade-unshare``, in ``site``: its dist-info, with
+    the entry points its ``pyproject.toml`` declares (the file docs/plugins.md shows)."""
+    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    name, version = project["name"].replace("-", "_"), project["version"]
+    info = site / f"{name}-{version}.dist-info"
     info.mkdir(parents=True)
-    (info / "entry_points.txt").write_text("[stockade]\nunshare = stockade_unshare.plugin\n")
+    points = project["entry-points"]["stockade"]
+    lines = "".join(f"{key} = {value}\n" for key, value in points.items())
+    (info / "entry_points.txt").write_text(f"[stockade]\n{lines}")
 
 
 @pytest.fixture
@@ -235,3 +241,17 @@ def test_its_settings_are_checked(site):
     with pytest.raises(ConfigError, match="scan_limit"):
         UnshareSandbox({"scan_limit": True})
     assert UnshareSandbox({"scan_limit": 7}).scan_limit == 7
+
+
+def test_its_ci_runs_the_kit_on_it_and_its_names_agree(site):
+    import yaml
+    from stockade_unshare.provider import UnshareSandbox
+
+    workflow = yaml.safe_load(
+        (EXAMPLE / ".github" / "workflows" / "conformance.yml").read_text(encoding="utf-8")
+    )
+    runs = [step.get("run", "") for step in workflow["jobs"]["kit"]["steps"]]
+    kit = f"-m stockade.conformance --sandbox {UnshareSandbox.PLUGIN_NAME} "
+    assert sum(kit in run for run in runs) == 2  # as a user, and as root
+    project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    assert list(project["entry-points"]["stockade"]) == [UnshareSandbox.PLUGIN_NAME]
