@@ -10,12 +10,15 @@ planted ``~/.ssh`` key are refused under ``unshare`` and succeed under ``danger-
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 import uuid
 from pathlib import Path
@@ -27,6 +30,7 @@ from stockade.request.spec import ExecRequest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "unshare"
 CLI = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 
 
 def install_example(site: Path) -> None:
@@ -255,3 +259,48 @@ def test_its_ci_runs_the_kit_on_it_and_its_names_agree(site):
     assert sum(kit in run for run in runs) == 2  # as a user, and as root
     project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert list(project["entry-points"]["stockade"]) == [UnshareSandbox.PLUGIN_NAME]
+
+
+def _signal_state(pid: int) -> tuple[str, int]:
+    """A process's state letter and its pending signals (its own and its group's)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return "gone", 0
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    pending = int(fields["SigPnd"].strip(), 16) | int(fields["ShdPnd"].strip(), 16)
+    return fields["State"].split()[0], pending
+
+
+def _first_child(pid: int, name: str) -> int:
+    """``pid``'s first child, once it has become ``name`` (unshare's child blocks signals
+    until it execs)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    for _ in range(1000):  # waiting for unshare to fork and exec, not a timing assert
+        found = children.read_text().split()
+        if found and Path(f"/proc/{found[0]}/comm").read_text().strip() == name:
+            return int(found[0])
+        time.sleep(0.01)
+    raise AssertionError(f"unshare never started {name}")
+
+
+def test_without_an_init_sigterm_to_the_first_process_is_dropped():
+    """Why the setup stays as PID 1 (docs/providers.md, "Processes and signals"): the kernel
+    drops a SIGTERM sent from the host to a PID namespace's first process that has no
+    handler. Control: the same signal to an ordinary process is pending or has killed it."""
+    argv = [UNSHARE, "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+    with subprocess.Popen([*argv, "sleep", "1000"]) as runner:
+        try:
+            child = _first_child(runner.pid, "sleep")
+            os.kill(child, signal.SIGTERM)
+            state, pending = _signal_state(child)
+            assert state in ("S", "R") and pending == 0  # dropped, and still there
+        finally:
+            runner.kill()
+            with contextlib.suppress(ProcessLookupError, UnboundLocalError):
+                os.kill(child, signal.SIGKILL)
+    with subprocess.Popen(["sleep", "1000"]) as plain:
+        os.kill(plain.pid, signal.SIGTERM)
+        state, pending = _signal_state(plain.pid)
+        assert state in ("Z", "X", "gone") or pending != 0
+        assert plain.wait(timeout=30) == -signal.SIGTERM
