@@ -12,10 +12,11 @@ anything covers it; make the whole tree read-only with one ``mount_setattr``; la
 protected paths, masks); make the masks read-only; bring the loopback interface up; for a
 ``network`` command, start relaying the namespace's proxy port to the egress proxy; then
 fork. The child drops every capability and becomes the launcher, which loads the seccomp
-filter and becomes the command. This process stays as PID 1: the kernel does not deliver
-``SIGTERM`` to a namespace's init without a handler, so it installs one and forwards the
-signal, reaps every orphan, and exits with the command's status (``128+N`` for a death by
-signal ``N``, as bwrap does). When it exits, the kernel kills what is left in the namespace.
+filter and becomes the command. This process stays as PID 1, so that the command is not:
+the kernel does not deliver ``SIGTERM`` to a namespace's init without a handler, and the
+command must get the grace signal of a timeout. It reaps every orphan and exits with the
+command's status (``128+N`` for a death by signal ``N``, as bwrap does). When it exits, the
+kernel kills what is left in the namespace.
 
 Any failure before the command starts ends it with :data:`SETUP_FAILED` and one line on
 stderr starting ``stockade-unshare:``; the command never runs half confined.
@@ -28,7 +29,6 @@ import ctypes
 import fcntl
 import json
 import os
-import signal
 import socket
 import struct
 import sys
@@ -41,7 +41,6 @@ _MOUNT_ATTR_RDONLY, _MOUNT_ATTR_NOSUID, _MOUNT_ATTR_NODEV = 1, 2, 4
 _AT_FDCWD, _AT_RECURSIVE = -100, 0x8000
 _O_PATH = getattr(os, "O_PATH", 0o10000000)
 _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -169,15 +168,13 @@ def drop_capabilities() -> None:
 
 
 def init(child: int) -> int:
-    """Forward signals to ``child``, reap every process, return ``child``'s status."""
+    """Reap every process until ``child`` ends; return its status.
 
-    def forward(number: int, _frame: object) -> None:
-        # It may have ended (and been reaped) while the signal was on its way.
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child, number)
-
-    for sig in _FORWARDED:
-        signal.signal(sig, forward)
+    It forwards no signal: the executor sends the grace ``SIGTERM`` to every descendant of
+    the runner (``runner=True``), the command included, and a forwarded copy would reach the
+    command twice (a ``trap`` would run twice). Signals sent to this process itself are
+    dropped by the kernel: it has no handler, and it is the namespace's init.
+    """
     while True:
         try:
             pid, status = os.wait()
