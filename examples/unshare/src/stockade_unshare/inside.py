@@ -132,6 +132,8 @@ def lay(layout: dict[str, object]) -> None:
             _read_only(path, extra=_MOUNT_ATTR_NOSUID | _MOUNT_ATTR_NODEV)
     for path in (*masks, "/dev"):  # read-only last: until now mount points could be made
         _read_only(path)
+    for fd in {*sources.values(), null}:  # this process stays as init: it keeps none
+        os.close(fd)
 
 
 def loopback_up() -> None:
