@@ -1,6 +1,7 @@
 """Events appended in one transaction (``Chain.append_many``, ``Recorder.batch``) and the
 ``placement`` event: the chain they make verifies, each event is linked and signed as one
-appended alone, a failed batch leaves nothing, and ``stockade log`` shows the placement."""
+appended alone, a failed batch leaves nothing, and ``stockade log`` and ``replay`` show the
+placement."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from stockade.cli.record import log_command, steps
+from stockade.cli.record import log_command, replay_command, steps
 from stockade.config.schema import Config, StoreConfig
 from stockade.record.chain import Chain, rows
 from stockade.record.events import ActionEvent, ErrorEvent, PlacementEvent
@@ -144,3 +145,18 @@ def test_log_shows_where_a_placed_step_ran(
     assert len(lines) == 2
     assert "[node" not in lines[0]
     assert lines[1].endswith("[node box:n1 actor w1]")
+
+
+def test_replay_gives_the_placement_a_line_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    chain = Chain(Store(str(tmp_path / "state" / "stockade" / "store.db")))
+    chain.append_many([_action("here", 1), *_three(2)])
+    chain.close()
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.delenv("STOCKADE_CONFIG", raising=False)
+    args = argparse.Namespace(config=None, run="run-b", json=False, redact=False)
+    assert replay_command(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[4] for line in lines] == ["action", "action", "placement", "error"]
+    assert lines[2].endswith("placement  carried out on node n1 (box), actor w1")

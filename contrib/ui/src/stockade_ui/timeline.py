@@ -2,9 +2,10 @@
 
 A step is one command: its ``action`` event (what was asked), the ``permission`` events
 (the policy's decision, then a person's answer when it was held), a ``grant``, the
-``connection`` events of its egress proxy, a ``decline`` when a person declined it, and how
-it ended (a ``result``, or an ``error`` when it could not run). A held step's state comes
-from the store's held steps: it may be waiting, let go ahead but not run yet, or running in
+``connection`` events of its egress proxy, a ``decline`` when a person declined it, a
+``placement`` when it was carried out on another node (``stockade-ray``), and how it
+ended (a ``result``, or an ``error`` when it could not run). A held step's state comes from
+the store's held steps: it may be waiting, let go ahead but not run yet, or running in
 another process, which are not events.
 """
 
@@ -63,6 +64,8 @@ class Step:
         outputs: previews of its non-empty streams.
         changes: what it changed in its workspace (the recorded ``Changes``), if watched.
         held: the held step, when it waited for a person.
+        placed: where it was carried out (``node``, ``actor``, ``hostname``), when a
+            ``placement`` event says so (``stockade-ray``); ``None`` for this machine.
         last_seq: its last event's place in the record.
     """
 
@@ -81,6 +84,7 @@ class Step:
     outputs: tuple[Preview, ...] = field(kw_only=True)
     changes: dict[str, Any] | None = field(kw_only=True)
     held: HeldStep | None = field(kw_only=True)
+    placed: dict[str, str] | None = field(kw_only=True, default=None)
     last_seq: int = field(kw_only=True)
 
 
@@ -113,6 +117,7 @@ def _step(
     lines: list[Line] = []
     result: dict[str, Any] | None = None
     error = ""
+    placed: dict[str, str] | None = None
     for row in events:
         body = row.body
         if row.kind == "action":
@@ -142,6 +147,8 @@ def _step(
         elif row.kind == "decline":
             text = f"{body['reason']}: it never runs"
             lines.append(Line(row.seq, "decline", text, body["by"], "bad"))
+        elif row.kind == "placement":
+            placed = {key: body[key] for key in ("node", "actor", "hostname")}
     state, outcome = _state(result, error, verdict, held)
     outputs: list[Preview] = []
     if result is not None:
@@ -166,6 +173,7 @@ def _step(
         outputs=tuple(outputs),
         changes=result.get("changes") if result is not None else None,
         held=held,
+        placed=placed,
         last_seq=events[-1].seq,
     )
 
