@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from helpers.cli import stockade
 from stockade.errors import PluginError
 from stockade.request.spec import ExecRequest
-
-CLI = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
 
 BOOM = """
 from stockade import hookimpl
@@ -83,15 +81,7 @@ def site(tmp_path: Path) -> Path:
 
 
 def _cli(site: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(site)},
-        cwd=cwd,
-    )
+    return stockade(*args, cwd=cwd, env={**os.environ, "PYTHONPATH": str(site)})
 
 
 def test_the_host_skips_and_keeps_each_broken_plugin(make_host, site, monkeypatch):

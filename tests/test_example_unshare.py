@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import stockade
 from stockade.errors import SpawnFailed
 from stockade.request.spec import ExecRequest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "unshare"
-CLI = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
 UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 
 
@@ -217,15 +217,7 @@ def test_the_command_line_lists_and_runs_it(site, ws):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(EXAMPLE / "src")])}
 
     def cli(*args):
-        return subprocess.run(
-            [*CLI, *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            cwd=ws,
-            timeout=120,
-            check=False,
-        )
+        return stockade(*args, cwd=ws, env=env)
 
     listed = json.loads(cli("plugins", "--json").stdout)
     assert "unshare" in [s["name"] for s in listed["sandboxes"]]

@@ -8,12 +8,11 @@ older kernel); the same provider at the kernel's own ABI is the control that say
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-CLI = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+from helpers.cli import stockade
+
 PARTIAL = "[plugins.settings.landlock]\nmax_abi = 4\naccept_partial = true\n"
 SELECTED = 'sandbox = "landlock"\n'
 
@@ -21,15 +20,7 @@ SELECTED = 'sandbox = "landlock"\n'
 def _cli(tmp_path: Path, config: str, *args: str) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "stockade.toml"
     path.write_text(config, encoding="utf-8")
-    return subprocess.run(
-        [*CLI, "--config", str(path), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        env=dict(os.environ),
-        cwd=tmp_path,
-    )
+    return stockade("--config", str(path), *args, cwd=tmp_path)
 
 
 def _partial_lines(stderr: str) -> list[str]:

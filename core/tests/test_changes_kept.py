@@ -29,14 +29,7 @@ def _oracle():
 
 _o = _oracle()
 Model, lists, ops, past, rel, tree = _o.Model, _o.lists, _o.ops, _o.past, _o.rel, _o.tree
-
-
-@pytest.fixture
-def ws(tmp_path):
-    root = str(tmp_path / "ws")
-    tree(root, {"a/f": "1", "a/b/g": "2", "keep": "3", "c/": "", "d/x": "4", "d/y/z": "5"})
-    past(root)
-    return root
+ws = _o.ws  # the fixture: the same small tree, its times in the past
 
 
 def dirs_of(root):

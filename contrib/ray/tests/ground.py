@@ -1,4 +1,5 @@
-"""What the Ray tests share: a box of canaries under the home, a live upstream, polling."""
+"""What the Ray tests share: a box of canaries under the home, a live upstream, the
+processes a token names (polling and liveness come from :mod:`stockade.conformance.procs`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import os
 import secrets
 import socket
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
+
+from stockade.conformance.procs import alive
 
 PYTHON = "/usr/bin/python3"  # the system interpreter: visible inside every sandbox
 
@@ -28,16 +29,6 @@ class Box:
         self.secret.write_text(self.canary)
 
 
-def wait_for(check: Callable[[], bool], seconds: float = 30.0) -> bool:
-    """Poll ``check`` until it holds or ``seconds`` pass (a deadline, not a timing claim)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
-
-
 def running(token: str) -> list[int]:
     """The live processes whose command line holds ``token`` (host pids: a sandbox's own
     pid namespace numbers them otherwise)."""
@@ -52,15 +43,6 @@ def running(token: str) -> list[int]:
         except OSError:
             continue
     return found
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 class Upstream:

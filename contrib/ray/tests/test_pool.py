@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ground import PYTHON, Box, running, wait_for
+from ground import PYTHON, Box, running
 
 from stockade.cli.record import steps
 from stockade.config.schema import Config, StoreConfig
+from stockade.conformance.procs import wait_until
 from stockade.errors import PolicyHeld, UsageError
 from stockade.record.chain import rows
 from stockade.record.store import Store
@@ -78,8 +79,8 @@ def _spawn(box: Box) -> tuple[ExecRequest, Path, str]:
 
 def _started(marker: Path, token: str) -> list[int]:
     """The host pids of the command and its grandchild, once both run."""
-    assert wait_for(marker.exists, 60), "the command never started"
-    assert wait_for(lambda: len(running(token)) >= 2), running(token)
+    assert wait_until(marker.exists, 60), "the command never started"
+    assert wait_until(lambda: len(running(token)) >= 2), running(token)
     return running(token)
 
 
@@ -155,7 +156,7 @@ def test_a_killed_worker_is_a_recorded_loss_and_is_replaced(pool: StockadePool, 
     with pytest.raises(WorkerLost) as lost:
         future.result(120)
     assert lost.value.details["actor"] == future.worker["actor"]
-    assert wait_for(lambda: not running(token)), "the command outlived it"
+    assert wait_until(lambda: not running(token)), "the command outlived it"
     store = _store(pool)
     [step] = [s for s in steps(rows(store)) if s.get("argv", [""])[-1] == token]
     assert (step["state"], step["error"]) == ("error", "worker_lost")
@@ -178,7 +179,7 @@ def test_a_cancelled_step_kills_its_whole_group(pool: StockadePool, box: Box) ->
     ray.cancel(future.ref)
     with pytest.raises(StepCancelled):
         future.result(120)
-    assert wait_for(lambda: not running(token)), "the command outlived it"
+    assert wait_until(lambda: not running(token)), "the command outlived it"
     store = _store(pool)
     [step] = [s for s in steps(rows(store)) if s.get("argv", [""])[-1] == token]
     assert (step["state"], step["error"]) == ("error", "cancelled")
@@ -198,7 +199,7 @@ def test_shutdown_kills_what_is_running_and_closes_its_record(state: Path, box: 
     own.shutdown()
     with pytest.raises((StepCancelled, WorkerLost)):
         future.result(120)
-    assert wait_for(lambda: not running(token)), "the command outlived it"
+    assert wait_until(lambda: not running(token)), "the command outlived it"
     store = _store(own)
     [step] = [s for s in steps(rows(store)) if s.get("argv", [""])[-1] == token]
     assert step["state"] == "error" and step["error"] in ("cancelled", "worker_lost")
