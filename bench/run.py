@@ -24,6 +24,8 @@
 11. The warm server: ``stockade run`` through a running server, cold (starting it) and
     in-process, against raw ``bwrap``, ``python -I -c pass`` and ``codex sandbox -- true``;
     where a warm call's time goes; 4 clients x 100 commands at once (``bench/server.py``).
+    11b: what the server's kept watch costs a call in a 10,000-file folder, beside the
+    in-process CLI's per-call watch (``bench/server_watch.py``).
 
 Every section runs with a private ``XDG_STATE_HOME``: the record it writes is thrown away.
 
@@ -48,6 +50,7 @@ import egress  # bench/egress.py
 import mcp_server  # bench/mcp_server.py (not mcp.py: that would shadow the SDK)
 import record  # bench/record.py
 import server  # bench/server.py: section 11, the warm server and its thin client
+import server_watch  # bench/server_watch.py: section 11b, the server's kept watch
 import startup  # bench/startup.py: sections 2 and 3, the CLI
 import timing  # bench/timing.py: interleaving and table rows
 import ui_page  # bench/ui_page.py
@@ -179,6 +182,7 @@ def report(
     mcp_server.report_mcp(mcp_stats, timing.row, head)
     ui_page.report_ui_page(ui_stats, timing.row, head)
     server.report_server(server_stats, timing.row, head)
+    server_watch.report_server_watch(server_stats["watch"])
     payload = {
         "server": server_stats,
         "ui_page": ui_stats,
@@ -351,6 +355,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     server_stats = server.bench_server(
         venv=venv, runs=runs, warmup=warmup, commands=20 if args.quick else server.COMMANDS
+    )
+    server_stats["watch"] = server_watch.bench_server_watch(
+        venv=venv, runs=runs, warmup=warmup, inner=5 * runs
     )
     state.cleanup()
     meta = {

@@ -988,6 +988,8 @@ def toml_default(value: object) -> str:
     """How the keys table writes an attrs default: unset, or the TOML value."""
     if value is None:
         return "unset"
+    if isinstance(value, attrs.Factory):  # an empty table: credentials = {}
+        return toml_default(value.factory())
     if isinstance(value, tuple):
         return "`[" + ", ".join(f'"{item}"' for item in value) + "]`"
     if isinstance(value, str):

@@ -49,7 +49,10 @@ OLD_SERVER = (
 )
 
 
-def test_a_server_of_another_version_is_replaced_transparently(sk: Stockade) -> None:
+@pytest.fixture
+def old_server(sk: Stockade) -> Iterator[subprocess.Popen[bytes]]:
+    """A server of another version listening for ``sk``'s clients; killed at teardown if
+    the test's clients did not replace it."""
     old = subprocess.Popen(
         [sys.executable, "-c", OLD_SERVER],
         env=sk.environ(),
@@ -60,21 +63,27 @@ def test_a_server_of_another_version_is_replaced_transparently(sk: Stockade) -> 
     )
     try:
         assert sk.wait_server() == old.pid
-        code, shown = status(sk)  # a client of this version is refused by it
-        assert code == 1
-        assert "version" in str(shown["why"])
-        done = echo(sk, "replaced")
-        assert done.stderr == b""  # transparently: not a word about it
-        assert old.wait(timeout=WAIT) == 0  # it was asked to stop, and did
-        new = sk.server_pid()
-        assert new is not None
-        assert new != old.pid
-        code, shown = status(sk)
-        assert (code, shown["pid"], shown["calls_served"]) == (0, new, 1)
+        yield old
     finally:
         if old.poll() is None:
             old.kill()
             old.wait()
+
+
+def test_a_server_of_another_version_is_replaced_transparently(
+    sk: Stockade, old_server: subprocess.Popen[bytes]
+) -> None:
+    code, shown = status(sk)  # a client of this version is refused by it
+    assert code == 1
+    assert "version" in str(shown["why"])
+    done = echo(sk, "replaced")
+    assert done.stderr == b""  # transparently: not a word about it
+    assert old_server.wait(timeout=WAIT) == 0  # it was asked to stop, and did
+    new = sk.server_pid()
+    assert new is not None
+    assert new != old_server.pid
+    code, shown = status(sk)
+    assert (code, shown["pid"], shown["calls_served"]) == (0, new, 1)
 
 
 OLD_CLIENT = (
@@ -87,39 +96,27 @@ OLD_CLIENT = (
 )
 
 
-def test_replacing_an_old_server_lets_its_running_commands_finish(sk: Stockade) -> None:
-    old = subprocess.Popen(
-        [sys.executable, "-c", OLD_SERVER],
+def test_replacing_an_old_server_lets_its_running_commands_finish(
+    sk: Stockade, old_server: subprocess.Popen[bytes]
+) -> None:
+    running = subprocess.Popen(
+        [sys.executable, "-c", OLD_CLIENT],
         env=sk.environ(),
+        cwd=sk.root,
         stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
-    try:
-        assert sk.wait_server() == old.pid
-        running = subprocess.Popen(
-            [sys.executable, "-c", OLD_CLIENT],
-            env=sk.environ(),
-            cwd=sk.root,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        deadline = time.monotonic() + WAIT
-        while not (Path(sk.root) / "started").exists():
-            assert time.monotonic() < deadline, "the old client's command never started"
-            time.sleep(0.05)
-        done = echo(sk, "replaced")  # this version's client replaces the old server ...
-        assert done.stderr == b""
-        out, err = running.communicate(timeout=WAIT)
-        # ... and the old server's running command was let finish, not killed.
-        assert (running.returncode, out, err) == (0, b"finished\n", b"")
-        assert old.wait(timeout=WAIT) == 0
-    finally:
-        if old.poll() is None:
-            old.kill()
-            old.wait()
+    deadline = time.monotonic() + WAIT
+    while not (Path(sk.root) / "started").exists():
+        assert time.monotonic() < deadline, "the old client's command never started"
+        time.sleep(0.05)
+    done = echo(sk, "replaced")  # this version's client replaces the old server ...
+    assert done.stderr == b""
+    out, err = running.communicate(timeout=WAIT)
+    # ... and the old server's running command was let finish, not killed.
+    assert (running.returncode, out, err) == (0, b"finished\n", b"")
+    assert old_server.wait(timeout=WAIT) == 0
 
 
 def test_a_changed_config_is_picked_up_without_a_restart(sk: Stockade, tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 Each case runs the same ``stockade`` command line twice against one state folder: through
 the server (a real client process, the server started on first use) and in-process
 (``STOCKADE_NO_SERVER=1``), and compares the exit status, stdout and stderr byte for byte
-(``--json`` modulo the ids and durations that differ between any two runs). The server's own
+(``--json`` modulo the ids and durations that differ between any two runs, and the
+``changes`` the server lists where in-process there are none). The server's own
 count of calls served proves each client was served by it, not quietly run in-process.
 """
 
@@ -105,10 +106,16 @@ def test_json_is_the_same_but_for_ids_and_durations(sk: Stockade) -> None:
     assert (via.returncode, via.stderr) == (local.returncode, local.stderr) == (3, b"")
     mine, theirs = json.loads(via.stdout), json.loads(local.stdout)
     assert mine["action_id"] != theirs["action_id"]  # two runs, truly
-    assert _normal(mine) == _normal(theirs)
+    # The one difference: the server keeps a watch on the folder, so the files a command of
+    # the default profile changed are listed (test_server_changes.py); in-process, not.
+    assert theirs["changes"] is None
+    listed = mine["changes"]
+    assert listed["method"] == "inotify"
+    assert _normal({**mine, "changes": None}) == _normal(theirs)
     assert mine["stdout"]["text"] == "hi\n"
     # the layout too: the same keys in the same order, the same indentation
-    assert len(via.stdout.splitlines()) == len(local.stdout.splitlines())
+    extra = len(json.dumps(listed, indent=2).splitlines()) - 1
+    assert len(via.stdout.splitlines()) == len(local.stdout.splitlines()) + extra
 
 
 def test_a_json_error_is_the_same(sk: Stockade) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from stockade.config.load import load_config
 from stockade.host import Host
+from stockade.record.chain import rows
 from stockade.record.store import open_store
 from stockade.request.spec import ExecRequest
 
@@ -243,3 +244,25 @@ def test_the_card_names_danger_full_access_as_unconfined(ui):
     found = network_of(config, unconfined)
     assert found.warn
     assert "not confined" in found.text
+
+
+def test_a_step_carried_out_elsewhere_names_its_node_and_actor(ui):
+    ui.run(["echo", "here"])
+    ui.run(["echo", "there"])
+    run = ui.agent.run_id
+    store = open_store(ui.agent.config)
+    try:
+        (action,) = [r for r in rows(store, run) if r.step == 2 and r.kind == "action"]
+    finally:
+        store.close()
+    # What stockade-ray records for a step it ships; a host name that could fool a reader.
+    ui.agent.recording.placement(
+        action.action_id, node="n" * 40, actor="a" * 32, hostname="gpu\u202e-7"
+    )
+    page = ui.page(f"/runs/{run}")
+    step_1 = text_of(page[page.index('id="step-1"') : page.index('id="step-2"')])
+    step_2 = page[page.index('id="step-2"') :].split("</li>\n</ul>")[0]
+    assert "carried out on" not in step_1  # the control: a step run here names no node
+    where = text_of(re.search(r'<p class="where">(.*?)</p>', step_2, re.S).group(1))
+    assert where.endswith(f"; carried out on node {'n' * 40} (gpu\\u202e-7), actor {'a' * 32}")
+    assert "\u202e" not in page

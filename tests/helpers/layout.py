@@ -34,8 +34,9 @@ import attrs
 LIMIT = 500
 PROCESS_MODULES = frozenset({"subprocess", "pty", "multiprocessing", "webbrowser"})
 OS_STARTS = re.compile(r"fork\w*|exec\w*|spawn\w*|posix_spawn\w*|system|popen")
-STARTERS = ("plugins/local/src/stockade_local/",)
-"""Folders whose files may start processes: the executor."""
+STARTERS = ("plugins/local/src/stockade_local/", "core/src/stockade/conformance/suite/")
+"""Folders whose files may start processes: the executor, and the conformance kit's attacks
+(tests shipped in core: they set their ground up with ``git`` and run attackers)."""
 SPAWN_DIRS = ("core/src/*", "core/src/*/run")
 """Where the spawn module (``spawn.py``) may sit, as globs relative to the root."""
 _PACKAGE_NAME = re.compile(r"stockade_\w+(\.\w+)*")

@@ -290,3 +290,19 @@ def test_a_skill_read_is_somebody_elses_words(make_host, box, ws, upstream) -> N
     with pytest.raises(PolicyHeld, match=r"skill unit-convert: SKILL\.md"):
         run(host, box, send(upstream.port, "hi"))
     assert upstream.seen == [b"/ hi"]
+
+
+def test_a_credential_the_proxy_injects_is_private_data_too(make_host, box, ws, upstream) -> None:
+    from stockade.request.spec import CredentialBinding
+
+    env = {**os.environ, "STOCKADE_SECRET_GH": "s3cret-value"}
+    binding = {"gh": CredentialBinding(f"allowed.test:{upstream.port}")}
+    host = make_host(config=config(box, upstream.port, credentials=binding), environ=env)
+    run(host, box, ["cat", "readme.txt"])
+    with pytest.raises(PolicyHeld) as held:
+        run(host, box, send(upstream.port, "hi"), credentials={"TOKEN": "gh"})
+    assert f"credential TOKEN (handle gh, injected for allowed.test:{upstream.port})" in (
+        held.value.message
+    )
+    assert "s3cret-value" not in held.value.message
+    assert upstream.seen == []

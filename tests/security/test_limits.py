@@ -1,67 +1,37 @@
-"""Resource limits on every backend: memory, file size, CPU, processes, floods, cores."""
+"""The kit's limit attacks (:mod:`stockade.conformance.suite.test_limits`), also against the
+unconfined provider (the executor enforces limits, not the sandbox); the process limit as
+the local executor holds it, for users and for root; the spawning thread of a run."""
 
 from __future__ import annotations
 
 import os
-import signal
-import time
 
 import pytest
 
-from helpers import procs
-from stockade.config.schema import Config
-from stockade.request.spec import ExecRequest, Limits
+from stockade.conformance import procs
+from stockade.conformance.suite import test_limits as kit
+from stockade.conformance.suite.test_limits import *  # noqa: F403
+from stockade.conformance.suite.test_limits import _host, _run
 
 from .conftest import PYTHON
 
-pytestmark = pytest.mark.sandboxes("none", "bubblewrap", "landlock")
+UNCONFINED = [
+    kit.test_memory_past_the_limit_fails_and_the_result_says_why,
+    kit.test_a_file_past_the_size_limit_is_cut_off,
+    kit.test_cpu_time_runs_out,
+    kit.test_a_process_flood_under_a_timeout_leaves_nothing_behind,
+    kit.test_no_core_dumps,
+    kit.test_a_command_that_dies_with_its_parent_survives_a_spawning_thread,
+]
 
 
-def _host(make_host, sandbox: str, **limits: int):
-    return make_host(allow_all=True, config=Config(sandbox=sandbox, limits=Limits(**limits)))
+@pytest.mark.sandboxes("none")
+@pytest.mark.parametrize("attack", UNCONFINED, ids=[a.__name__[5:] for a in UNCONFINED])
+def test_the_kits_limits_hold_unconfined(make_host, box, attack):
+    attack(make_host, box)
 
 
-def _run(host, box, argv, *, timeout: float = 30):
-    mode = "danger-full-access" if box.sandbox == "none" else "workspace-write"
-    env = {"HOME": str(box.home)}
-    return host.run(
-        ExecRequest(argv, str(box.ws), mode=mode, sandbox=box.sandbox, env=env, timeout=timeout)
-    )
-
-
-def _died_of(result, sig: signal.Signals) -> bool:
-    return result.signal == sig.name or result.exit_code == 128 + sig
-
-
-def test_memory_past_the_limit_fails_and_the_result_says_why(make_host, box):
-    host = _host(make_host, box.sandbox, memory_mb=512)
-    small = _run(host, box, [PYTHON, "-S", "-c", "b = bytearray(64 << 20); print(len(b))"])
-    assert small.exit_code == 0 and small.stdout.text == f"{64 << 20}\n", small.stderr.text
-    big = _run(host, box, [PYTHON, "-S", "-c", "b = bytearray(3 << 30); print('allocated')"])
-    assert big.exit_code != 0 and "allocated" not in big.stdout.text
-    assert "MemoryError" in big.stderr.text
-    assert big.limit_hit == "memory"
-    assert big.limits.memory_mb == 512
-
-
-def test_a_file_past_the_size_limit_is_cut_off(make_host, box):
-    host = _host(make_host, box.sandbox, file_size_mb=1)
-    (box.ws / "out").mkdir()
-    result = _run(host, box, ["sh", "-c", "head -c 4194304 /dev/zero > out/big"])
-    assert _died_of(result, signal.SIGXFSZ) or result.exit_code != 0, result
-    assert (box.ws / "out" / "big").stat().st_size <= 1 << 20
-    assert result.limit_hit == "file_size"
-
-
-def test_cpu_time_runs_out(make_host, box):
-    host = _host(make_host, box.sandbox, cpu_seconds=1)
-    start = time.monotonic()
-    result = _run(host, box, [PYTHON, "-S", "-c", "while True: pass"], timeout=30)
-    assert not result.timed_out and time.monotonic() - start < 20
-    assert _died_of(result, signal.SIGKILL) or _died_of(result, signal.SIGXCPU), result
-    assert result.limit_hit == "cpu"
-
-
+@pytest.mark.sandboxes("none", "bubblewrap", "landlock")
 def test_a_process_limit_holds_for_users_and_for_root(make_host, box):
     """An ordinary user gets ``RLIMIT_NPROC``; root, whom the kernel exempts from it, a pids
     cgroup. A machine where root has neither fails here: the limit would not hold."""
@@ -126,22 +96,7 @@ sys.exit(status)
 """
 
 
-def test_a_process_flood_under_a_timeout_leaves_nothing_behind(make_host, box):
-    host = _host(make_host, box.sandbox)
-    marker = f"{os.getpid() % 1000}.{time.monotonic_ns() % 100000}3"
-    script = f"i=0; while [ $i -lt 1500 ]; do sleep {marker} & i=$((i+1)); done; wait"
-    result = _run(host, box, ["sh", "-c", script], timeout=4)
-    assert result.timed_out
-
-    assert procs.wait_until(lambda: not procs.sleeping(marker), timeout=30), procs.sleeping(marker)
-
-
-def test_no_core_dumps(make_host, box):
-    host = _host(make_host, box.sandbox)
-    result = _run(host, box, ["sh", "-c", "ulimit -c; ulimit -Hc"])
-    assert result.stdout.text == "0\n0\n", result.stdout.text
-
-
+@pytest.mark.sandboxes("none", "bubblewrap", "landlock")
 def test_a_process_limit_root_cannot_have_is_refused(make_host, box, monkeypatch):
     """Where neither RLIMIT_NPROC (root) nor a pids cgroup can hold it, nothing runs."""
     from stockade.errors import Unsupported
@@ -156,21 +111,7 @@ def test_a_process_limit_root_cannot_have_is_refused(make_host, box, monkeypatch
     assert not (box.ws / "ran").exists()
 
 
-def test_a_command_that_dies_with_its_parent_survives_a_spawning_thread(make_host, box):
-    """bwrap's --die-with-parent (PR_SET_PDEATHSIG) counts the thread that forked it: the
-    spawning thread of a restricted or cgroup run must live as long as the run."""
-    # As root a process limit makes the run spawn from a thread that joins a cgroup.
-    host = _host(make_host, box.sandbox, **({"processes": 40} if os.getuid() == 0 else {}))
-    script = (
-        "import ctypes, signal, time\n"
-        "ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
-        "time.sleep(0.3)\nprint('alive')"
-    )
-    for _ in range(10):
-        result = _run(host, box, [PYTHON, "-S", "-c", script])
-        assert (result.exit_code, result.stdout.text) == (0, "alive\n"), result
-
-
+@pytest.mark.sandboxes("none", "bubblewrap", "landlock")
 def test_the_spawning_thread_lives_as_long_as_the_run(make_host, box):
     import threading
 

@@ -2,9 +2,17 @@
 
 Installed as a pytest plugin (entry point ``pytest11``), so in any test session::
 
-    def test_my_provider(make_host):
-        host = make_host(plugins=[MyPlugin()], policy=allow_all)
-        result = host.run(ExecRequest(["true"], mode="read-only"))
+    from stockade.request.spec import ExecRequest
+
+    def test_my_plugin(make_host, event_log, tmp_path):
+        host = make_host(plugins=[MyPlugin(), event_log], allow_all=True)
+        result = host.run(ExecRequest(["true"], str(tmp_path), mode="read-only"))
+        assert result.exit_code == 0
+        assert event_log.kinds()[-1] == "result"
+
+``MyPlugin`` is your plugin object, registered inline (an installed plugin loads from its
+entry point by itself: pass it again and pluggy refuses it). The example is run by the
+project's tests (``tests/test_testing_kit.py``), so it stays right.
 
 Every host is independent (its own plugin manager) and closed when the test ends.
 """

@@ -2,10 +2,11 @@
 
 A step is one command: its ``action`` event (what was asked), the ``permission`` events
 (the policy's decision, then a person's answer when it was held), a ``grant``, the
-``connection`` events of its egress proxy, a ``decline`` when a person declined it, and how
-it ended (a ``result``, or an ``error`` when it could not run); the ``taint`` events it
-caused (what the breaker counts). A held step's state comes
-from the store's held steps: it may be waiting, let go ahead but not run yet, or running in
+``connection`` events of its egress proxy, a ``decline`` when a person declined it, a
+``placement`` when it was carried out on another node (``stockade-ray``), and how it
+ended (a ``result``, or an ``error`` when it could not run); the ``taint`` events it caused
+(what the breaker counts). A held step's state comes from
+the store's held steps: it may be waiting, let go ahead but not run yet, or running in
 another process, which are not events.
 """
 
@@ -65,6 +66,8 @@ class Step:
         outputs: previews of its non-empty streams.
         changes: what it changed in its workspace (the recorded ``Changes``), if watched.
         held: the held step, when it waited for a person.
+        placed: where it was carried out (``node``, ``actor``, ``hostname``), when a
+            ``placement`` event says so (``stockade-ray``); ``None`` for this machine.
         last_seq: its last event's place in the record.
     """
 
@@ -83,6 +86,7 @@ class Step:
     outputs: tuple[Preview, ...] = field(kw_only=True)
     changes: dict[str, Any] | None = field(kw_only=True)
     held: HeldStep | None = field(kw_only=True)
+    placed: dict[str, str] | None = field(kw_only=True, default=None)
     last_seq: int = field(kw_only=True)
 
 
@@ -117,6 +121,7 @@ def _step(
     lines: list[Line] = []
     result: dict[str, Any] | None = None
     error = ""
+    placed: dict[str, str] | None = None
     for row in events:
         body = row.body
         if row.kind == "action":
@@ -125,31 +130,17 @@ def _step(
             kind, decision = body["classification"]["kind"], body["decision"]
             verdict = decision["verdict"]
             lines.append(_permission(row.seq, kind, decision))
-        elif row.kind == "grant":
-            folders = ", ".join(body["writable"])
-            lines.append(
-                Line(
-                    row.seq,
-                    "grant",
-                    f"writable for this command only: {folders}",
-                    body["by"],
-                    "ask",
-                )
-            )
-        elif row.kind == "connection":
-            lines.append(_connection(row.seq, body))
         elif row.kind == "result":
             result = body["result"]
         elif row.kind == "error":
             error = f"{body['code']}: {body['message']}"
             lines.append(Line(row.seq, "error", error, tone="bad"))
-        elif row.kind == "taint":
-            what = "private data" if body["taint"] == "private" else "somebody else's words"
-            text = f"the run holds {what}: {body['source']} {body['detail']}"
-            lines.append(Line(row.seq, "taint", text, tone="ask"))
-        elif row.kind == "decline":
-            text = f"{body['reason']}: it never runs"
-            lines.append(Line(row.seq, "decline", text, body["by"], "bad"))
+        elif row.kind == "placement":
+            placed = {key: body[key] for key in ("node", "actor", "hostname")}
+        else:
+            line = _line(row)
+            if line is not None:
+                lines.append(line)
     state, outcome = _state(result, error, verdict, held)
     outputs: list[Preview] = []
     if result is not None:
@@ -174,8 +165,27 @@ def _step(
         outputs=tuple(outputs),
         changes=result.get("changes") if result is not None else None,
         held=held,
+        placed=placed,
         last_seq=events[-1].seq,
     )
+
+
+def _line(row: Row) -> Line | None:
+    """The line of an event that only adds one (a grant, a connection, a taint, a decline)."""
+    body = row.body
+    if row.kind == "grant":
+        folders = ", ".join(body["writable"])
+        text = f"writable for this command only: {folders}"
+        return Line(row.seq, "grant", text, body["by"], "ask")
+    if row.kind == "connection":
+        return _connection(row.seq, body)
+    if row.kind == "taint":
+        what = "private data" if body["taint"] == "private" else "somebody else's words"
+        text = f"the run holds {what}: {body['source']} {body['detail']}"
+        return Line(row.seq, "taint", text, tone="ask")
+    if row.kind == "decline":
+        return Line(row.seq, "decline", f"{body['reason']}: it never runs", body["by"], "bad")
+    return None
 
 
 def _state(

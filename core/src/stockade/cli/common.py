@@ -40,10 +40,13 @@ def run_name(args: argparse.Namespace, default: str | None = None) -> str | None
     return name
 
 
-def make_host(args: argparse.Namespace, *, run: str | None = None) -> Host:
+def make_host(args: argparse.Namespace, *, run: str | None = None, warn: bool = True) -> Host:
     """A host from ``--config`` / ``STOCKADE_CONFIG`` / the XDG config and the environment;
     inside the server, a run on a warm host for the caller: its own, or the kept run
     ``run`` (a run that spans calls).
+
+    With ``warn``, each installed plugin that failed to load (and was skipped) is named in
+    one line on stderr (``stockade plugins`` and ``doctor`` report them themselves).
 
     Raises:
         UsageError: ``run`` is named, but this is not the server (a process of its own
@@ -53,7 +56,7 @@ def make_host(args: argparse.Namespace, *, run: str | None = None) -> Host:
 
     caller = current()
     if caller is not None:
-        return caller.host(args.config, run)
+        return _warned(caller.host(args.config, run), warn=warn)
     if run is not None:
         raise UsageError(
             f"run {run!r} spans calls, and only the warm server keeps it between them",
@@ -62,7 +65,16 @@ def make_host(args: argparse.Namespace, *, run: str | None = None) -> Host:
         )
     from ..host import Host
 
-    return Host.from_environment(args.config, environ=os.environ)
+    return _warned(Host.from_environment(args.config, environ=os.environ), warn=warn)
+
+
+def _warned(host: Host, *, warn: bool) -> Host:
+    if warn:
+        from ..display import visible
+
+        for plugin in host.hooks.broken():
+            print(f"stockade: skipped {visible(plugin.message())}", file=sys.stderr)
+    return host
 
 
 @contextlib.contextmanager

@@ -16,6 +16,10 @@ from ..request.literals import MODES
 if TYPE_CHECKING:
     import argparse
 
+    from ..confine.provider import SandboxProvider
+    from ..host import Host
+    from ..request.spec import ExecSpec
+
 
 @frozen
 class DoctorReport:
@@ -28,7 +32,10 @@ class DoctorReport:
         kernel: kernel features that confinement depends on.
         executors: each executor and whether it works.
         sandboxes: each sandbox provider and whether it works.
-        modes: for each mode, what ``auto`` would use, or why nothing can.
+        modes: for each mode, what ``auto`` would use, or why nothing can; a provider that
+            enforces the mode only partly says so, and what it leaves out.
+        broken: installed plugins that failed to load (skipped; selecting one fails).
+        partial: the modes whose provider enforces them only partly.
     """
 
     ok: bool
@@ -38,11 +45,12 @@ class DoctorReport:
     executors: tuple[Fact, ...]
     sandboxes: tuple[Fact, ...]
     modes: tuple[Fact, ...]
+    broken: tuple[Fact, ...] = ()
+    partial: tuple[str, ...] = ()
 
 
 def build_report(args: argparse.Namespace) -> DoctorReport:
     """Probe everything; a broken config or plugin is reported, not raised."""
-    from ..host import Host
     from ..policy.resolve import resolve
     from ..request.spec import ExecRequest
     from .common import make_host
@@ -50,10 +58,10 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
     python = f"{platform.python_implementation()} {platform.python_version()} on {sys.platform}"
     kernel = tuple(all_facts())
     try:
-        host: Host = make_host(args)
+        host: Host = make_host(args, warn=False)
     except StockadeError as error:
-        broken = (Fact("host", False, str(error)),)
-        return DoctorReport(False, python, "unusable", kernel, broken, (), ())
+        unusable = (Fact("host", False, str(error)),)
+        return DoctorReport(False, python, "unusable", kernel, unusable, (), ())
     config = host.config.source or "embedded defaults (no config file)"
     executors = tuple(
         Fact(c.PLUGIN_NAME, probe.usable, probe.detail)
@@ -65,7 +73,12 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
         for c in host.sandboxes.classes()
         for probe in (host.doer.providers.probe(c),)
     )
-    modes = []
+    broken = tuple(
+        Fact(f"{p.name} ({p.dist} {p.version})", False, f"failed to load ({p.stage}): {p.cause}")
+        for p in host.hooks.broken()
+    )
+    modes: list[Fact] = []
+    partial: list[str] = []
     for mode in MODES:
         spec = resolve(
             ExecRequest(["true"], os.path.abspath(os.sep), mode=mode), host.config, host.environ
@@ -84,12 +97,55 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
             if not probe.usable
         ]
         fallback = f" (fallback: {'; '.join(passed)})" if passed else ""
+        try:
+            missing = trial_missing(provider, spec, host)
+        except StockadeError as error:
+            modes.append(Fact(mode, False, f"sandbox {provider.PLUGIN_NAME}: {error}"))
+            continue
+        if missing is not None:
+            partial.append(mode)
+            fallback += f"; PARTIAL enforcement, not enforced: {'; '.join(missing)}"
         modes.append(Fact(mode, True, f"sandbox {provider.PLUGIN_NAME}{fallback}"))
     executor_ok = any(f.ok and f.name == host.config.executor for f in executors)
     if not executor_ok:
         executors += (Fact(host.config.executor, False, "configured executor is not installed"),)
     default_ok = executor_ok and any(f.ok and f.name == host.config.mode for f in modes)
-    return DoctorReport(default_ok, python, config, kernel, executors, sandboxes, tuple(modes))
+    return DoctorReport(
+        default_ok,
+        python,
+        config,
+        kernel,
+        executors,
+        sandboxes,
+        tuple(modes),
+        broken,
+        tuple(partial),
+    )
+
+
+def trial_missing(provider: SandboxProvider, spec: ExecSpec, host: Host) -> tuple[str, ...] | None:
+    """What ``provider`` leaves out of ``spec.mode``, from a plan it makes (and frees) for
+    ``true`` in an empty folder: ``None`` when it enforces the mode fully (or the mode is
+    unconfined). Nothing runs.
+
+    Raises:
+        StockadeError: the provider refuses to confine the mode here.
+    """
+    import tempfile
+
+    from ..policy.resolve import resolve
+    from ..request.spec import ExecRequest
+
+    if spec.mode == "danger-full-access":
+        return None
+    with tempfile.TemporaryDirectory(prefix="stockade-doctor-") as folder:
+        trial = resolve(ExecRequest(["true"], folder, mode=spec.mode), host.config, host.environ)
+        plan = provider.confine(trial)
+        provider.release(plan)
+    facts = plan.facts
+    if facts.enforcement == "partial":
+        return facts.missing or ("(the provider did not say what)",)
+    return None
 
 
 def doctor_command(args: argparse.Namespace, _parser: object = None) -> int:
@@ -113,6 +169,12 @@ def doctor_command(args: argparse.Namespace, _parser: object = None) -> int:
         print(f"{title}:")
         for fact in facts:
             print(f"  [{'ok' if fact.ok else 'no'}] {visible(fact.name)}: {visible(fact.detail)}")
+    if report.broken:
+        print("plugins that failed to load (skipped; selecting one fails):")
+        for fact in report.broken:
+            print(f"  [no] {visible(fact.name)}: {visible(fact.detail)}")
     verdict = "ready" if report.ok else "NOT ready: the default mode cannot run confined here"
+    if report.ok and report.partial:
+        verdict += f" (PARTIAL enforcement of {', '.join(report.partial)}: see modes)"
     print(f"verdict: {verdict}")
     return 0 if report.ok else 1

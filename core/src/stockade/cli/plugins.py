@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from attrs import frozen
 
 from ..errors import StockadeError
-from ..plugin.manager import PluginInfo
+from ..plugin.manager import BrokenPlugin, PluginInfo
 from .common import make_host, report_error
 
 if TYPE_CHECKING:
@@ -35,17 +35,19 @@ class PluginsReport:
         plugins: every loaded plugin.
         executors: the registered executors.
         sandboxes: the registered sandbox providers.
+        broken: the installed plugins that failed to load, and were skipped.
     """
 
     plugins: tuple[PluginInfo, ...]
     executors: tuple[RegisteredClass, ...]
     sandboxes: tuple[RegisteredClass, ...]
+    broken: tuple[BrokenPlugin, ...] = ()
 
 
 def plugins_command(args: argparse.Namespace, _parser: object = None) -> int:
     """List the plugins a host would load with this configuration."""
     try:
-        host = make_host(args)
+        host = make_host(args, warn=False)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     report = PluginsReport(
@@ -58,6 +60,7 @@ def plugins_command(args: argparse.Namespace, _parser: object = None) -> int:
             RegisteredClass(c.PLUGIN_NAME, f"{c.__module__}.{c.__qualname__}")
             for c in host.sandboxes.classes()
         ),
+        host.hooks.broken(),
     )
     if args.json:
         from ..request.wire import to_json
@@ -74,6 +77,13 @@ def plugins_command(args: argparse.Namespace, _parser: object = None) -> int:
             print(f"      offers: {offers}")
     print("executors: " + (", ".join(f"{r.name} ({r.cls})" for r in report.executors) or "none"))
     print("sandboxes: " + (", ".join(f"{r.name} ({r.cls})" for r in report.sandboxes) or "none"))
+    if report.broken:
+        from ..display import visible
+
+        print("failed to load (skipped; selecting one of them fails):")
+        for plugin in report.broken:
+            print(f"  {plugin.name}  ({plugin.dist} {plugin.version})")
+            print(f"      {plugin.stage}: {visible(plugin.cause)}")
     return 0
 
 

@@ -55,6 +55,8 @@ def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
             step.update(state="error", error=body["code"])
         elif row.kind == "decline":
             step.update(state="declined", declined_by=body["by"])
+        elif row.kind == "placement":
+            step.update(node=body["node"], actor=body["actor"], hostname=body["hostname"])
     return list(found.values())
 
 
@@ -80,7 +82,12 @@ def log_command(args: argparse.Namespace, _parser: object = None) -> int:
             state = f"exit {step['exit_code']}" if step["signal"] is None else step["signal"]
         argv = command(step.get("argv", ["?"]))
         kind, state = visible(str(step.get("kind", "-"))), visible(str(state))
-        print(f"{visible(step['run_id'])} {step['step']:>3}  {when}  {kind:<8} {state:<10} {argv}")
+        where = ""
+        if "node" in step:  # carried out elsewhere (stockade-ray): which node and worker
+            name = f"{step['hostname']}:" if step["hostname"] else ""
+            where = visible(f"  [node {name}{step['node'][:12]} actor {step['actor'][:12]}]")
+        line = f"{visible(step['run_id'])} {step['step']:>3}  {when}  {kind:<8} {state:<10} {argv}"
+        print(line + where)
     return 0
 
 
@@ -230,6 +237,11 @@ class _Text:
     def _grant(self, body: dict[str, Any]) -> str:
         folders = REDACTED if self.redact else ", ".join(self.word(f) for f in body["writable"])
         return f"writable {folders} for this command, granted by {self.prose(body['by'])}"
+
+    def _placement(self, body: dict[str, Any]) -> str:
+        prose = self.prose
+        name = f" ({prose(body['hostname'])})" if body["hostname"] else ""
+        return f"carried out on node {prose(body['node'])}{name}, actor {prose(body['actor'])}"
 
     def _result(self, body: dict[str, Any]) -> str:
         result = body["result"]

@@ -126,6 +126,8 @@ def print_result(result: RunResult, *, as_json: bool) -> None:
     sys.stdout.write(result.stdout.text)
     sys.stdout.flush()
     sys.stderr.write(result.stderr.text)
+    if result.sandbox.enforcement == "partial":
+        print(partial_line(result), file=sys.stderr)
     for refusal in result.refused:
         print(
             f"stockade: the egress proxy refused {refusal.method} {refusal.host}:{refusal.port}: "
@@ -149,3 +151,15 @@ def print_result(result: RunResult, *, as_json: bool) -> None:
         )
     for path in result.restored:
         print(f"stockade: restored {path} as it was before the command", file=sys.stderr)
+
+
+def partial_line(result: RunResult) -> str:
+    """The stderr line of a run its sandbox confined only partly, naming what it left out."""
+    from ..display import visible
+
+    facts = result.sandbox
+    missing = "; ".join(facts.missing) or "the provider did not say what"
+    return visible(
+        f"stockade: PARTIAL enforcement: sandbox {facts.provider} did not enforce all of "
+        f"{facts.mode}; not enforced: {missing}"
+    )

@@ -114,10 +114,46 @@ def _agent_problems(agents: Mapping[str, Any]) -> list[str]:
                 parse_hosts(hosts)
             except ConfigError as error:
                 problems.append(f"invalid value: {error.message} @ {where}.hosts")
+        problems += _binding_problems(table, where)
         workspace = table.get("workspace")
         if isinstance(workspace, str) and not os.path.isabs(os.path.expanduser(workspace)):
             problems.append(
                 f"invalid value {workspace!r}: workspace must be an absolute path @ "
                 f"{where}.workspace"
+            )
+    return problems
+
+
+def _binding_problems(table: Mapping[str, Any], where: str) -> list[str]:
+    """A credential binding's host must be one the profile's ``hosts`` let through, by name."""
+    bindings, hosts = table.get("credentials"), table.get("hosts", [])
+    if not isinstance(bindings, Mapping) or not isinstance(hosts, list):
+        return []
+    from ..egress.rules import match, parse_hosts
+
+    problems = []
+    for handle, binding in bindings.items():
+        if not isinstance(binding, Mapping):
+            problems.append(
+                f"invalid value {binding!r}: a binding is a table, {handle} = {{host = "
+                f'"api.example.com"}} @ {where}.credentials[{handle!r}]'
+            )
+            continue
+        host = binding.get("host")
+        if not isinstance(host, str):
+            continue
+        at = f"{where}.credentials[{handle!r}].host"
+        try:
+            [rule] = parse_hosts([host])
+            rules = parse_hosts([h for h in hosts if isinstance(h, str)])
+        except ConfigError as error:
+            problems.append(f"invalid value: {error.message} @ {at}")
+            continue
+        if rule.wildcard:
+            problems.append(f"invalid value {host!r}: a binding names one host, no wildcard @ {at}")
+        elif match(rules, rule.host, rule.port) is None:
+            problems.append(
+                f"invalid value {host!r}: the profile's hosts do not let it through, so the "
+                f"credential could never be used; add it to hosts @ {at}"
             )
     return problems

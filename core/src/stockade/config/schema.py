@@ -126,9 +126,13 @@ class NetworkConfig:
     Attributes:
         resolve: a hosts map the proxy consults before DNS (name -> IP address); a name in
             it counts as explicitly named, so it may resolve to a loopback address.
+        upstream_ca: for tests only: a PEM file of CA certificates the proxy trusts, besides
+            the system's, when it opens its own TLS connection to a host it injects a
+            credential into (a local test upstream); leave it unset in real use.
     """
 
     resolve: Mapping[str, str] = field(factory=dict)
+    upstream_ca: str | None = None
 
 
 @frozen

@@ -34,6 +34,30 @@ from ..request.literals import DOTFILES
 from . import roots as rules
 from .stores import CREDENTIAL_STORES
 
+__all__ = [
+    "AGENT_CONFIG",
+    "BARE_KEPT",
+    "DEFAULT_SCAN_LIMIT",
+    "DEFAULT_SNAPSHOT_LIMIT_MB",
+    "GIT",
+    "GIT_DIR_MARKS",
+    "RUN_LATER",
+    "Folder",
+    "Kind",
+    "Survey",
+    "enclosing",
+    "git_dir",
+    "homes",
+    "inside",
+    "kind_of",
+    "opened",
+    "scan",
+    "socket_paths",
+    "stamp",
+    "survey",
+    "writable_roots",
+]
+
 # Agent, editor and git-hook-manager configuration: read-only wherever it sits inside a
 # writable root (each of these names a command that some tool runs, or an MCP server).
 AGENT_CONFIG = frozenset(
@@ -59,6 +83,8 @@ AGENT_CONFIG = frozenset(
         ".pre-commit-config.yaml",
     }
 )
+"""Agent, editor and git-hook-manager configuration names: read-only at any depth of a
+writable root."""
 # Files that shells, git and other tools read and run from a home, protected at any depth
 # of a writable root (a workspace is often a home's subfolder or a dotfiles checkout). A
 # profile may open some of them with ``writable_dotfiles``.
@@ -80,6 +106,8 @@ RUN_LATER = (
     ".ipython/profile_default/startup",
     ".ssh/authorized_keys",
 )
+"""Folders (relative to a home) whose entries run later: read-only wherever a writable root
+holds them."""
 GIT = ".git"
 # A bare repository's own files that run later: kept like a .git (its objects and refs
 # stay writable, so a push to it works); one that appears during a run goes whole.
@@ -95,6 +123,7 @@ for _path, _kind in (
 ):
     _SUFFIXES.setdefault(_path.rsplit("/", 1)[-1], []).append((_path, _kind))  # type: ignore[arg-type]
 DEFAULT_SCAN_LIMIT = 20_000
+"""Directories :func:`survey` visits at most, unless a provider's ``scan_limit`` says more."""
 
 
 def homes(env: Mapping[str, str], host_env: Mapping[str, str]) -> list[str]:

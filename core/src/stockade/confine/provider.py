@@ -19,6 +19,7 @@ from ..request.literals import Mode
 from ..request.plan import HiddenPath, LaunchPlan, Probe, SandboxFacts
 from ..request.result import ProcessOutcome
 from ..request.spec import ExecSpec
+from .promises import Gap, Promise
 
 # What a command prints when a sandbox, not its own logic, stopped it. Conservative:
 # ``denied`` is a hint for the reader of a failed run, never a verdict.
@@ -41,14 +42,31 @@ PROXY_VARIABLES = (
 )
 
 
-def proxy_env(port: int) -> dict[str, str]:
-    """The environment that points a command's tools at the egress proxy on ``port``.
+CA_VARIABLES = (
+    "SSL_CERT_FILE",  # OpenSSL's default (Python's ssl, Go, Ruby, wget)
+    "REQUESTS_CA_BUNDLE",  # requests, pip
+    "CURL_CA_BUNDLE",  # curl
+    "GIT_SSL_CAINFO",  # git over HTTPS
+    "NODE_EXTRA_CA_CERTS",  # Node.js (added to its own store)
+    "AWS_CA_BUNDLE",  # the AWS CLI and SDKs
+    "CARGO_HTTP_CAINFO",  # cargo
+    "PIP_CERT",  # pip, when it does not use requests' variable
+)
+
+
+def proxy_env(port: int, ca_bundle: str | None = None) -> dict[str, str]:
+    """The environment that points a command's tools at the egress proxy on ``port``, and
+    (for a proxy that injects credentials) their trust at ``ca_bundle``, as the command
+    sees that path.
 
     ``NO_PROXY`` is set empty: an inherited list must not send a host around the proxy
     (there is no other way out anyway).
     """
     url = f"http://127.0.0.1:{port}"
-    return {**dict.fromkeys(PROXY_VARIABLES, url), "NO_PROXY": "", "no_proxy": ""}
+    env = {**dict.fromkeys(PROXY_VARIABLES, url), "NO_PROXY": "", "no_proxy": ""}
+    if ca_bundle is not None:
+        env.update(dict.fromkeys(CA_VARIABLES, ca_bundle))
+    return env
 
 
 def looks_denied(outcome: ProcessOutcome) -> bool:
@@ -83,11 +101,19 @@ class SandboxProvider(ABC):
         PLUGIN_NAME: the name configuration selects it by.
         MODES: the modes it can enforce.
         PRIORITY: ``auto`` picks the usable provider with the highest priority.
+        PROMISES: the promises it keeps in its confining modes
+            (:class:`~stockade.confine.promises.Promise`); the conformance kit holds it to
+            them, and to every promise of :data:`~stockade.confine.promises.CORE`.
+        GAPS: the promises it knowingly does not keep, each pinned with its reason
+            (:class:`~stockade.confine.promises.Gap`); the kit expects their attacks to
+            succeed and shows them as ``pinned``.
     """
 
     PLUGIN_NAME: ClassVar[str]
     MODES: ClassVar[frozenset[Mode]]
     PRIORITY: ClassVar[int] = 0
+    PROMISES: ClassVar[frozenset[Promise]] = frozenset()
+    GAPS: ClassVar[tuple[Gap, ...]] = ()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         self.options: Mapping[str, Any] = dict(options or {})

@@ -31,6 +31,22 @@ from typing import Any
 from ..errors import SandboxUnavailable
 from .provider import sealed_memfd
 
+__all__ = [
+    "CLONE_NAMESPACE_FLAGS",
+    "DENIED",
+    "DENIED_IOCTLS",
+    "PERSONA_FLAGS",
+    "allowed_families",
+    "bpf_program",
+    "cache_path",
+    "compile_bpf",
+    "default_cache_dir",
+    "policy_digest",
+    "program_fd",
+    "required",
+    "unavailable",
+]
+
 # syscall -> why it is refused (EPERM). Shown in the docs; keep the reasons short. The calls
 # that act on another process are reviewed one by one in docs/seccomp.md ("Other processes").
 DENIED: dict[str, str] = {
@@ -298,7 +314,9 @@ def _missing(error: ImportError | OSError) -> str:
 
 
 def program_fd(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> int:
-    """A fresh sealed descriptor (offset 0) holding the BPF program, for one runner to read."""
+    """A fresh sealed descriptor (offset 0) holding the BPF program, for one runner to read:
+    bwrap's ``--seccomp FD``, or :func:`stockade.confine.seccomp_exec.launcher` for a runner
+    that cannot load a filter itself. The plan owns it: list it in ``pass_fds``."""
     program = bpf_program(network=network, unix=unix, cache_dir=cache_dir)
     return sealed_memfd("stockade-seccomp", program)
 

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 from ..errors import SandboxUnavailable
 from .protected import inside
 
+__all__ = ["HOMES_AMONG_SECRETS", "SYSTEM_SECRETS", "refuse_bound_secrets", "system_secrets"]
+
 # System secrets: masked (unreadable) in every confined mode, whoever runs the command.
 # Paths or globs, expanded at confine time; the ``system_secrets`` config key adds more.
 SYSTEM_SECRETS = (
@@ -44,7 +46,10 @@ SYSTEM_SECRETS = (
     "/var/backups/*shadow*",  # Debian's daily copies of shadow and gshadow
     "/root",  # root's home, when it is not the home of the command or of the user running
 )
-HOMES_AMONG_SECRETS = frozenset({"/root"})  # left out when a home in use is, or lies in, one
+"""Paths or globs of the system secrets, masked in every confined mode whoever runs the
+command; expanded at confine time by :func:`system_secrets`."""
+HOMES_AMONG_SECRETS = frozenset({"/root"})
+"""System secrets left out when a home in use is, or lies in, one."""
 
 
 def system_secrets(homes: Iterable[str], extra: Iterable[str] = ()) -> list[str]:

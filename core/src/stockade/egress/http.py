@@ -34,6 +34,7 @@ __all__ = [
     "Request",
     "body_reader",
     "check_host_header",
+    "check_in_tunnel",
     "check_partial",
     "connect_target",
     "forward_head",
@@ -434,25 +435,29 @@ class TunnelHttp:
         return bytes(out)
 
     def _check(self, request: Request) -> None:
-        if request.method == "CONNECT" or not (
-            request.target.startswith("/") or request.target == "*"
-        ):
-            raise BadRequest(
-                f"{request.method} {_quote(request.target)} inside a tunnel: send origin-form "
-                "requests (GET /path) for the tunnel's own host"
-            )
-        if request.values("upgrade"):
-            raise BadRequest(
-                "an Upgrade inside a plain tunnel would switch to a protocol stockade cannot "
-                "check; use TLS (https://, wss://)"
-            )
-        values = request.values("host")
-        if len(values) != 1:
-            raise BadRequest(f"{len(values)} Host headers in a tunnel request: send exactly one")
-        named = _split_authority(values[0], self.port, "Host header")
-        if named != (self.host, self.port):
-            raise Refusal(
-                "403 Forbidden",
-                f"the Host header names {_quote(values[0])} in a tunnel to "
-                f"{show(self.host, self.port)}; a tunnel carries requests only for its host",
-            )
+        check_in_tunnel(request, self.host, self.port)
+
+
+def check_in_tunnel(request: Request, host: str, port: int) -> None:
+    """Refuse a request inside a tunnel to ``host:port`` that is not for it, in origin form:
+    absolute form, CONNECT, Upgrade, or a ``Host`` (exactly one) naming another host."""
+    if request.method == "CONNECT" or not (request.target.startswith("/") or request.target == "*"):
+        raise BadRequest(
+            f"{request.method} {_quote(request.target)} inside a tunnel: send origin-form "
+            "requests (GET /path) for the tunnel's own host"
+        )
+    if request.values("upgrade"):
+        raise BadRequest(
+            "an Upgrade inside a plain tunnel would switch to a protocol stockade cannot "
+            "check; use TLS (https://, wss://)"
+        )
+    values = request.values("host")
+    if len(values) != 1:
+        raise BadRequest(f"{len(values)} Host headers in a tunnel request: send exactly one")
+    named = _split_authority(values[0], port, "Host header")
+    if named != (host, port):
+        raise Refusal(
+            "403 Forbidden",
+            f"the Host header names {_quote(values[0])} in a tunnel to "
+            f"{show(host, port)}; a tunnel carries requests only for its host",
+        )

@@ -14,7 +14,8 @@ A name must be the same name all the way: a request head is parsed strictly
 (:mod:`stockade.egress.http`; anything malformed gets 400), a forwarded request's ``Host``
 must name its target, and inside a tunnel the TLS ClientHello must ask for the CONNECT host
 (:mod:`stockade.egress.tls`); a tunnel to port 443 must carry TLS. Every attempt that sent
-anything is reported once, refused or not, with the reason.
+anything is reported once, refused or not, with the reason. A tunnel to a host that the
+profile binds a credential to is handed to :mod:`stockade.egress.inject` instead.
 
 Why it is hand-written: the job is small (one request head, a policy check, a relay) and
 must be exactly this policy — no third-party proxy library enforces "these host:port pairs,
@@ -41,12 +42,16 @@ import tempfile
 import threading
 import traceback
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from attrs import frozen
 
 from ..errors import ConfigError
 from . import http, relay, tls
 from .rules import IP, Rule, decide, forbidden, literal_ip, match, normalize, parse_hosts, show
+
+if TYPE_CHECKING:
+    from .inject import Injection, Injector
 
 __all__ = ["Connection", "Proxy", "Rule", "decide", "parse_hosts"]
 
@@ -95,6 +100,7 @@ class Proxy:
     ``resolve`` maps names to IP addresses and is consulted before DNS; a name found there
     may resolve to a loopback or private address. ``on_connection`` is called once per
     attempt, when it ends, on the proxy's thread; exceptions it raises are printed to stderr.
+    ``inject``: the credentials it injects (:mod:`stockade.egress.inject`), if any.
     """
 
     def __init__(
@@ -103,8 +109,10 @@ class Proxy:
         *,
         resolve: Mapping[str, str] = {},
         on_connection: Callable[[Connection], None] | None = None,
+        inject: Injector | None = None,
     ) -> None:
         self._rules = tuple(rules)
+        self._inject = inject
         self._resolve: dict[str, IP] = {}
         for name, address in resolve.items():
             ip = literal_ip(address.strip().strip("[]"))
@@ -219,6 +227,8 @@ class Proxy:
                 await asyncio.sleep(0.1)
                 continue
             client.setblocking(False)
+            if client.family != socket.AF_UNIX:  # relayed records go at once, no Nagle wait
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             task = self._loop.create_task(self._handle(client))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -325,19 +335,21 @@ class Proxy:
         attempt.reason = reason
         if not allowed:
             raise http.Refusal("403 Forbidden", reason)
+        screen = self._inject.screen(request, host, port) if self._inject else lambda _: None
         if tunnel:
             await self._tunnel(client, rest, attempt, upstream)
             return
         http.check_host_header(request, host, port)
         body = http.body_reader(request)
-        first = http.forward_head(request, path, host, port) + body.feed(rest)
+        screen(first := body.feed(rest))
+        first = http.forward_head(request, path, host, port) + first
         sock = await self._connect(host, port, attempt)
         upstream.append(sock)
         attempt.allowed = True
         await self._loop.sock_sendall(sock, first)
         attempt.counts[0] += len(first)
         try:
-            gate = lambda data: body.feed(bytes(data))  # noqa: E731 - a one-line gate
+            gate = lambda data: _screened(screen, body.feed(bytes(data)))  # noqa: E731
             await relay.relay(
                 self._loop, client, sock, attempt.counts, gate=gate, response_ends=True
             )
@@ -356,6 +368,10 @@ class Proxy:
         upstream.append(sock)
         await self._loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
         attempt.answered = True
+        if self._inject is not None and self._inject.terminates(attempt.host, attempt.port):
+            attempt.allowed = True
+            await self._inject.serve(self._loop, client, sock, rest, attempt)
+            return
         watch = tls.HandshakeWatch(attempt.host)
         # A server that speaks first (SMTP, on a port other than 443) is heard while waiting.
         down = self._loop.create_task(
@@ -363,6 +379,8 @@ class Proxy:
         )
         try:
             first, up_gate = await relay.first_bytes(self._loop, client, rest, attempt.port, watch)
+            if self._inject is not None:  # a placeholder in the clear, in any tunnel: refused
+                up_gate = self._inject.screen_tunnel(first, up_gate, attempt.host, attempt.port)
         except BaseException:
             down.cancel()
             await asyncio.gather(down, return_exceptions=True)
@@ -424,6 +442,11 @@ class Proxy:
         raise http.Refusal("502 Bad Gateway", attempt.reason)
 
 
+def _screened(screen: Callable[[bytes], None], data: bytes) -> bytes:
+    screen(data)
+    return data
+
+
 def _describe(err: BaseException) -> str:
     if isinstance(err, OSError) and err.errno:
         return os.strerror(err.errno)
@@ -438,13 +461,26 @@ class CommandProxy:
     """The egress proxy of one ``network`` command, in a private folder of its own."""
 
     def __init__(
-        self, hosts: tuple[str, ...], resolve: Mapping[str, str], record: Callable[..., None]
+        self,
+        hosts: tuple[str, ...],
+        resolve: Mapping[str, str],
+        record: Callable[..., None],
+        *,
+        injections: Sequence[Injection] = (),
+        upstream_ca: str | None = None,
     ) -> None:
         rules = parse_hosts(hosts)
         self.hosts = hosts
         self.folder = tempfile.mkdtemp(prefix="stockade-egress-")
-        self.proxy = Proxy(rules, resolve=resolve, on_connection=record)
+        self.ca_bundle: str | None = None
         try:
+            inject = None
+            if injections:
+                from .inject import Injector
+
+                inject = Injector(injections, self.folder, upstream_ca)
+                self.ca_bundle = inject.authority.bundle
+            self.proxy = Proxy(rules, resolve=resolve, on_connection=record, inject=inject)
             self.socket = os.path.join(self.folder, "proxy.sock")
             self.proxy.serve_unix(self.socket)
             self.port = self.proxy.serve_tcp()
@@ -456,5 +492,6 @@ class CommandProxy:
         """Stop the proxy (open tunnels end) and remove its folder."""
         import shutil
 
-        self.proxy.close()
+        if hasattr(self, "proxy"):
+            self.proxy.close()
         shutil.rmtree(self.folder, ignore_errors=True)

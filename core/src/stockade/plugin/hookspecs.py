@@ -115,8 +115,9 @@ def stockade_ask(pending: PendingApproval) -> Decision | None:
 def stockade_resolve_credential(handle: str, spec: ExecSpec) -> str | None:
     """Turn a credential handle into its secret value, at spawn time only.
 
-    The value goes into the child's environment and is redacted from the kept output; it
-    never appears in the spec, the events or the result.
+    The value goes into the child's environment (or, for a handle the profile binds to a
+    host, only to the egress proxy, which injects it) and is redacted from the kept output;
+    it never appears in the spec, the events or the result.
 
     Convention: firstresult: the first non-None wins.
     """

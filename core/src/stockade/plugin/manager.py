@@ -3,12 +3,17 @@
 Nothing here is global: :func:`get_plugin_manager` builds a fresh manager from config every
 time, so tests and embedders never share state. Blocked names are set before any entry point
 loads, so a blocked plugin's module is never imported.
+
+An installed plugin that fails to load (its import raises, its entry point names nothing, it
+breaks a hook spec, or its ``register`` hook raises) is kept as a :class:`BrokenPlugin` and
+skipped: the other plugins still work. Selecting a name it would have provided fails closed,
+with an error naming the plugin and the cause (:meth:`Registry.get`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import pluggy
 from attrs import frozen
@@ -49,6 +54,39 @@ every host of the process).
 """
 
 T = TypeVar("T", Executor, SandboxProvider)
+BrokenStage = Literal["import", "hook spec", "register"]
+
+
+@frozen
+class BrokenPlugin:
+    """An installed plugin that failed to load, and was skipped.
+
+    Attributes:
+        name: its entry point's name.
+        dist: the distribution that provides it.
+        version: that distribution's version.
+        stage: where it failed: ``import`` (its module or the object its entry point
+            names), ``hook spec`` (a hook that does not match the specs), ``register``
+            (its ``stockade_register_executors`` / ``stockade_register_sandboxes`` raised).
+        cause: the error, as ``ModuleNotFoundError: No module named 'x'``.
+    """
+
+    name: str
+    dist: str
+    version: str
+    stage: BrokenStage
+    cause: str
+
+    def message(self) -> str:
+        """One line for a person: which plugin, from which distribution, and why."""
+        return (
+            f"plugin {self.name!r} from {self.dist} {self.version} failed to load "
+            f"({self.stage}): {self.cause}"
+        )
+
+
+def _cause(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
 
 
 @frozen
@@ -97,8 +135,11 @@ def get_plugin_manager(
         plugins: extra plugin objects (modules or instances) registered last, e.g. by tests.
         load_entry_points: load the installed ``stockade`` entry points.
 
+    An installed plugin that fails to import or breaks a hook spec is skipped and kept in
+    ``pm.stockade_broken`` (see :class:`BrokenPlugin`).
+
     Raises:
-        PluginError: a plugin failed to import, or implements a hook that does not exist.
+        PluginError: a plugin passed in ``plugins`` implements a hook that does not exist.
     """
     import importlib
 
@@ -107,6 +148,7 @@ def get_plugin_manager(
     for name in blocked_names(config, environ):
         pm.set_blocked(name)
     dists: dict[str, tuple[str, str]] = {}
+    broken: list[BrokenPlugin] = []
     for name, module_name in BUILTIN_PLUGINS.items():
         if not pm.is_blocked(name):
             module = importlib.import_module(module_name)
@@ -119,37 +161,56 @@ def get_plugin_manager(
                 continue
             try:
                 plugin = ep.load()
-            except Exception as error:
-                raise PluginError(
-                    f"plugin {ep.name!r} from {ep.dist} {ep.version} failed to load: {error}",
-                    hint=f"reinstall it, or block it with {DISABLE_ENV}={ep.name}",
-                ) from error
+            except Exception as error:  # noqa: BLE001 - any failure of a third party's import
+                broken.append(BrokenPlugin(ep.name, ep.dist, ep.version, "import", _cause(error)))
+                continue
             try:
                 pm.register(plugin, name=ep.name)
             except pluggy.PluginValidationError as error:
-                raise PluginError(
-                    f"plugin {ep.name!r} from {ep.dist} {ep.version} breaks a hook spec: {error}",
-                    hint=f"upgrade it, or block it with {DISABLE_ENV}={ep.name}",
-                ) from None
+                broken.append(
+                    BrokenPlugin(ep.name, ep.dist, ep.version, "hook spec", _cause(error))
+                )
+                continue
             dists[ep.name] = (ep.dist, ep.version)
     try:
         for plugin in plugins:
             pm.register(plugin)
-        pm.check_pending()
+        _check_pending(pm, dists, broken)
     except pluggy.PluginValidationError as error:
         raise PluginError(
             f"plugin {error.plugin!r} implements an unknown hook: {error}",
             hint="check the hook name against the hooks reference",
         ) from None
     pm.stockade_dists = dists  # type: ignore[attr-defined]
+    pm.stockade_broken = broken  # type: ignore[attr-defined]
     return pm
+
+
+def _check_pending(
+    pm: pluggy.PluginManager, dists: dict[str, tuple[str, str]], broken: list[BrokenPlugin]
+) -> None:
+    """``pm.check_pending()``; an installed plugin with an unknown hook is unregistered and
+    kept as broken (a plugin registered in code still raises)."""
+    while True:
+        try:
+            pm.check_pending()
+        except pluggy.PluginValidationError as error:
+            name = pm.get_name(error.plugin)
+            if name is None or name not in dists:
+                raise
+            dist, version = dists.pop(name)
+            broken.append(BrokenPlugin(name, dist, version, "hook spec", _cause(error)))
+            pm.unregister(name=name)
+            continue
+        return
 
 
 class Registry(Generic[T]):
     """Classes registered by name; an unknown name is an error that lists what is there."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, broken: Sequence[BrokenPlugin] = ()) -> None:
         self.kind = kind
+        self.broken: Sequence[BrokenPlugin] = broken
         self._classes: dict[str, type[T]] = {}
 
     def add(self, cls: type[T]) -> None:
@@ -172,12 +233,29 @@ class Registry(Generic[T]):
         try:
             return self._classes[name]
         except KeyError:
-            installed = ", ".join(sorted(self._classes)) or "none"
-            raise PluginError(
-                f"unknown {self.kind} {name!r}; installed: {installed}",
-                hint=f"install a plugin that provides the {self.kind} {name!r}, or pick one above",
-                details={"name": name, "installed": sorted(self._classes)},
-            ) from None
+            pass
+        installed = ", ".join(sorted(self._classes)) or "none"
+        details: dict[str, object] = {"name": name, "installed": sorted(self._classes)}
+        for plugin in self.broken:
+            if plugin.name == name:  # its entry point is named for what it provides
+                raise PluginError(
+                    f"{self.kind} {name!r} comes from a {plugin.message()}",
+                    hint=f"fix or reinstall {plugin.dist} (`stockade plugins` shows the error), "
+                    f"or pick another; installed: {installed}",
+                    details={
+                        **details,
+                        "plugin": plugin.name,
+                        "dist": plugin.dist,
+                        "stage": plugin.stage,
+                        "cause": plugin.cause,
+                    },
+                )
+        failed = "".join(f"; {p.message()}" for p in self.broken)
+        raise PluginError(
+            f"unknown {self.kind} {name!r}; installed: {installed}{failed}",
+            hint=f"install a plugin that provides the {self.kind} {name!r}, or pick one above",
+            details={**details, "failed": [p.name for p in self.broken]} if failed else details,
+        )
 
     def names(self) -> list[str]:
         """The registered names, sorted."""
@@ -195,17 +273,44 @@ class Hooks:
         self.pm = pm
         self._hook = pm.hook
 
+    def broken(self) -> tuple[BrokenPlugin, ...]:
+        """The installed plugins that failed to load, and were skipped."""
+        return tuple(getattr(self.pm, "stockade_broken", ()))
+
     def executors(self) -> Registry[Executor]:
         """Every executor class the plugins register."""
         registry: Registry[Executor] = Registry("executor")
-        self._hook.stockade_register_executors(register=registry.add)
+        self._register("stockade_register_executors", registry)
         return registry
 
     def sandboxes(self) -> Registry[SandboxProvider]:
         """Every sandbox provider class the plugins register."""
         registry: Registry[SandboxProvider] = Registry("sandbox provider")
-        self._hook.stockade_register_sandboxes(register=registry.add)
+        self._register("stockade_register_sandboxes", registry)
         return registry
+
+    def _register(self, hook: str, registry: Registry[T]) -> None:
+        """Call each implementation of ``hook`` on its own, in pluggy's order; an installed
+        plugin whose call raises is unregistered and kept as broken, not half-registered.
+        A plugin registered in code (a test's, an embedder's) raises as it did."""
+        dists: dict[str, tuple[str, str]] = getattr(self.pm, "stockade_dists", {})
+        broken: list[BrokenPlugin] = getattr(self.pm, "stockade_broken", [])
+        for impl in reversed(getattr(self._hook, hook).get_hookimpls()):
+            mine: list[type[T]] = []
+            try:
+                impl.function(**dict.fromkeys(impl.argnames, mine.append))
+            except Exception as error:
+                if impl.plugin_name not in dists:
+                    raise
+                dist, version = dists.pop(impl.plugin_name)
+                broken.append(
+                    BrokenPlugin(impl.plugin_name, dist, version, "register", _cause(error))
+                )
+                self.pm.unregister(name=impl.plugin_name)
+                continue
+            for cls in mine:
+                registry.add(cls)
+        registry.broken = broken  # shared: a later hook's failures show here too
 
     def classifier_rules(self) -> dict[str, ClassifierRule]:
         """The program rules every plugin adds to the classifier's table, merged.

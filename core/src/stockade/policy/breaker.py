@@ -167,15 +167,17 @@ class Breaker:
         Raises:
             RecorderFailed: a taint could not be recorded (the step does not run).
         """
-        from .credentials import used
+        from .credentials import bound, used
 
         with self._lock:
             self._step = max(self._step, spec.step)
+        profile = agent.profile
+        # Injected by the proxy or given in the environment, the run used it either way.
+        hosts = {b.variable: f", injected for {b.binding.host}" for b in bound(profile, spec)}
         taints = [
-            Taint("private", "credential", f"{variable} (handle {handle})")
+            Taint("private", "credential", f"{variable} (handle {handle}{hosts.get(variable, '')})")
             for variable, handle in used(spec).items()
         ]
-        profile = agent.profile
         taints += self._private(named(spec.argv, spec.cwd), spec.workspace, profile)
         taints += self._private([os.path.normpath(spec.cwd)], spec.workspace, profile, own=True)
         self._add(taints, spec.action_id, spec.run_id, spec.step)

@@ -1,8 +1,10 @@
 """Credential handles resolved to values by the brokers, for one command, on the deciding side.
 
-The values go to the child at spawn (beside the admitted step, never inside it) and are
-scrubbed from what comes back; a command whose argv carries one is refused before anything
-about it is recorded.
+The values go beside the admitted step (never inside it), and are scrubbed from what comes
+back; a command whose argv carries one is refused before anything about it is recorded. A
+handle its profile binds (:func:`bound`) never reaches the child: the child gets a
+placeholder, and the egress proxy puts the value into requests to the bound host only. Any
+other handle's value goes into the child's environment.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import CredentialUnavailable
+from ..request.step import BoundCredential
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from ..plugin.manager import Hooks
     from ..record.recording import Recording
-    from ..request.spec import ExecSpec
+    from ..request.spec import ExecSpec, Profile
 
 
 def used(spec: ExecSpec) -> Mapping[str, str]:
@@ -57,6 +60,15 @@ def secrets(hooks: Hooks, spec: ExecSpec) -> dict[str, str]:
 
     refuse_in_argv(spec.argv, values.values())
     return values
+
+
+def bound(profile: Profile, spec: ExecSpec) -> tuple[BoundCredential, ...]:
+    """The command's credentials that its profile binds to a host: injected by the proxy."""
+    return tuple(
+        BoundCredential(variable, handle, profile.credentials[handle])
+        for variable, handle in sorted(spec.credentials.items())
+        if handle in profile.credentials
+    )
 
 
 def recorded(hooks: Hooks, spec: ExecSpec, recording: Recording) -> dict[str, str]:

@@ -149,4 +149,11 @@ def egress_rule(
         return None
     if not profile.hosts:
         return None
-    return EgressRule(profile.hosts, resolve=config.network.resolve)
+    from .credentials import bound
+
+    return EgressRule(
+        profile.hosts,
+        resolve=config.network.resolve,
+        credentials=bound(profile, spec),
+        upstream_ca=config.network.upstream_ca,
+    )

@@ -167,11 +167,26 @@ class Chain:
         Raises:
             StoreError: it could not be written (nothing is half-written).
         """
-        run_id, step = self._step_of(event)
-        if event.kind in ("result", "error", "decline"):
-            self._steps.pop(event.action_id, None)  # its last event: the cache stays small
-        body = canonical(self._body(event))
+        return self.append_many((event,))[-1]
+
+    def append_many(self, events: Sequence[Event]) -> list[int]:
+        """Add ``events`` at the end of the chain, in order, in one transaction (one lock,
+        one commit, one head write): each is linked and signed as :meth:`append` would.
+        Their sequence numbers.
+
+        Raises:
+            StoreError: they could not be written (then none of them is).
+        """
+        if not events:
+            return []
+        staged = []
+        for event in events:
+            run_id, step = self._step_of(event)
+            if event.kind in ("result", "error", "decline"):
+                self._steps.pop(event.action_id, None)  # its last event: the cache stays small
+            staged.append((event, run_id, step, canonical(self._body(event))))
         db = self.store.connection
+        seqs: list[int] = []
         try:
             with self.store.locked():
                 db.execute("BEGIN IMMEDIATE")
@@ -181,24 +196,28 @@ class Chain:
                     last = db.execute(
                         "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
                     ).fetchone()
-                    seq, prev = (last[0] + 1, last[1]) if last else (1, GENESIS)
-                    digest = link(prev, seq, body, run_id, step)
-                    signature = self.key.sign(bytes.fromhex(digest))
-                    db.execute(
-                        "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            seq,
-                            run_id,
-                            step,
-                            event.action_id,
-                            event.kind,
-                            event.time,
-                            body,
-                            prev,
-                            digest,
-                            signature,
-                        ),
-                    )
+                    seq, prev = (last[0], last[1]) if last else (0, GENESIS)
+                    for event, run_id, step, body in staged:
+                        seq += 1
+                        digest = link(prev, seq, body, run_id, step)
+                        signature = self.key.sign(bytes.fromhex(digest))
+                        db.execute(
+                            "INSERT INTO events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                            (
+                                seq,
+                                run_id,
+                                step,
+                                event.action_id,
+                                event.kind,
+                                event.time,
+                                body,
+                                prev,
+                                digest,
+                                signature,
+                            ),
+                        )
+                        seqs.append(seq)
+                        prev = digest
                     db.execute("COMMIT")
                 except BaseException:
                     db.execute("ROLLBACK")
@@ -207,15 +226,15 @@ class Chain:
                 self._write_head(seq, digest, signature)
         except sqlite3.Error as error:
             raise StoreError(
-                f"cannot record the {event.kind} event in {self.store.path}: {error}",
+                f"cannot record the {staged[0][0].kind} event in {self.store.path}: {error}",
                 hint="check the store's storage (disk full? permissions?)",
             ) from None
         except OSError as error:
             raise StoreError(
-                f"cannot record the {event.kind} event: {error}",
+                f"cannot record the {staged[0][0].kind} event: {error}",
                 hint="check the store's storage (disk full? permissions?)",
             ) from None
-        return seq
+        return seqs
 
     def _pin(self, db: sqlite3.Connection) -> None:
         """Pin this key in the store at its first event; refuse a store pinned to another."""

@@ -265,6 +265,29 @@ class DeclineEvent:
 
 
 @frozen
+class PlacementEvent:
+    """Where a step was carried out, when that is not the deciding process: the node and
+    the worker a driver shipped it to (``stockade-ray``), recorded before it is shipped.
+
+    Attributes:
+        action_id: the step's command.
+        node: the node that carries it out (the cluster's node id).
+        actor: the worker (the cluster's actor id).
+        hostname: the node's host name, for people.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    node: str = field(kw_only=True)
+    actor: str = field(kw_only=True)
+    hostname: str = field(kw_only=True, default="")
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["placement"] = field(kw_only=True, default="placement")
+
+
+@frozen
 class TaintEvent:
     """A run came to hold private data or somebody else's words (:mod:`stockade.policy.breaker`).
 
@@ -302,6 +325,7 @@ Event = (
     | WorkspaceEvent
     | QuarantineEvent
     | DeclineEvent
+    | PlacementEvent
     | TaintEvent
 )
 """Everything a recorder sees, tagged by its ``kind`` field."""

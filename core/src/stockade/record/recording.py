@@ -101,6 +101,17 @@ class Recording:
 
             self.record(events.DeclineEvent(action_id, by=by, reason=reason))
 
+    def placement(self, action_id: str, *, node: str, actor: str, hostname: str = "") -> None:
+        """Where a step is carried out: the node and worker it is shipped to (before it is).
+
+        Raises:
+            RecorderFailed: a recorder failed (so the step must not be shipped).
+        """
+        if self.active:
+            from . import events
+
+            self.record(events.PlacementEvent(action_id, node=node, actor=actor, hostname=hostname))
+
     def taint(
         self, action_id: str, *, taint: TaintKind, source: str, detail: str, run_id: str, step: int
     ) -> None:

@@ -135,11 +135,15 @@ class Egress:
         hosts: the ``host[:port]`` entries the proxy lets through (the profile's ``hosts``).
         socket: the proxy's Unix socket on the host (bubblewrap binds it in).
         port: the proxy's TCP port on the host's loopback (Landlock allows connecting to it).
+        ca_bundle: the run's trust bundle (the system's and the run's own authority), for a
+            proxy that injects credentials: the sandbox makes it readable and points the
+            command's CA variables at it.
     """
 
     hosts: tuple[str, ...] = field(converter=_strings)
     socket: str = field(kw_only=True)
     port: int = field(kw_only=True)
+    ca_bundle: str | None = field(kw_only=True, default=None)
 
 
 @frozen
@@ -225,6 +229,72 @@ class Budget:
     duration: float | None = field(kw_only=True, default=None, validator=_positive_number)
 
 
+_NOT_INJECTED = frozenset(
+    ("host", "content-length", "transfer-encoding", "connection", "upgrade", "te", "trailer")
+)
+
+
+def _header_name(_inst: object, _attr: object, value: str) -> None:
+    import re
+
+    if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", value):
+        raise ValueError(f"header {value!r} is not an HTTP field name")
+    if value.lower() in _NOT_INJECTED or value.lower().startswith("proxy-"):
+        raise ValueError(f"header {value!r} frames or routes the request; it cannot carry one")
+
+
+def _header_text(_inst: object, attr: attrs.Attribute[str | None], value: str | None) -> None:
+    if value is not None and any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+        raise ValueError(f"{attr.name} {value!r} holds a control character")
+
+
+@frozen
+class CredentialBinding:
+    """Where the egress proxy puts a credential for the command, which holds a placeholder.
+
+    A profile binds a handle (``[agents.NAME.credentials] github = {host = ...}``); a
+    command that asks for that handle gets a random placeholder in its variable, and the
+    proxy, which terminates TLS for ``host`` only, replaces the placeholder with the value
+    in the ``header`` of requests to ``host``.
+
+    Attributes:
+        host: ``name`` or ``name:port`` (443 when none), covered by the profile's ``hosts``.
+        header: the request header the value goes in.
+        format: how the header's value is written, ``{}`` standing for the secret
+            (``"Bearer {}"`` when neither this nor ``username`` is given).
+        username: for HTTP basic auth (git over HTTPS): the header becomes ``Basic
+            base64(username:secret)``.
+    """
+
+    host: str
+    header: str = field(kw_only=True, default="Authorization", validator=_header_name)
+    format: str | None = field(kw_only=True, default=None, validator=_header_text)
+    username: str | None = field(kw_only=True, default=None, validator=_header_text)
+
+    def __attrs_post_init__(self) -> None:
+        if self.username is not None and self.format is not None:
+            raise ValueError("give format or username (basic auth), not both")
+        if self.format is not None and self.format.count("{}") != 1:
+            raise ValueError(f"format {self.format!r} must hold '{{}}' exactly once")
+        if self.username is not None and (":" in self.username or not self.username):
+            raise ValueError(f"username {self.username!r} must be non-empty, without ':'")
+
+    def render(self, secret: str) -> str:
+        """The header's value, the secret in place."""
+        if self.username is not None:
+            import base64
+
+            raw = f"{self.username}:{secret}".encode()
+            return "Basic " + base64.b64encode(raw).decode("ascii")
+        return (self.format or "Bearer {}").replace("{}", secret)
+
+
+def _bindings(value: Mapping[str, CredentialBinding]) -> Mapping[str, CredentialBinding]:
+    from types import MappingProxyType
+
+    return MappingProxyType(dict(value))
+
+
 @frozen
 class Profile:
     """An agent profile (``[agents.NAME]`` in the config): what that agent may do.
@@ -244,6 +314,8 @@ class Profile:
         writable_dotfiles: protected dotfiles (``.bashrc``, ``.gitconfig``, ...; see
             :data:`stockade.confine.protected.DOTFILES`) its commands may write in a writable root,
             ``["*"]`` for all of them (a dotfiles checkout).
+        credentials: handle -> where the egress proxy injects it; the command holds only
+            a placeholder (:class:`CredentialBinding`).
         private: globs naming its private paths (relative to the workspace, or absolute):
             a run that reads one holds private data (:mod:`stockade.policy.breaker`).
         breaker: ``on``; ``off-allow-exfiltration`` lets a run that holds private data and
@@ -262,6 +334,9 @@ class Profile:
     budget: Budget = field(kw_only=True, factory=Budget)
     writable_dotfiles: tuple[str, ...] = field(
         kw_only=True, default=(), converter=_strings, validator=_dotfiles
+    )
+    credentials: Mapping[str, CredentialBinding] = field(
+        kw_only=True, factory=dict, converter=_bindings
     )
     private: tuple[str, ...] = field(
         kw_only=True, default=(), converter=_strings, validator=_private_globs

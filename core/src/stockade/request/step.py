@@ -19,7 +19,7 @@ from attrs import field, frozen
 
 from .checks import _frozen_map, _strings
 from .result import Guarded, RunResult
-from .spec import ExecSpec, Profile
+from .spec import CredentialBinding, ExecSpec, Profile
 from .verdict import Classification, Decision
 
 STEP_VERSION = 1
@@ -41,16 +41,36 @@ class Agent:
 
 
 @frozen
+class BoundCredential:
+    """A credential of one command that the egress proxy injects (its profile binds it).
+
+    Attributes:
+        variable: the command's variable, which holds a placeholder.
+        handle: the credential's handle.
+        binding: where the proxy puts the value.
+    """
+
+    variable: str
+    handle: str
+    binding: CredentialBinding
+
+
+@frozen
 class EgressRule:
     """What a ``network`` step's egress proxy lets through, as decided.
 
     Attributes:
         hosts: the profile's ``hosts`` rules (``name``, ``*.suffix``, ``name:port``).
         resolve: names pinned to addresses (the config's ``network.resolve``).
+        credentials: the command's credentials the proxy injects, by their bindings.
+        upstream_ca: a CA file the proxy trusts, besides the system's, for its own TLS
+            upstream of an injected host (``network.upstream_ca``: for tests).
     """
 
     hosts: tuple[str, ...] = field(converter=_strings)
     resolve: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
+    credentials: tuple[BoundCredential, ...] = field(kw_only=True, default=())
+    upstream_ca: str | None = field(kw_only=True, default=None)
 
 
 @frozen

@@ -308,10 +308,7 @@ class Watch:
     ) -> list[tuple[str, int]]:
         """Sort one directory's entries into ``out``; return the subdirectories to descend."""
         created, modified, deleted = out
-        try:
-            now = _list(fd)
-        except OSError:
-            now = {}
+        now = self._listed(fd, rel, how)
         before = {} if how == _NEW else _listing(self._before.get(rel, []))
         descend: list[tuple[str, int]] = []
         for name in before.keys() | now.keys():
@@ -333,6 +330,13 @@ class Watch:
                 if descent != _NORMAL or path + "/" in visit:
                     descend.append((name, descent))
         return descend
+
+    def _listed(self, fd: int, rel: str, how: int) -> Listing:
+        """The entries of directory ``rel``, open at ``fd``, now ({} if it cannot be listed)."""
+        try:
+            return _list(fd)
+        except OSError:
+            return {}
 
     def _compare_dir(
         self, fd: int, name: str, path: str, how: int, *, kept: bool, modified: list[str]

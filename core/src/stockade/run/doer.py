@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..request.plan import LaunchPlan
     from ..request.result import Changes, ProcessOutcome
     from ..workspace.folders import Locks
+    from .kept import Watches
     from .observe import Observation
 
 OnOutput = Callable[[str, bytes], None]
@@ -112,14 +113,17 @@ class Doer:
         self._lock = threading.Lock()
         self._executor: Executor | None = None
         self._locks: Locks | None = None
+        self.watches: Watches | None = None  # a warm server's kept watches (run.kept)
+        self._stand_ins: dict[tuple[str, str], str] = {}
 
     def for_run(self, run_id: str) -> Doer:
         """A doer for another run on the same providers and executor (its own locks)."""
         doer = object.__new__(Doer)
         doer.config, doer.executors, doer.run_id = self.config, self.executors, run_id
         doer.providers = self.providers
-        doer._lock, doer._locks = self._lock, None
+        doer._lock, doer._locks, doer._stand_ins = self._lock, None, {}
         doer._executor = self.executor
+        doer.watches = self.watches
         return doer
 
     @property
@@ -170,12 +174,15 @@ class Doer:
         try:
             provider = self.providers.provider_for(spec)
             if step.egress is not None:
-                proxy = self._proxy(step, refused, on_connection)
-                spec = attrs.evolve(
-                    spec, egress=Egress(proxy.hosts, socket=proxy.socket, port=proxy.port)
+                proxy = self._proxy(step, refused, on_connection, secrets)
+                egress = Egress(
+                    proxy.hosts, socket=proxy.socket, port=proxy.port, ca_bundle=proxy.ca_bundle
                 )
-            # The provider sees the credentials as part of the environment it must pass on.
-            plan = provider.confine(attrs.evolve(spec, env={**spec.env, **secrets}))
+                spec = attrs.evolve(spec, egress=egress)
+            # The provider sees the credentials as part of the environment it must pass on;
+            # a credential the profile binds is a placeholder there (the proxy injects it).
+            given = self.given(step, secrets)
+            plan = provider.confine(attrs.evolve(spec, env={**spec.env, **given}))
             try:  # a program the sandbox hides would fail inside with a raw error
                 refuse_hidden_program(provider, spec)
             except BaseException:
@@ -187,14 +194,38 @@ class Doer:
             raise
         return Prepared(step, spec, plan, provider, tuple(secrets.values()), proxy, refused)
 
-    @staticmethod
+    def given(self, step: AdmittedStep, secrets: Mapping[str, str]) -> dict[str, str]:
+        """The credentials as the child gets them: the value, or for one its profile binds
+        the run's placeholder (which the proxy turns into the value for the bound host)."""
+        binds = step.agent.profile.credentials
+        return {
+            variable: self.stand_in(handle, value) if handle in binds else value
+            for variable, handle in step.spec.credentials.items()
+            if (value := secrets.get(variable)) is not None
+        }
+
+    def stand_in(self, handle: str, value: str) -> str:
+        """The run's placeholder for ``handle`` (while its value stays the same)."""
+        from ..egress.inject import placeholder
+
+        with self._lock:
+            return self._stand_ins.setdefault((handle, value), placeholder(value))
+
     def _proxy(
+        self,
         step: AdmittedStep,
         refused: list[Refusal],
         on_connection: Callable[[Connection], None] | None,
+        secrets: Mapping[str, str],
     ) -> CommandProxy:
-        """The egress proxy of a ``network`` step; each refusal lands in ``refused``."""
+        """The egress proxy of a ``network`` step; each refusal lands in ``refused``.
+
+        Raises:
+            CredentialUnavailable: a bound credential's value cannot go in a header.
+        """
+        from ..egress.inject import Injection
         from ..egress.proxy import CommandProxy
+        from ..errors import CredentialUnavailable
 
         assert step.egress is not None  # noqa: S101 - the caller checked
 
@@ -211,7 +242,28 @@ class Doer:
             if on_connection is not None:
                 on_connection(connection)
 
-        return CommandProxy(step.egress.hosts, step.egress.resolve, seen)
+        try:
+            injections = [
+                Injection.make(
+                    bound.variable,
+                    bound.handle,
+                    bound.binding,
+                    value := secrets[bound.variable],
+                    self.stand_in(bound.handle, value),
+                )
+                for bound in step.egress.credentials
+            ]
+        except ValueError as error:
+            raise CredentialUnavailable(
+                str(error), hint="bind a real token, or pass it in the environment unbound"
+            ) from None
+        return CommandProxy(
+            step.egress.hosts,
+            step.egress.resolve,
+            seen,
+            injections=injections,
+            upstream_ca=step.egress.upstream_ca,
+        )
 
     def carry_out(
         self,
@@ -283,6 +335,7 @@ class Doer:
             prepared.plan,
             quota_mb=agent.profile.quota_mb,
             track_changes=agent.own_workspace,
+            watches=None if agent.own_workspace else self.watches,
             quarantine=os.path.join(store_folder(self.config), "quarantine", spec.action_id),
         )
 

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
     from ..request.plan import LaunchPlan
     from ..request.result import Changes, Guarded, ProcessOutcome
     from ..request.spec import ExecSpec
-    from . import changes, quota, snapshot
+    from . import quota, snapshot
+    from .kept import Tracker, Watches
 
 
 class Observation:
@@ -42,13 +43,14 @@ class Observation:
         *,
         quota_mb: int | None = None,
         track_changes: bool = False,
+        watches: Watches | None = None,
         quarantine: str,
     ) -> None:
         self.token = abort
         self.guarded: Guarded | None = None
         self._own: AbortToken | None = None
         self._quota: quota.Watch | None = None
-        self._changes: changes.Watch | None = None
+        self._changes: Tracker | None = None
         self._survey: Survey | None = None
         self._snapshot: snapshot.Snapshot | None = None
         self._folder = ""
@@ -58,6 +60,8 @@ class Observation:
             self._guard(spec, plan, quarantine)
         try:
             self._start(spec, abort, quota_mb=quota_mb, track_changes=track_changes)
+            if self._changes is None and watches is not None:
+                self._changes = watches.track(spec.workspace)
         except BaseException:
             self.close()  # the changes watch holds an inotify instance and a thread
             raise
@@ -65,8 +69,8 @@ class Observation:
     def _start(
         self, spec: ExecSpec, abort: AbortToken | None, *, quota_mb: int | None, track_changes: bool
     ) -> None:
-        """The changes watch (an agent's own workspace only), and the quota's with a token of
-        its own."""
+        """The changes watch (an agent's own workspace; other folders only through a warm
+        server's ``watches``), and the quota's with a token of its own."""
         self._changes = self._track(spec) if track_changes else None
         limit = quota_mb
         if limit is None:
@@ -112,9 +116,10 @@ class Observation:
             guard.end(survey)
 
     @staticmethod
-    def _track(spec: ExecSpec) -> changes.Watch | None:
+    def _track(spec: ExecSpec) -> Tracker | None:
         """The changes watch on an agent's workspace. (A person's own profile works in
-        whatever folder they are in, a home or a whole checkout: it is not watched.)"""
+        whatever folder they are in, a home or a whole checkout: a process of its own does
+        not watch it; a warm server lends it one it keeps, ``watches``.)"""
         from . import changes
 
         try:

@@ -1,7 +1,7 @@
-"""The four process starts that are not a command's plan, in one place.
+"""The process starts that are not a command's plan, in one place.
 
 Every command an agent asks for is started by the executor (``stockade-local``) from a
-:class:`~stockade.request.plan.LaunchPlan`: confined, observed and recorded. Four other
+:class:`~stockade.request.plan.LaunchPlan`: confined, observed and recorded. Five other
 starts exist, and none of them can go through a plan:
 
 - :func:`probe` runs a sandbox backend's own binary (``bwrap --version``, a trial sandbox)
@@ -9,6 +9,9 @@ starts exist, and none of them can go through a plan:
   is being chosen, so there is no plan or executor to start it with.
 - :func:`fork_exec` starts the command *inside* a sandbox, from the egress forwarder that the
   executor started there: no executor is in the sandbox, and the command is the plan's own.
+- :func:`become` replaces the seccomp launcher (:mod:`stockade.confine.seccomp_exec`) by the
+  command, inside a sandbox, once the filter is loaded: the same process, the plan's own
+  command.
 - :func:`open_browser` opens the UI's page for the person at the desk, not for an agent:
   nothing to confine, approve or record.
 - :func:`start_detached` starts the warm server (``stockade serve``) for the command line's
@@ -82,6 +85,19 @@ def fork_exec(program: str, argv: Sequence[str]) -> int:
         finally:
             os._exit(127)
     return pid
+
+
+def become(program: str, argv: Sequence[str]) -> None:
+    """Replace this process by ``program`` with ``argv`` (``argv[0]`` included).
+
+    Returns only if it could not: then it says why on standard error and exits with
+    status 127, as a shell does.
+    """
+    try:
+        os.execv(program, list(argv))  # noqa: S606 - argv, no shell: the point
+    except OSError as error:
+        os.write(2, f"stockade: cannot run {program}: {error.strerror}\n".encode())
+    os._exit(127)
 
 
 def open_browser(url: str) -> bool:

@@ -17,7 +17,7 @@ import queue
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from . import protocol
 
@@ -181,10 +181,11 @@ class Call:
         from .. import caller
         from ..cli import main
 
+        holds: list[Any] = []  # the warm hosts this call uses: none is closed meanwhile
         who = caller.Caller(
             environ=env,
             cwd=cwd,
-            host=lambda config, run: self.warm.host(config, env, cwd, run),
+            host=lambda config, run: self.warm.host(config, env, cwd, run, holds=holds),
             ask=self.ask if tty else None,
             on_interrupt=self.on_interrupt,
         )
@@ -202,3 +203,4 @@ class Call:
         finally:
             out.local.target = err.local.target = None
             caller.CALLER.reset(token)
+            self.warm.release(holds)

@@ -116,6 +116,7 @@ class Server:
                 try:
                     conn, _ = listener.accept()
                 except TimeoutError:
+                    self.warm.sweep()  # warm hosts and kept watches unused for a while
                     if self._idle_for() > self.idle:
                         print("stockade serve: idle, exiting", flush=True)
                         break
@@ -289,6 +290,8 @@ class Server:
             "calls_served": served,
             "idle_timeout": self.idle if self.idle != float("inf") else None,
             "idle_for": round(self._idle_for(), 3),
+            "warm_hosts": len(self.warm.hosts()),
+            "watched": sorted(self.warm.watches.watched()),
         }
 
 

@@ -21,13 +21,13 @@ from collections.abc import Iterable, Mapping
 from attrs import frozen
 
 from stockade.confine import protected as paths
-from stockade.confine import stores, system_secrets
+from stockade.confine import scratch, stores, system_secrets
 from stockade.confine.hiding import Hiding
 from stockade.errors import SandboxUnavailable
 from stockade.request.literals import HiddenKind
 
 # Where host sockets and shared scratch live: replaced by private, empty tmpfs.
-PRIVATE_DIRS = ("/tmp", "/var/tmp", "/run", "/var/run", "/dev/shm")  # noqa: S108 - masked
+PRIVATE_DIRS = scratch.SCRATCH_DIRS
 # What bwrap's fresh ``/dev`` holds of the host's devices (all else there is hidden).
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
 

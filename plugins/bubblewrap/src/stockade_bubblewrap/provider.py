@@ -23,6 +23,7 @@ import attrs
 from stockade.confine import protected as paths
 from stockade.confine import seccomp
 from stockade.confine.hiding import Recent
+from stockade.confine.promises import Gap, Promise
 from stockade.confine.provider import SandboxProvider, looks_denied, proxy_env, sealed_memfd
 from stockade.errors import SandboxUnavailable
 from stockade.request.literals import Mode
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 
 INSIDE_PORT = 3128
 """Where the forwarder listens inside the sandbox's own network namespace."""
+INSIDE_CA = "/run/stockade/ca-bundle.pem"
+"""Where the run's trust bundle (for a proxy that injects credentials) lies in the sandbox."""
 _BASE_ARGS = ("--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL")
 
 
@@ -55,6 +58,8 @@ class BubblewrapSandbox(SandboxProvider):
     PLUGIN_NAME = "bubblewrap"
     MODES: ClassVar[frozenset[Mode]] = frozenset({"read-only", "workspace-write"})
     PRIORITY = 100
+    PROMISES: ClassVar[frozenset[Promise]] = frozenset(Promise)  # every one, extras included
+    GAPS: ClassVar[tuple[Gap, ...]] = ()
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)
@@ -115,11 +120,15 @@ class BubblewrapSandbox(SandboxProvider):
             self._recent.remember(spec, plan_layout.hiding)
             env = dict(spec.env)
             command: tuple[str, ...] = (spec.program, *spec.argv[1:])
+            trust: list[str] = []
+            if spec.egress is not None and spec.egress.ca_bundle is not None:
+                # The run's trust bundle, read-only, where only this sandbox sees it.
+                trust = ["--ro-bind", spec.egress.ca_bundle, INSIDE_CA]
             if spec.egress is not None:
                 from .bridge import Bridge
 
                 bridge = Bridge(spec.egress.socket)
-                env.update(proxy_env(INSIDE_PORT))
+                env.update(proxy_env(INSIDE_PORT, INSIDE_CA if trust else None))
                 command = (
                     _inside_python(),
                     "-I",
@@ -131,7 +140,7 @@ class BubblewrapSandbox(SandboxProvider):
                     spec.program,
                     *spec.argv,
                 )
-            args = [*_BASE_ARGS, *plan_layout.args, "--clearenv"]
+            args = [*_BASE_ARGS, *plan_layout.args, *trust, "--clearenv"]
             for key, value in env.items():
                 args += ["--setenv", key, value]
             args += ["--seccomp", str(filter_fd)]

@@ -226,7 +226,7 @@ class Engine:
         self._prepared[prepared.ruleset] = prepared
         env = {**spec.env, "TMPDIR": scratch, "XDG_CACHE_HOME": os.path.join(scratch, "cache")}
         if port is not None:
-            env.update(proxy_env(port))
+            env.update(proxy_env(port, _trust(spec, scratch)))
         facts = SandboxFacts(
             self.PLUGIN_NAME,
             spec.mode,
@@ -479,3 +479,13 @@ def _load_filter(program: bytes) -> None:
     if loaded is None:
         loaded = _filters.setdefault(program, _Filter(program))
     loaded.load()
+
+
+def _trust(spec: ExecSpec, scratch: str) -> str | None:
+    """The run's trust bundle, copied into the command's scratch folder (the proxy's own
+    folder lies where Landlock allows no read); ``None`` without one."""
+    if spec.egress is None or spec.egress.ca_bundle is None:
+        return None
+    copy = os.path.join(scratch, os.path.basename(spec.egress.ca_bundle))
+    shutil.copyfile(spec.egress.ca_bundle, copy)
+    return copy

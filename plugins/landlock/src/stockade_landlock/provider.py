@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from stockade.confine.promises import CORE, Gap, Promise
 from stockade.confine.provider import SandboxProvider
 from stockade.errors import SandboxUnavailable
 from stockade.request.literals import Mode
@@ -31,6 +32,14 @@ class LandlockSandbox(SandboxProvider):
     PLUGIN_NAME = "landlock"
     MODES: ClassVar[frozenset[Mode]] = frozenset({"read-only", "workspace-write"})
     PRIORITY = 50  # below bubblewrap: namespaces hide more (other processes, host /tmp)
+    PROMISES: ClassVar[frozenset[Promise]] = CORE
+    GAPS: ClassVar[tuple[Gap, ...]] = (
+        Gap(
+            Promise.PID_NAMESPACE, "no PID namespace: host PIDs are listed (not their environments)"
+        ),
+        Gap(Promise.NETWORK_NAMESPACE, "no network namespace: the host's interfaces are listed"),
+        Gap(Promise.PRIVATE_VIEW, "no mount namespace: the host's /tmp and /run stay listable"),
+    )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

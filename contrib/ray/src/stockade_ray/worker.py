@@ -1,0 +1,178 @@
+"""A worker: a warm :class:`~stockade.run.doer.Doer` in a Ray actor, doing admitted steps.
+
+The driver decides (:class:`~stockade_ray.pool.StockadePool`); a worker only does. It is
+handed an :class:`~stockade.request.step.AdmittedStep` as its wire text
+(:func:`stockade.request.wire.step_to_json`) with the credential values beside it, and
+gives back a plain reply: the :class:`~stockade.request.step.Carried` as wire text, the
+connections its egress proxy saw, and the files the step changed (size-capped), or the
+structured error that stopped it. A worker never records: the driver appends what comes
+back to its one chain.
+
+Confinement is the node's own: the doer's providers pick, as ``auto`` does anywhere, the
+strongest sandbox usable on this node (bubblewrap, else Landlock); where none is usable the
+step fails closed with ``SandboxUnavailable``, its message naming the node.
+
+The actor is async (one step at a time): a ``ray.cancel`` of a running step cancels the
+awaiting task, and :meth:`~stockade.run.doer.Doer.carry_out_async` then kills the command's
+whole group before the cancellation is given back. A killed actor takes its commands with
+it: the executor's warden kills a command whose parent died.
+
+Input files are written, and changed files read back, through the workspace file tools
+(:class:`stockade.workspace.files.Workspace`): the same refusals (``..``, symlinks, ``.git``,
+agent config, the quota) as for an agent's own file calls.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from stockade.config.schema import Config
+from stockade.errors import SandboxUnavailable, StockadeError, UsageError
+from stockade.plugin.manager import Hooks, get_plugin_manager
+from stockade.request.step import AdmittedStep, Carried
+from stockade.request.wire import plain, step_from_json, step_to_json
+from stockade.run.doer import Doer
+
+
+@attrs.frozen
+class Caps:
+    """How much of the files a step changed comes back.
+
+    Attributes:
+        file_bytes: at most this much of each changed file (the rest is marked truncated).
+        total_bytes: at most this much in all; changed files past it are only named.
+    """
+
+    file_bytes: int = 64 * 1024
+    total_bytes: int = 1024 * 1024
+
+
+class Worker:
+    """One warm doer on one node (made a Ray actor by the pool).
+
+    Args:
+        config: the driver's configuration (its sandbox, executor and plugin settings).
+        run_id: the driver's run: the steps it ships are that run's (names workspace locks).
+        environ: entries laid over this process's environment for loading plugins
+            (``STOCKADE_DISABLE_PLUGINS``, as the driver has it).
+    """
+
+    def __init__(self, config: Config, run_id: str, environ: Mapping[str, str]) -> None:
+        env = {**os.environ, **environ}
+        hooks = Hooks(get_plugin_manager(config, environ=env))
+        self.doer = Doer(
+            config, sandboxes=hooks.sandboxes(), executors=hooks.executors(), run_id=run_id
+        )
+        self.place = _where()
+
+    def where(self) -> dict[str, str]:
+        """This worker's node id, actor id, host name and process id."""
+        return dict(self.place)
+
+    async def carry(
+        self,
+        step_text: str,
+        secrets: Mapping[str, str],
+        files: Mapping[str, bytes],
+        caps: Caps,
+    ) -> dict[str, Any]:
+        """Carry out one admitted step: its input files written, then confined, executed and
+        observed. The reply: ``carried`` (wire text), ``connections``, ``files``,
+        ``left_out`` and ``where``; or ``error`` (a :meth:`StockadeError.to_dict`)."""
+        seen: list[dict[str, Any]] = []
+        reply: dict[str, Any] = {"where": self.place, "connections": seen}
+        try:
+            step = step_from_json(step_text, AdmittedStep)
+            if files:
+                _write_inputs(step, files)
+            prepared = self.doer.prepare(
+                step, secrets, on_connection=lambda c: seen.append(attrs.asdict(c))
+            )
+            carried = await self.doer.carry_out_async(prepared)
+        except SandboxUnavailable as error:
+            node = f"{self.place['hostname']} (node {self.place['node']})"
+            named = SandboxUnavailable(
+                f"on {node}: {error.message}",
+                hint=error.hint,
+                details={**error.details, "node": self.place["node"]},
+            )
+            return {**reply, "error": named.to_dict()}
+        except StockadeError as error:
+            return {**reply, "error": error.to_dict()}
+        reply["carried"] = step_to_json(carried)
+        reply["files"], reply["left_out"] = _changed_files(step, carried, caps)
+        return reply
+
+    def close(self) -> None:
+        """Release the executor's helpers."""
+        self.doer.close()
+
+
+def _where() -> dict[str, str]:
+    import ray
+
+    context = ray.get_runtime_context()
+    actor = context.get_actor_id() or ""
+    return {
+        "node": context.get_node_id(),
+        "actor": actor,
+        "hostname": socket.gethostname(),
+        "pid": str(os.getpid()),
+    }
+
+
+def _write_inputs(step: AdmittedStep, files: Mapping[str, bytes]) -> None:
+    """The request's input files, written into the step's workspace by the file tool.
+
+    Raises:
+        UsageError: a path the file tool refuses (nothing of the step runs).
+    """
+    from stockade.workspace.files import Workspace
+
+    workspace = step.spec.workspace
+    os.makedirs(workspace, mode=0o700, exist_ok=True)  # a node that has not seen it yet
+    with Workspace(workspace, quota_mb=step.agent.profile.quota_mb) as tool:
+        for path, content in files.items():
+            try:
+                tool.file_write(path, content)
+            except StockadeError as error:
+                raise UsageError(
+                    f"input file {path!r} was not written: {error.message}",
+                    hint="name a relative path inside the workspace",
+                    details={"path": path},
+                ) from None
+
+
+def _changed_files(
+    step: AdmittedStep, carried: Carried, caps: Caps
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The files the step created or modified (when its workspace was watched), read by the
+    file tool up to the caps; the paths past the total cap are only named."""
+    from stockade.workspace.files import Workspace
+
+    changes = carried.result.changes
+    if changes is None:
+        return [], []
+    paths = [p for p in (*changes.created, *changes.modified) if not p.endswith("/")]
+    back: list[dict[str, Any]] = []
+    left_out: list[str] = []
+    budget = caps.total_bytes
+    with Workspace(step.spec.workspace) as tool:
+        for path in sorted(paths):
+            limit = min(caps.file_bytes, budget)
+            if limit <= 0:
+                left_out.append(path)
+                continue
+            try:
+                read = tool.file_read(path, limit=limit)
+            except StockadeError:
+                left_out.append(path)  # gone again, or not a file the tool reads
+                continue
+            budget -= read.returned
+            back.append(plain(read))
+    return back, left_out

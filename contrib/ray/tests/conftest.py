@@ -1,0 +1,70 @@
+"""A local Ray cluster for the whole session, and the ground the attacks need.
+
+Ray is optional: without it every test module skips itself, except under CI (``STOCKADE_CI=1``),
+where ``.ci/run`` installs it and a missing Ray fails the run. The cluster is started once
+(``num_cpus=2``) in a short private temp folder, so a user other than the one who last ran
+Ray here can start one too. Canaries live under the user's home, never under ``/tmp``
+(which a sandbox replaces with its own).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from ground import Box, Upstream
+
+# A driver started by `uv run` would have Ray rebuild the project for every worker (read
+# when Ray is imported).
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+
+try:
+    import ray
+except ImportError:  # pragma: no cover - depends on the environment
+    if os.environ.get("STOCKADE_CI") == "1":
+        raise  # CI installs Ray (.ci/run): its absence is a failure there
+    ray = None  # each test module then skips itself (pytest.importorskip)
+
+
+def pytest_report_header() -> str:
+    return "ray: " + (ray.__version__ if ray is not None else "not installed: tests skipped")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cluster() -> Iterator[None]:
+    assert ray is not None
+    temp = tempfile.mkdtemp(prefix="sr-", dir="/tmp")  # Ray's socket paths must stay short
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture
+def box() -> Iterator[Box]:
+    base = Path.home() / ".stockade-tests"
+    base.mkdir(mode=0o700, exist_ok=True)
+    root = Path(tempfile.mkdtemp(dir=base))
+    try:
+        yield Box(root)
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwX", str(root)], check=False)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def upstream() -> Iterator[Upstream]:
+    server = Upstream()
+    yield server
+    server.close()

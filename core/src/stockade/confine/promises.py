@@ -1,0 +1,158 @@
+"""What a sandbox provider promises, by name: its declaration, and the gaps it pins.
+
+A provider declares the promises it keeps in ``PROMISES`` and pins the ones it knowingly
+does not keep in ``GAPS``, each with the reason (a :class:`Gap`). The conformance kit
+(:mod:`stockade.conformance`) reads both, never the provider's name: it attacks every
+promise, expects a declared one to hold, expects a pinned one to fail (and says so the day it
+holds), and reports a table of both.
+
+The promises of :data:`CORE` are what ``enforcement="full"`` certifies in a confining mode:
+the kit attacks them whatever the provider declares, so a provider that leaves one out fails
+unless it pins it. The promises of :data:`EXTRA` go further (a namespace the kernel offers,
+a read-only mount); the kit attacks them only when declared or pinned.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from attrs import field, frozen
+
+
+class Promise(enum.StrEnum):
+    """One named promise a provider keeps. Its value is the name the kit's table shows."""
+
+    WRITES_CONFINED = "writes-confined"
+    """Nothing outside the writable roots can be created, changed or removed; ``read-only``
+    writes nothing. A refused write fails with ``EACCES``, ``EPERM`` or ``EROFS``."""
+
+    CREDENTIAL_STORES = "credential-stores"
+    """The masked credential stores (:data:`stockade.confine.stores.MASKED`) are unreadable
+    and unwritable, in the command's home, the user's real home and any writable root."""
+
+    SYSTEM_SECRETS = "system-secrets"
+    """The system secrets (``/etc/shadow``, ``/etc/ssl/private``, configured ones, another
+    user's ``/root``) are unreadable, while their neighbours (``/etc/passwd``) stay readable."""
+
+    PROTECTED_NAMES = "protected-names"
+    """Protected names in a writable root (``.git``, its ``gitdir:`` target and hooks path,
+    ``.claude``, ``.vscode``, dotfiles) keep their content after the run: refused while it
+    runs, or put back by the host after it (the provider reports ``protection``)."""
+
+    PRIVATE_SCRATCH = "private-scratch"
+    """``/tmp`` (and ``TMPDIR``) is the run's own: empty at start, not shared with another
+    run, and nothing a run leaves there reaches the host's ``/tmp``."""
+
+    HIDDEN_PATHS = "hidden-paths"
+    """:meth:`~stockade.confine.provider.SandboxProvider.hides` answers for every folder
+    the sandbox hides: a program or interpreter there is refused before it starts, and a
+    failed run names the hidden argument."""
+
+    STORE_HIDDEN = "store-hidden"
+    """Stockade's own state (the record, its key, held outputs) can be neither read nor
+    changed by a command, even when the workspace lies beside it."""
+
+    NO_HOST_SOCKETS = "no-host-sockets"
+    """No socket reaches a listener of the host: Unix (path and abstract) and TCP/UDP, on
+    loopback and on the host's addresses."""
+
+    EGRESS_PROXY = "egress-proxy"
+    """A command classed ``network`` reaches the network only through Stockade's egress
+    proxy (TCP streams to its port); any other command has no network at all."""
+
+    PROCESS_ISOLATION = "process-isolation"
+    """Host processes cannot be signalled, traced or read (environment, memory)."""
+
+    NO_TERMINAL_INJECTION = "no-terminal-injection"
+    """``TIOCSTI`` (pushing input into a terminal) is refused."""
+
+    NOTHING_OUTLIVES = "nothing-outlives"
+    """Nothing the command starts outlives it (daemons, ``setsid``, double forks, a timeout),
+    a timed out command gets ``SIGTERM`` and its grace, and a signal death shows in the
+    result."""
+
+    LIMITS = "limits"
+    """The spec's resource limits hold (memory, file size, CPU time, processes, no core)."""
+
+    SECCOMP = "seccomp"
+    """The seccomp policy (:mod:`stockade.confine.seccomp`) refuses each denied system call,
+    and a foreign system call table (x32, i386) kills the process."""
+
+    NO_CAPABILITIES = "no-capabilities"
+    """The command holds no capability, even when the host runs as root."""
+
+    ORDINARY_WORK = "ordinary-work"
+    """Ordinary work still runs: ``git init/add/commit``, a venv and ``pip install``,
+    ``make`` and pipes."""
+
+    PID_NAMESPACE = "pid-namespace"
+    """Host processes are not even listed (a PID namespace of the run's own)."""
+
+    NETWORK_NAMESPACE = "network-namespace"
+    """The command sees only a loopback interface of its own (a network namespace)."""
+
+    PRIVATE_VIEW = "private-view"
+    """Hidden folders show no names: a masked store, the host's ``/tmp`` and ``/run`` list as
+    empty (a mount namespace), not merely refuse their contents."""
+
+    PROTECTED_READ_ONLY = "protected-read-only"
+    """Protected names are read-only while the command runs (a read-only mount), not only
+    put back after it."""
+
+
+CORE: frozenset[Promise] = frozenset(
+    {
+        Promise.WRITES_CONFINED,
+        Promise.CREDENTIAL_STORES,
+        Promise.SYSTEM_SECRETS,
+        Promise.PROTECTED_NAMES,
+        Promise.PRIVATE_SCRATCH,
+        Promise.HIDDEN_PATHS,
+        Promise.STORE_HIDDEN,
+        Promise.NO_HOST_SOCKETS,
+        Promise.EGRESS_PROXY,
+        Promise.PROCESS_ISOLATION,
+        Promise.NO_TERMINAL_INJECTION,
+        Promise.NOTHING_OUTLIVES,
+        Promise.LIMITS,
+        Promise.SECCOMP,
+        Promise.NO_CAPABILITIES,
+        Promise.ORDINARY_WORK,
+    }
+)
+"""What ``enforcement="full"`` certifies in ``read-only`` and ``workspace-write``."""
+
+EXTRA: frozenset[Promise] = frozenset(Promise) - CORE
+"""Promises beyond the contract, that a provider may declare."""
+
+
+def _reason(_instance: object, _attribute: object, value: str) -> None:
+    if not value.strip():
+        raise ValueError("a Gap needs a reason: say what is not kept and why")
+
+
+@frozen
+class Gap:
+    """A known gap a provider pins: ``promise`` is not kept, for ``reason``.
+
+    The kit then expects the attacks on that promise to succeed (a strict expected failure:
+    the day the gap closes, the run fails until the pin is removed), and its table shows
+    ``pinned`` with the reason.
+
+    Attributes:
+        promise: the promise not kept.
+        reason: why, as a reader of the table should see it (not empty).
+    """
+
+    promise: Promise = field(converter=Promise)
+    reason: str = field(validator=_reason)
+
+
+def pins(gaps: tuple[Gap, ...]) -> dict[Promise, str]:
+    """``gaps`` as a map from promise to reason; a promise pinned twice is an error."""
+    found: dict[Promise, str] = {}
+    for gap in gaps:
+        if gap.promise in found:
+            raise ValueError(f"{gap.promise} is pinned twice: keep one Gap per promise")
+        found[gap.promise] = gap.reason
+    return found

@@ -1,0 +1,448 @@
+"""Credential injection: the command holds a placeholder, the proxy puts the secret in.
+
+A profile binds a credential's handle to a host and a header
+(:class:`~stockade.request.spec.CredentialBinding`). The command that asks for it gets a
+random :func:`placeholder` in its variable, never the value. Its egress proxy terminates TLS
+for the bound host only, with a leaf from the command's own authority
+(:mod:`stockade.egress.ca`), opens its own verified TLS connection upstream, and relays
+HTTP/1.1 request by request (:class:`Injector`):
+
+- each request must be in origin form, for the bound host (its one ``Host``), no Upgrade;
+- in the bound header, a value that holds the placeholder (as it is, or inside a basic
+  auth header's base64) is replaced whole by the binding's value (``Bearer <secret>``);
+- the placeholder anywhere else, in the target, another header or the body, and any other
+  binding's placeholder, refuses the request: ``403`` inside the tunnel, and the
+  connection's record names the handle and the host;
+- ``Accept-Encoding`` becomes ``identity``, and a response with a ``Content-Encoding``
+  is refused (``502``): a compressed body could not be scrubbed;
+- every response's head and body go through a :class:`~stockade.egress.stream.Mask` of
+  every form of every injected secret (:func:`stockade.record.redact.secret_forms`), so an
+  upstream that echoes the header back echoes a masked one.
+
+Requests to any other host keep the plain CONNECT tunnel of :mod:`stockade.egress.proxy`.
+Plain-HTTP requests (forwarded, or in an HTTP tunnel's CONNECT head) are screened
+(:meth:`Injector.screen`): one that carries a placeholder is refused. What a TLS tunnel to
+another host carries cannot be seen, so a placeholder sent there is not refused; it is
+worth nothing there, since only this proxy turns it into the secret, for the bound host.
+
+Why by hand: the request and response handling is small and must be exactly this policy;
+a MITM proxy library (mitmproxy) would bring its own CA store, HTTP/2 and addons to bend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import secrets
+import socket
+import ssl
+import string
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from attrs import frozen
+
+from ..record.redact import secret_forms
+from ..request.spec import CredentialBinding
+from . import ca, http, stream
+from .relay import Gate, TunnelRefused
+from .rules import parse_hosts, show
+
+__all__ = ["Injection", "Injector", "placeholder"]
+
+HEAD_LIMIT = 16 * 1024  # one request head
+RESPONSE_HEAD_LIMIT = 64 * 1024
+HANDSHAKE_S = 10.0
+CLOSE_S = 1.0  # a TLS close waits this long for the peer's close_notify
+IDLE_S = 30.0  # a kept-alive connection may wait this long for its next request
+MIN_SECRET = 8  # a shorter secret is refused: its forms would match by chance
+_ALNUM = string.ascii_letters + string.digits
+_PREFIX = re.compile(r"[A-Za-z0-9]{1,8}[_-]")
+_NO_BODY = (204, 304)
+
+
+def placeholder(value: str) -> str:
+    """A random stand-in for ``value``: its type prefix kept (``ghp_``, ``sk-``, so tools
+    that check the shape accept it), then at least 32 random letters and digits."""
+    found = _PREFIX.match(value)
+    prefix = found.group() if found else "stockade_"
+    size = max(len(value) - len(prefix), 32)
+    return prefix + "".join(secrets.choice(_ALNUM) for _ in range(size))
+
+
+@frozen
+class Injection:
+    """One credential the proxy injects: where, the value, and the command's placeholder."""
+
+    variable: str
+    handle: str
+    host: str
+    port: int
+    header: str  # lower-case
+    rendered: str  # the header's value, secret in place
+    value: str
+    placeholder: str
+
+    @classmethod
+    def make(
+        cls, variable: str, handle: str, binding: CredentialBinding, value: str, stand_in: str
+    ) -> Injection:
+        """An injection from a binding, the command holding ``stand_in`` (a
+        :func:`placeholder`); refuses a value too short or unfit for a header."""
+        [rule] = parse_hosts([binding.host])
+        if len(value) < MIN_SECRET or any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
+            raise ValueError(
+                f"the credential {handle!r} is under {MIN_SECRET} characters or holds a "
+                "control character: it cannot be injected into a header"
+            )
+        rendered = binding.render(value)
+        header = binding.header.lower()
+        return cls(variable, handle, rule.host, rule.port, header, rendered, value, stand_in)
+
+
+class Facts(Protocol):
+    """What an injecting tunnel reports on (the proxy's attempt)."""
+
+    host: str
+    port: int
+    counts: list[int]
+    reason: str
+
+
+class Injector:
+    """One command's injections: which tunnels it terminates, and what it screens."""
+
+    def __init__(
+        self, injections: Sequence[Injection], folder: str, upstream_ca: str | None
+    ) -> None:
+        self.injections = tuple(injections)
+        self.targets = {(i.host, i.port) for i in self.injections}
+        self.authority = ca.RunAuthority([i.host for i in self.injections], folder)
+        self.upstream = ca.upstream_context(upstream_ca)
+        self._placeholders = [
+            (i, [f.encode() for f in secret_forms(i.placeholder)]) for i in self.injections
+        ]
+        self._secrets = [f.encode() for i in self.injections for f in secret_forms(i.value)]
+
+    def terminates(self, host: str, port: int) -> bool:
+        """Whether a tunnel to ``host:port`` is one this proxy injects into."""
+        return (host, port) in self.targets
+
+    def carried(self, data: bytes) -> Injection | None:
+        """The injection whose placeholder (in any form) ``data`` holds, if any."""
+        for injection, forms in self._placeholders:
+            if any(form in data for form in forms):
+                return injection
+        return None
+
+    def _refuse(self, found: Injection, where: str, host: str, port: int) -> http.Refusal:
+        return http.Refusal(
+            "403 Forbidden",
+            f"the request to {show(host, port)} carries the placeholder of credential "
+            f"{found.handle!r} ({found.variable}) in {where}; stockade puts that credential "
+            f"only into the {found.header} header of requests to {show(found.host, found.port)}",
+        )
+
+    def screen(self, request: http.Request, host: str, port: int) -> Callable[[bytes], None]:
+        """Refuse a request head (forwarded, or a CONNECT) that carries a placeholder; the
+        returned check refuses a body that does, fed piece by piece."""
+        if (found := self.carried(request.target.encode("latin-1"))) is not None:
+            raise self._refuse(found, "its target (the URL)", host, port)
+        for name, value in request.headers:
+            if (found := self.carried(value.encode("latin-1"))) is not None:
+                raise self._refuse(found, f"the {name} header", host, port)
+        return self._body_check(host, port)
+
+    def screen_tunnel(self, first: bytes, gate: Gate | None, host: str, port: int) -> Gate:
+        """The up gate of a plain tunnel to another host, which also refuses a placeholder
+        in its bytes (``first`` included): seen only where they are in the clear, as in
+        HTTP inside the tunnel; TLS hides it."""
+        check = self._body_check(host, port)
+
+        def screen(data: bytes | memoryview) -> None:
+            try:
+                check(bytes(data))
+            except http.Refusal as refused:
+                raise TunnelRefused(refused.reason, alert=False, status=refused.status) from None
+
+        def screened(data: memoryview) -> bytes | memoryview:
+            out = data if gate is None else gate(data)
+            screen(out)
+            return out
+
+        screen(first)  # it passed ``gate`` already
+        return screened
+
+    def _body_check(self, host: str, port: int) -> Callable[[bytes], None]:
+        longest = max((len(f) for _, forms in self._placeholders for f in forms), default=1)
+        carry = b""
+
+        def check(data: bytes) -> None:
+            nonlocal carry
+            window = carry + data
+            if (found := self.carried(window)) is not None:
+                raise self._refuse(found, "its body", host, port)
+            carry = window[-(longest - 1) :] if longest > 1 else b""
+
+        return check
+
+    async def serve(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        client: socket.socket,
+        upstream: socket.socket,
+        rest: bytes,
+        facts: Facts,
+    ) -> None:
+        """Terminate the client's TLS, open a verified one upstream, relay request by request.
+
+        Raises:
+            Refusal: the handshake failed, or a request was refused (the client got a
+                ``403``/``502`` inside the tunnel first when it could); its status is empty,
+                since the tunnel's TLS is this module's: the proxy only records it.
+        """
+        host, port = facts.host, facts.port
+        if rest:
+            raise TunnelRefused("the client sent bytes before the tunnel was open", alert=False)
+        context = self.authority.server_context(host)
+        reader = asyncio.StreamReader(limit=RESPONSE_HEAD_LIMIT, loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol,
+                client,
+                ssl=context,
+                ssl_handshake_timeout=HANDSHAKE_S,
+            )
+        except (OSError, ssl.SSLError, TimeoutError) as err:
+            raise _ended(
+                f"the TLS handshake with the client for {show(host, port)} failed ({err}); a "
+                "client must trust the run's authority (SSL_CERT_FILE and the other CA "
+                "variables name it), or ask for this host by its name (SNI)"
+            ) from None
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        session = _Session(self, stream.Source(reader), writer, facts)
+        try:
+            try:
+                up_reader, up_writer = await asyncio.open_connection(
+                    sock=upstream,
+                    ssl=self.upstream,
+                    server_hostname=host,
+                    ssl_handshake_timeout=HANDSHAKE_S,
+                    limit=RESPONSE_HEAD_LIMIT,
+                )
+            except (OSError, ssl.SSLError, TimeoutError) as err:
+                why = f"the TLS connection to {show(host, port)} failed: {err}"
+                await session.answer("502 Bad Gateway", why)
+                raise _ended(why) from None
+            try:
+                await session.run(stream.Source(up_reader), up_writer)
+            finally:
+                await _shut(up_writer)
+        finally:
+            facts.reason += session.summary()
+            await _shut(writer)
+
+
+class _Session:
+    """One terminated tunnel: its requests, one after the other."""
+
+    def __init__(
+        self,
+        injector: Injector,
+        client: stream.Source,
+        writer: asyncio.StreamWriter,
+        facts: Facts,
+    ) -> None:
+        self.injector, self.client, self.writer = injector, client, writer
+        self.host, self.port, self.facts = facts.host, facts.port, facts
+        self.requests = 0
+        self.injected: dict[str, int] = {}
+        self.partial = False  # part of a response went down: no other answer fits now
+
+    def summary(self) -> str:
+        if not self.requests:
+            return ""
+        used = ", ".join(
+            f"credential {i.handle!r} put into {i.header} in {self.injected[i.handle]}"
+            for i in self.injector.injections
+            if i.handle in self.injected
+        )
+        return f"; TLS terminated for injection, {self.requests} requests" + (
+            f": {used}" if used else ": no credential used"
+        )
+
+    async def send(self, data: bytes) -> None:
+        self.partial = True
+        self.writer.write(data)
+        await self.writer.drain()
+        self.facts.counts[1] += len(data)
+
+    async def answer(self, status: str, text: str) -> None:
+        """A refusal inside the tunnel, then the end of it."""
+        body = f"stockade egress proxy: {text}\n".encode()
+        head = (
+            f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await self.send(head + body)
+
+    async def run(self, upstream: stream.Source, up_writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(IDLE_S):
+                        if await self.client.at_end():
+                            return
+                    async with asyncio.timeout(IDLE_S):
+                        head = await self.client.until(b"\r\n\r\n", HEAD_LIMIT, "a request head")
+                except (EOFError, TimeoutError):
+                    return
+                request = http.parse_head(head[:-4])
+                out, check, expect = self._rewrite(request)
+                self.requests += 1
+                up_writer.write(out)
+                self.facts.counts[0] += len(out)
+                if expect:  # interim: a final answer (a refusal too) may still follow
+                    self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                await self._body(request, check, up_writer)
+                keep = await self._response(request, upstream)
+                self.partial = False
+                if not keep:
+                    return
+        except http.Refusal as refused:
+            if not self.partial:
+                await self.answer(refused.status, refused.reason)
+            raise _ended(refused.reason) from None
+        except EOFError:
+            if self.partial:
+                why = f"{show(self.host, self.port)} closed the connection in mid-response"
+                raise _ended(why) from None
+
+    def _rewrite(self, request: http.Request) -> tuple[bytes, Callable[[bytes], None], bool]:
+        """The request as it goes upstream (the secret in place), its body's check, and
+        whether the client waits for ``100 Continue`` (the proxy answers it, at once)."""
+        http.check_in_tunnel(request, self.host, self.port)
+        injector, host, port = self.injector, self.host, self.port
+        if (found := injector.carried(request.target.encode("latin-1"))) is not None:
+            raise injector._refuse(found, "its target (the URL)", host, port)
+        headers, expect = [], False
+        for name, value in request.headers:
+            lower = name.lower()
+            if lower == "expect" and value.lower() == "100-continue":
+                expect = True
+                continue
+            if lower == "accept-encoding":
+                continue
+            found = injector.carried(value.encode("latin-1"))
+            if found is None:
+                headers.append((name, value))
+                continue
+            if (found.host, found.port, found.header) != (host, port, lower):
+                raise injector._refuse(found, f"the {name} header", host, port)
+            headers.append((name, found.rendered))
+            self.injected[found.handle] = self.injected.get(found.handle, 0) + 1
+        headers.append(("Accept-Encoding", "identity"))
+        out = http.Request(request.method, request.target, request.version, tuple(headers))
+        return out.serialize(), injector._body_check(host, port), expect
+
+    async def _body(
+        self, request: http.Request, check: Callable[[bytes], None], up: asyncio.StreamWriter
+    ) -> None:
+        body = http.body_reader(request)
+        while not body.done:
+            data = await self.client.some()
+            part = body.feed(data)
+            if len(part) < len(data):
+                self.client.unread(data[len(part) :])
+            check(part)
+            up.write(part)
+            await up.drain()
+            self.facts.counts[0] += len(part)
+
+    async def _response(self, request: http.Request, upstream: stream.Source) -> bool:
+        """Relay the response (interim ones first), masked; whether the connection goes on."""
+        mask = stream.Mask(self.injector._secrets)
+        while True:
+            head = await upstream.until(b"\r\n\r\n", RESPONSE_HEAD_LIMIT, "a response head")
+            status, fields = _response_head(head)
+            if _field(fields, "content-encoding") not in ("", "identity"):
+                raise http.Refusal(
+                    "502 Bad Gateway",
+                    f"{show(self.host, self.port)} sent a compressed response (Content-Encoding "
+                    f"{_field(fields, 'content-encoding')}), which stockade cannot scrub of the "
+                    "credential",
+                )
+            await self.send(mask.feed(head) + mask.flush())
+            if status == 101:
+                raise http.Refusal("502 Bad Gateway", "the upstream switched protocols")
+            if status >= 200:
+                break
+        asked = ",".join(request.values("connection")).lower()
+        close = "close" in f"{_field(fields, 'connection').lower()} {asked}" or (
+            request.version == "HTTP/1.0"
+        )
+        coding, length = _field(fields, "transfer-encoding"), _field(fields, "content-length")
+        if request.method == "HEAD" or status in _NO_BODY:
+            return not close
+        if coding:
+            if coding.strip().lower() != "chunked":
+                raise http.Refusal("502 Bad Gateway", f"the upstream sent {coding!r} coding")
+            async for piece in stream.rechunk(upstream, mask):
+                await self.send(piece)
+            return not close
+        if length:
+            if not length.isdigit():
+                raise http.Refusal("502 Bad Gateway", "the upstream sent a bad Content-Length")
+            left = int(length)
+            while left:
+                data = await upstream.some(min(left, stream.READ))
+                left -= len(data)
+                await self.send(mask.feed(data))
+            await self.send(mask.flush())
+            return not close
+        with contextlib.suppress(EOFError):  # the body ends when the upstream closes
+            while True:
+                await self.send(mask.feed(await upstream.some()))
+        await self.send(mask.flush())
+        return False
+
+
+async def _shut(writer: asyncio.StreamWriter) -> None:
+    """Close gently (TLS close_notify) for a moment, then for good: the proxy closes the
+    socket next, and no transport may still watch its descriptor then."""
+    writer.close()
+    try:
+        async with asyncio.timeout(CLOSE_S):
+            await writer.wait_closed()
+    except Exception:  # noqa: BLE001, S110 - a peer gone or slow: the abort below ends it
+        pass
+    finally:
+        # A TLS transport that already lost its connection has no protocol left to abort
+        # (Python 3.11.2 then raises AttributeError): it is closed, which is the aim.
+        with contextlib.suppress(AttributeError):
+            writer.transport.abort()
+
+
+def _ended(reason: str) -> http.Refusal:
+    return http.Refusal("", reason)
+
+
+def _response_head(head: bytes) -> tuple[int, list[tuple[str, str]]]:
+    lines = head[:-4].split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if len(parts) < 2 or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0") or not parts[1].isdigit():
+        raise http.Refusal("502 Bad Gateway", "the upstream sent a malformed status line")
+    fields = []
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name != name.strip():
+            raise http.Refusal("502 Bad Gateway", "the upstream sent a malformed header line")
+        fields.append((name.decode("latin-1").lower(), value.strip().decode("latin-1")))
+    return int(parts[1]), fields
+
+
+def _field(fields: list[tuple[str, str]], name: str) -> str:
+    return ", ".join(value for key, value in fields if key == name)

@@ -1,0 +1,1 @@
+"""stockade-unshare: an example sandbox provider for Stockade, built on util-linux unshare."""
