@@ -387,7 +387,8 @@ class StockadePool:
             else:
                 for seen in reply["connections"]:
                     recording.connection(spec.action_id, _Connection(**seen))
-                result = recording.result(step_from_json(reply["carried"], Carried))
+                carried = step_from_json(reply["carried"], Carried)
+                result = self.host.breaker.finish(spec, carried, recording.result)  # + taints
                 place = reply["where"]
                 return Done(
                     result,
