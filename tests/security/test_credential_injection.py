@@ -314,12 +314,17 @@ def test_the_proxy_injects_and_the_command_never_holds_the_value(
             assert forms_in(data, secret) == [], path
 
 
-def one_binding_host(box, make_host, bound, *, handle, binding, secret, plugin):
+def one_binding_host(box, make_host, bound, *, handle, binding, secret, plugin, breaker="on"):
     """A host whose profile allows ``bound`` only and binds ``handle`` there; the built-in
     broker holds ``secret`` for it."""
     at = f"bound.test:{bound.port}"
     profile = Profile(
-        name="net", hosts=(at,), ask=(), workspace=str(box.ws), credentials={handle: binding}
+        name="net",
+        hosts=(at,),
+        ask=(),
+        workspace=str(box.ws),
+        credentials={handle: binding},
+        breaker=breaker,
     )
     config = Config(
         sandbox=box.sandbox,
@@ -344,8 +349,18 @@ def test_curl_in_the_sandbox_calls_the_upstream_with_the_placeholder(box, make_h
     bound = upstreams["bound"]
     at = f"bound.test:{bound.port}"
     binding = CredentialBinding(at, format="token {}")
+    # Two network steps of one run that used a credential and read the upstream's answer:
+    # the breaker would hold the second for a person (tests/security/test_breaker.py); this
+    # test is about the injection alone, so its profile opts out.
     host = one_binding_host(
-        box, make_host, bound, handle="github", binding=binding, secret=token, plugin=Networked()
+        box,
+        make_host,
+        bound,
+        handle="github",
+        binding=binding,
+        secret=token,
+        plugin=Networked(),
+        breaker="off-allow-exfiltration",
     )
     (box.ws / "curl_with_token.py").write_text(CURL_WITH_TOKEN)
     fetch = [CURL, "-sS", "--max-time", "20", "-H", "@header.txt", f"https://{at}/echo"]
