@@ -194,3 +194,25 @@ def test_removing_a_box_leaves_a_host_file_linked_into_it_as_it_was(tmp_path):
     made.remove()
     assert not made.root.exists()
     assert host_file.stat().st_mode & 0o7777 == 0o644
+
+
+def test_removing_a_box_never_changes_a_host_folder_a_link_in_it_leads_to(tmp_path, monkeypatch):
+    """A process an attack left behind may swap a folder of the box for a symlink to a host
+    folder between the cleanup's check and its change: the host folder keeps its mode and
+    its content (the check is made to miss here, as if the swap came right after it)."""
+    host_dir = tmp_path / "etc"
+    host_dir.mkdir()
+    (host_dir / "kept").write_text("x")
+    host_dir.chmod(0o500)
+    (tmp_path / "box").mkdir()
+    made = ground.Box(tmp_path / "box", "none", ground.providers()["none"])
+    (made.ws / "swapped").symlink_to(host_dir)
+    (made.ws / "locked").mkdir()
+    (made.ws / "locked" / "f").write_text("x")
+    (made.ws / "locked").chmod(0)
+    monkeypatch.setattr(ground.os.path, "islink", lambda _path: False)
+    made.remove()
+    assert not made.root.exists()
+    assert host_dir.stat().st_mode & 0o7777 == 0o500
+    assert (host_dir / "kept").read_text() == "x"
+    host_dir.chmod(0o700)
