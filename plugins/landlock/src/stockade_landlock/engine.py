@@ -331,7 +331,7 @@ class Engine:
                 return cached
             listed: list[str] = []
             rules = expand(grants, carveouts, listed)
-            stamps = tuple((d, os.stat(d).st_mtime_ns) for d in listed)
+            stamps = tuple((d, _mtime(d)) for d in listed)
             hiding = Hiding(
                 [(os.path.realpath(p), kind) for p, kind in veils if os.path.lexists(p)],
                 [os.path.realpath(g) for g, _ in grants[1:]],  # all but "/"
@@ -440,15 +440,46 @@ def _ruleset(
         for rule in rules:
             access = rule.access & handled
             if access:
-                abi.add_path_rule(fd, rule.path, access)
+                _add_rule(fd, rule.path, access)
         if scratch is not None:
-            abi.add_path_rule(fd, scratch, handled)
+            _add_rule(fd, scratch, handled, vanished_ok=False)
         if port is not None:
             abi.add_port_rule(fd, port, abi.NET_CONNECT_TCP)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _add_rule(fd: int, path: str, access: int, *, vanished_ok: bool = True) -> None:
+    """Add the rule for ``path`` (resolved when it was listed): skipped if it vanished or
+    moved since (a path that is not there needs no grant; one made later gets nothing, and a
+    folder swapped for a symlink must not carry the grant to where it points), any other
+    failure a structured refusal naming the path. The run's own scratch must be there."""
+    try:
+        abi.add_path_rule(fd, path, access, exact=vanished_ok)
+    except (FileNotFoundError, NotADirectoryError):
+        if not vanished_ok:
+            raise _unusable(path, "it vanished while the ruleset was built") from None
+    except OSError as error:
+        raise _unusable(path, error.strerror or str(error)) from error
+
+
+def _unusable(path: str, why: str) -> SandboxUnavailable:
+    return SandboxUnavailable(
+        f"Landlock could not add the rule for {path}: {why}",
+        hint="something changed this path while the sandbox was being set up; run again, and "
+        "look for another process that moves or replaces it",
+        details={"path": path, "reason": why},
+    )
+
+
+def _mtime(directory: str) -> int:
+    """``directory``'s mtime, or -1 when it is gone (an expansion that listed it is stale)."""
+    try:
+        return os.stat(directory).st_mtime_ns
+    except OSError:
+        return -1
 
 
 class _SockFprog(ctypes.Structure):

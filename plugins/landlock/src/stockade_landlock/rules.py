@@ -104,12 +104,12 @@ class _Walk:
         except OSError:
             return  # cannot list it: its entries get nothing of their own
         for entry in entries:
-            if entry.is_symlink():
-                continue  # a rule on a link would not govern what it points at
             try:
+                if entry.is_symlink():
+                    continue  # a rule on a link would not govern what it points at
                 child_is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
-                continue
+                continue  # gone (or unreadable) since it was listed: it gets nothing
             self.expand(entry.path, rights, below.get(entry.name, []), is_dir=child_is_dir)
 
 
