@@ -13,8 +13,8 @@ import os
 import shutil
 
 import pytest
+from stockade_landlock import engine
 
-import stockade_landlock.engine as engine
 from stockade.errors import SandboxUnavailable
 
 pytestmark = pytest.mark.sandboxes("landlock")
