@@ -85,6 +85,20 @@ class Promise(enum.StrEnum):
     """Ordinary work still runs: ``git init/add/commit``, a venv and ``pip install``,
     ``make`` and pipes."""
 
+    RUN_HOME = "run-home"
+    """An agent's run home (``spec.home``) is its ``HOME``: writable in every mode and the
+    same for every step of the run, while another run's home, beside it in Stockade's
+    hidden store, can be neither read nor written."""
+
+    CACHES = "caches"
+    """An agent's package caches (``spec.caches``) are readable in every mode and writable
+    only in ``workspace-write``; another agent's caches can be neither read nor written."""
+
+    QUOTA = "quota"
+    """A command under a workspace quota is stopped while it runs once it writes past it
+    (the host's abort reaches every process it started), and the caller's abort still stops
+    a command under a quota."""
+
     PID_NAMESPACE = "pid-namespace"
     """Host processes are not even listed (a PID namespace of the run's own)."""
 
@@ -118,6 +132,9 @@ CORE: frozenset[Promise] = frozenset(
         Promise.SECCOMP,
         Promise.NO_CAPABILITIES,
         Promise.ORDINARY_WORK,
+        Promise.RUN_HOME,
+        Promise.CACHES,
+        Promise.QUOTA,
     }
 )
 """What ``enforcement="full"`` certifies in ``read-only`` and ``workspace-write``."""
