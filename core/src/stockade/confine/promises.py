@@ -94,6 +94,12 @@ class Promise(enum.StrEnum):
     """An agent's package caches (``spec.caches``) are readable in every mode and writable
     only in ``workspace-write``; another agent's caches can be neither read nor written."""
 
+    SWAP_SAFE = "swap-safe"
+    """What the sandbox masks stays masked even when, after ``confine`` returned and before
+    the command starts, a folder above a masked credential store is moved away and a
+    symlink put in its place (as a command running beside it could): nothing named at
+    confine time is found again by a path another process can change."""
+
     QUOTA = "quota"
     """A command under a workspace quota is stopped while it runs once it writes past it
     (the host's abort reaches every process it started), and the caller's abort still stops
@@ -135,6 +141,7 @@ CORE: frozenset[Promise] = frozenset(
         Promise.RUN_HOME,
         Promise.CACHES,
         Promise.QUOTA,
+        Promise.SWAP_SAFE,
     }
 )
 """What ``enforcement="full"`` certifies in ``read-only`` and ``workspace-write``."""
