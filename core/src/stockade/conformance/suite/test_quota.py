@@ -13,7 +13,6 @@ import pytest
 from stockade.config.schema import Config, StoreConfig
 from stockade.confine.promises import Promise
 from stockade.conformance import procs
-from stockade.conformance.ground import PYTHON
 from stockade.request.spec import Profile
 from stockade.run.executor import AbortToken
 
