@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -46,7 +46,7 @@ from stockade.request.result import ProcessOutcome
 from stockade.request.spec import ExecSpec
 
 from . import abi
-from .rules import Rule, expand
+from .rules import Rule, build, expand
 from .settings import Settings
 
 # The host's scratch and socket directories: unreadable; a private TMPDIR replaces them.
@@ -376,7 +376,7 @@ class Engine:
             built = base.built.get(scratch)
             if built is not None:
                 return os.dup(built)
-        fd = _ruleset(level, base.rules, port, scratch)
+        fd = build(level, base.rules, port, scratch)
         with self._lock:
             current = any(b is base for b in self._bases.values())
             if current and scratch not in base.built and len(base.built) < _MAX_SPARE:
@@ -426,52 +426,6 @@ class Engine:
                 self._scratch = tempfile.mkdtemp(prefix="stockade-landlock-")
                 weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
             return self._scratch
-
-
-def _ruleset(
-    level: int, rules: Iterable[Rule], port: int | None = None, scratch: str | None = None
-) -> int:
-    """One run's ruleset: every right handled; the shared rules (reads everywhere, the
-    grants), its own ``scratch`` in full, and for a network command one TCP connect: to its
-    egress proxy's port (no bind, anywhere)."""
-    handled = abi.fs_rights(level)
-    fd = abi.create_ruleset(level, fs=handled, net=abi.net_rights(level), scoped=abi.scopes(level))
-    try:
-        for rule in rules:
-            access = rule.access & handled
-            if access:
-                _add_rule(fd, rule.path, access)
-        if scratch is not None:
-            _add_rule(fd, scratch, handled, vanished_ok=False)
-        if port is not None:
-            abi.add_port_rule(fd, port, abi.NET_CONNECT_TCP)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _add_rule(fd: int, path: str, access: int, *, vanished_ok: bool = True) -> None:
-    """Add the rule for ``path`` (resolved when it was listed): skipped if it vanished or
-    moved since (a path that is not there needs no grant; one made later gets nothing, and a
-    folder swapped for a symlink must not carry the grant to where it points), any other
-    failure a structured refusal naming the path. The run's own scratch must be there."""
-    try:
-        abi.add_path_rule(fd, path, access, exact=vanished_ok)
-    except (FileNotFoundError, NotADirectoryError):
-        if not vanished_ok:
-            raise _unusable(path, "it vanished while the ruleset was built") from None
-    except OSError as error:
-        raise _unusable(path, error.strerror or str(error)) from error
-
-
-def _unusable(path: str, why: str) -> SandboxUnavailable:
-    return SandboxUnavailable(
-        f"Landlock could not add the rule for {path}: {why}",
-        hint="something changed this path while the sandbox was being set up; run again, and "
-        "look for another process that moves or replaces it",
-        details={"path": path, "reason": why},
-    )
 
 
 def _mtime(directory: str) -> int:
