@@ -75,7 +75,7 @@ def test_a_store_whose_folder_is_swapped_for_a_link_after_confine_stays_masked(
     real = box.provider.confine
     swapped: list[bool] = []
 
-    def confine_then_swap(self, spec):  # type: ignore[no-untyped-def]
+    def confine_then_swap(self, spec):
         plan = real(self, spec)
         if not swapped:
             (box.ws / "sub").rename(box.ws / "moved")
