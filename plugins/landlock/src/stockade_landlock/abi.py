@@ -151,9 +151,7 @@ def add_path_rule(ruleset: int, path: str, access: int, *, exact: bool = False) 
     """
     fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
-        if exact and (
-            os.readlink(f"/proc/self/fd/{fd}") != path or stat.S_ISLNK(os.fstat(fd).st_mode)
-        ):
+        if exact and (_where(fd) != path or stat.S_ISLNK(os.fstat(fd).st_mode)):
             raise FileNotFoundError(errno.ENOENT, "moved while the ruleset was built", path)
         rule = _PathBeneath(access, fd)
         _check(
@@ -162,6 +160,14 @@ def add_path_rule(ruleset: int, path: str, access: int, *, exact: bool = False) 
         )
     finally:
         os.close(fd)
+
+
+def _where(fd: int) -> str:
+    """The path ``fd`` was opened at, as the kernel keeps it (``/proc`` must be mounted)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError as error:  # not "vanished": nothing can be checked without /proc
+        raise LandlockError(error.errno or errno.EIO, "cannot read /proc/self/fd") from error
 
 
 def add_port_rule(ruleset: int, port: int, access: int) -> None:
