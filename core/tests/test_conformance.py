@@ -56,6 +56,7 @@ SAFE = (
     "test_credential_stores_are_unreadable or test_nothing_outside_the_workspace_is_writable"
     " or test_the_real_shadow_file_is_masked_and_passwd_is_not or test_no_capabilities"
     " or test_private_tmp_and_fresh_proc or test_only_loopback_inside"
+    " or test_the_run_home_is_writable or test_caches_are_read_in_every_mode"
 )
 
 
@@ -87,6 +88,7 @@ def test_a_provider_that_confines_nothing_fails_the_kit_by_name(tmp_path):
     assert last.startswith("empty: FAILED "), proc.stdout
     failed = set(last.removeprefix("empty: FAILED ").split(", "))
     expected = {"credential-stores", "writes-confined", "system-secrets", "no-capabilities"}
+    expected |= {"run-home", "caches"}
     assert expected | {"private-view", "network-namespace"} == failed, last
     written = table.read_text()
     assert "| credential-stores | core | FAIL | test_credential_stores_are_unreadable[" in written
@@ -194,3 +196,25 @@ def test_removing_a_box_leaves_a_host_file_linked_into_it_as_it_was(tmp_path):
     made.remove()
     assert not made.root.exists()
     assert host_file.stat().st_mode & 0o7777 == 0o644
+
+
+def test_removing_a_box_never_changes_a_host_folder_a_link_in_it_leads_to(tmp_path, monkeypatch):
+    """A process an attack left behind may swap a folder of the box for a symlink to a host
+    folder between the cleanup's check and its change: the host folder keeps its mode and
+    its content (the check is made to miss here, as if the swap came right after it)."""
+    host_dir = tmp_path / "etc"
+    host_dir.mkdir()
+    (host_dir / "kept").write_text("x")
+    host_dir.chmod(0o500)
+    (tmp_path / "box").mkdir()
+    made = ground.Box(tmp_path / "box", "none", ground.providers()["none"])
+    (made.ws / "swapped").symlink_to(host_dir)
+    (made.ws / "locked").mkdir()
+    (made.ws / "locked" / "f").write_text("x")
+    (made.ws / "locked").chmod(0)
+    monkeypatch.setattr(ground.os.path, "islink", lambda _path: False)
+    made.remove()
+    assert not made.root.exists()
+    assert host_dir.stat().st_mode & 0o7777 == 0o500
+    assert (host_dir / "kept").read_text() == "x"
+    host_dir.chmod(0o700)

@@ -85,6 +85,26 @@ class Promise(enum.StrEnum):
     """Ordinary work still runs: ``git init/add/commit``, a venv and ``pip install``,
     ``make`` and pipes."""
 
+    RUN_HOME = "run-home"
+    """An agent's run home (``spec.home``) is its ``HOME``: writable in every mode and the
+    same for every step of the run, while another run's home, beside it in Stockade's
+    hidden store, can be neither read nor written."""
+
+    CACHES = "caches"
+    """An agent's package caches (``spec.caches``) are readable in every mode and writable
+    only in ``workspace-write``; another agent's caches can be neither read nor written."""
+
+    SWAP_SAFE = "swap-safe"
+    """What the sandbox masks stays masked even when, after ``confine`` returned and before
+    the command starts, a folder above a masked credential store is moved away and a
+    symlink put in its place (as a command running beside it could): nothing named at
+    confine time is found again by a path another process can change."""
+
+    QUOTA = "quota"
+    """A command under a workspace quota is stopped while it runs once it writes past it
+    (the host's abort reaches every process it started), and the caller's abort still stops
+    a command under a quota."""
+
     PID_NAMESPACE = "pid-namespace"
     """Host processes are not even listed (a PID namespace of the run's own)."""
 
@@ -118,6 +138,10 @@ CORE: frozenset[Promise] = frozenset(
         Promise.SECCOMP,
         Promise.NO_CAPABILITIES,
         Promise.ORDINARY_WORK,
+        Promise.RUN_HOME,
+        Promise.CACHES,
+        Promise.QUOTA,
+        Promise.SWAP_SAFE,
     }
 )
 """What ``enforcement="full"`` certifies in ``read-only`` and ``workspace-write``."""

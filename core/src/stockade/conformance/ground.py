@@ -142,12 +142,27 @@ class Box:
 
         Only folders get their owner's rights back (to list and empty them): a file here may
         be a hard link an attack made to a host file (``/etc/passwd``), whose mode must not
-        change; removing a name needs no right on the file itself.
+        change; removing a name needs no right on the file itself. Each folder is opened
+        without following a symlink and changed through that descriptor, so a process an
+        attack left behind cannot swap a folder for a link to a host folder in between.
         """
         os.chmod(self.root, 0o700)
         for folder, dirs, _files in os.walk(self.root):
             for name in dirs:
                 path = os.path.join(folder, name)
                 if not os.path.islink(path):
-                    os.chmod(path, os.stat(path).st_mode | 0o700)
+                    _own_folder(path)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _own_folder(path: str) -> None:
+    """Give the owner full rights on the folder ``path`` itself, never on what a symlink
+    there points at (nothing is done for a link, a file or a name already gone)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:  # an O_PATH descriptor takes no fchmod; its /proc link reaches the folder itself
+        os.chmod(f"/proc/self/fd/{fd}", os.fstat(fd).st_mode | 0o700)
+    finally:
+        os.close(fd)

@@ -71,8 +71,14 @@ class UnshareSandbox(SandboxProvider):
         Promise.NETWORK_NAMESPACE,
         Promise.PRIVATE_VIEW,
         Promise.PROTECTED_READ_ONLY,
-    }
-    GAPS: ClassVar[tuple[Gap, ...]] = ()
+    } - {Promise.SWAP_SAFE}
+    GAPS: ClassVar[tuple[Gap, ...]] = (
+        Gap(
+            Promise.SWAP_SAFE,
+            "the init mounts by path once the command starts: a folder swapped for a "
+            "relative symlink after confine moves a mask onto the link's target",
+        ),
+    )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

@@ -58,8 +58,16 @@ class BubblewrapSandbox(SandboxProvider):
     PLUGIN_NAME = "bubblewrap"
     MODES: ClassVar[frozenset[Mode]] = frozenset({"read-only", "workspace-write"})
     PRIORITY = 100
-    PROMISES: ClassVar[frozenset[Promise]] = frozenset(Promise)  # every one, extras included
-    GAPS: ClassVar[tuple[Gap, ...]] = ()
+    # Every one, extras included, but one pinned: bwrap lays its mounts by path when the
+    # command starts, after confine named them.
+    PROMISES: ClassVar[frozenset[Promise]] = frozenset(Promise) - {Promise.SWAP_SAFE}
+    GAPS: ClassVar[tuple[Gap, ...]] = (
+        Gap(
+            Promise.SWAP_SAFE,
+            "masks are mounted by path when bwrap starts: a folder swapped for a relative "
+            "symlink between confine and the start moves a mask onto the link's target",
+        ),
+    )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:
         super().__init__(options)

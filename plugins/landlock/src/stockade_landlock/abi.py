@@ -13,7 +13,9 @@ are the same on every architecture that has them (444, 445, 446).
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import stat
 import threading
 from typing import Any
 
@@ -139,10 +141,18 @@ def create_ruleset(abi: int, *, fs: int, net: int = 0, scoped: int = 0) -> int:
     return _check(fd, "landlock_create_ruleset")
 
 
-def add_path_rule(ruleset: int, path: str, access: int) -> None:
-    """Allow ``access`` beneath ``path`` (opened ``O_PATH``, not followed if a symlink)."""
+def add_path_rule(ruleset: int, path: str, access: int, *, exact: bool = False) -> None:
+    """Allow ``access`` beneath ``path`` (opened ``O_PATH``, not followed if a symlink).
+
+    With ``exact``, ``path`` must be resolved and still hold what was there: if it, or a
+    folder on the way, has since been swapped for a symlink (or removed), the opened object
+    is elsewhere or a link, and ``FileNotFoundError`` is raised instead of granting
+    ``access``. The check reads the descriptor's own path, which cannot change under it.
+    """
     fd = os.open(path, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
+        if exact and (_where(fd) != path or stat.S_ISLNK(os.fstat(fd).st_mode)):
+            raise FileNotFoundError(errno.ENOENT, "moved while the ruleset was built", path)
         rule = _PathBeneath(access, fd)
         _check(
             _syscall()(SYS_ADD_RULE, ruleset, RULE_PATH_BENEATH, ctypes.byref(rule), 0),
@@ -150,6 +160,14 @@ def add_path_rule(ruleset: int, path: str, access: int) -> None:
         )
     finally:
         os.close(fd)
+
+
+def _where(fd: int) -> str:
+    """The path ``fd`` was opened at, as the kernel keeps it (``/proc`` must be mounted)."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError as error:  # not "vanished": nothing can be checked without /proc
+        raise LandlockError(error.errno or errno.EIO, "cannot read /proc/self/fd") from error
 
 
 def add_port_rule(ruleset: int, port: int, access: int) -> None:

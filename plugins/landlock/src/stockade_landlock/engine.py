@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -46,7 +46,7 @@ from stockade.request.result import ProcessOutcome
 from stockade.request.spec import ExecSpec
 
 from . import abi
-from .rules import Rule, expand
+from .rules import Rule, build, expand
 from .settings import Settings
 
 # The host's scratch and socket directories: unreadable; a private TMPDIR replaces them.
@@ -331,7 +331,7 @@ class Engine:
                 return cached
             listed: list[str] = []
             rules = expand(grants, carveouts, listed)
-            stamps = tuple((d, os.stat(d).st_mtime_ns) for d in listed)
+            stamps = tuple((d, _mtime(d)) for d in listed)
             hiding = Hiding(
                 [(os.path.realpath(p), kind) for p, kind in veils if os.path.lexists(p)],
                 [os.path.realpath(g) for g, _ in grants[1:]],  # all but "/"
@@ -376,7 +376,7 @@ class Engine:
             built = base.built.get(scratch)
             if built is not None:
                 return os.dup(built)
-        fd = _ruleset(level, base.rules, port, scratch)
+        fd = build(level, base.rules, port, scratch)
         with self._lock:
             current = any(b is base for b in self._bases.values())
             if current and scratch not in base.built and len(base.built) < _MAX_SPARE:
@@ -428,27 +428,12 @@ class Engine:
             return self._scratch
 
 
-def _ruleset(
-    level: int, rules: Iterable[Rule], port: int | None = None, scratch: str | None = None
-) -> int:
-    """One run's ruleset: every right handled; the shared rules (reads everywhere, the
-    grants), its own ``scratch`` in full, and for a network command one TCP connect: to its
-    egress proxy's port (no bind, anywhere)."""
-    handled = abi.fs_rights(level)
-    fd = abi.create_ruleset(level, fs=handled, net=abi.net_rights(level), scoped=abi.scopes(level))
+def _mtime(directory: str) -> int:
+    """``directory``'s mtime, or -1 when it is gone (an expansion that listed it is stale)."""
     try:
-        for rule in rules:
-            access = rule.access & handled
-            if access:
-                abi.add_path_rule(fd, rule.path, access)
-        if scratch is not None:
-            abi.add_path_rule(fd, scratch, handled)
-        if port is not None:
-            abi.add_port_rule(fd, port, abi.NET_CONNECT_TCP)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return os.stat(directory).st_mtime_ns
+    except OSError:
+        return -1
 
 
 class _SockFprog(ctypes.Structure):

@@ -13,6 +13,10 @@ the carve-out removes to its own new entries, since making an entry in a directo
 right on that directory and so would reach into the carve-out as well. That is why a
 ``.git`` is not a carve-out (the host puts it back after the run instead, see
 :mod:`stockade.run.guard`): only masked credential stores and the host's own files are.
+
+Each rule's path is opened again when a run's ruleset is built (:func:`build`), some time
+after the listing: an entry removed in between gets no rule, and so does one whose path now
+leads elsewhere (a folder on the way swapped for a symlink), so a grant never follows a link.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Iterable
 from attrs import frozen
 
 from stockade.confine import protected
+from stockade.errors import SandboxUnavailable
 
 from . import abi
 
@@ -104,15 +109,66 @@ class _Walk:
         except OSError:
             return  # cannot list it: its entries get nothing of their own
         for entry in entries:
-            if entry.is_symlink():
-                continue  # a rule on a link would not govern what it points at
             try:
+                if entry.is_symlink():
+                    continue  # a rule on a link would not govern what it points at
                 child_is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
-                continue
+                continue  # gone (or unreadable) since it was listed: it gets nothing
             self.expand(entry.path, rights, below.get(entry.name, []), is_dir=child_is_dir)
 
 
 def _add(rules: dict[str, int], path: str, access: int) -> None:
     if access:
         rules[path] = rules.get(path, 0) | access
+
+
+def build(
+    level: int, rules: Iterable[Rule], port: int | None = None, scratch: str | None = None
+) -> int:
+    """One run's ruleset (its descriptor): every right handled; the shared ``rules`` (reads
+    everywhere, the grants), its own ``scratch`` in full, and for a network command one TCP
+    connect: to its egress proxy's port (no bind, anywhere).
+
+    Raises:
+        SandboxUnavailable: a rule's path changed kind since it was listed (a folder is now
+            a file), or the scratch folder is gone; the error names the path.
+    """
+    handled = abi.fs_rights(level)
+    fd = abi.create_ruleset(level, fs=handled, net=abi.net_rights(level), scoped=abi.scopes(level))
+    try:
+        for rule in rules:
+            access = rule.access & handled
+            if access:
+                _add_rule(fd, rule.path, access)
+        if scratch is not None:
+            _add_rule(fd, scratch, handled, vanished_ok=False)
+        if port is not None:
+            abi.add_port_rule(fd, port, abi.NET_CONNECT_TCP)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _add_rule(fd: int, path: str, access: int, *, vanished_ok: bool = True) -> None:
+    """Add the rule for ``path`` (resolved when it was listed): skipped if it vanished or
+    moved since (a path that is not there needs no grant; one made later gets nothing, and a
+    folder swapped for a symlink must not carry the grant to where it points), any other
+    failure a structured refusal naming the path. The run's own scratch must be there."""
+    try:
+        abi.add_path_rule(fd, path, access, exact=vanished_ok)
+    except (FileNotFoundError, NotADirectoryError):
+        if not vanished_ok:
+            raise _unusable(path, "it vanished while the ruleset was built") from None
+    except OSError as error:
+        raise _unusable(path, error.strerror or str(error)) from error
+
+
+def _unusable(path: str, why: str) -> SandboxUnavailable:
+    return SandboxUnavailable(
+        f"Landlock could not add the rule for {path}: {why}",
+        hint="something changed this path while the sandbox was being set up; run again, and "
+        "look for another process that moves or replaces it",
+        details={"path": path, "reason": why},
+    )

@@ -47,3 +47,45 @@ def test_a_masked_store_reads_as_the_docs_say(host, box, mode):
     else:
         expected = {"listing": ["id_ed25519"], "inside": "EACCES"}
     assert out == {"file": "EACCES", "write": "EACCES", **expected}, out
+
+
+SWAPPED = """
+import sys
+for path in sys.argv[1:]:
+    try:
+        print(path, open(path).read())
+    except OSError as error:
+        print(path, 'refused', error.errno)
+"""
+
+
+@pytest.mark.promise(Promise.SWAP_SAFE)
+def test_a_store_whose_folder_is_swapped_for_a_link_after_confine_stays_masked(
+    host, box, monkeypatch
+):
+    """The race of a command running beside this one, made deterministic: the swap happens
+    right after the provider's ``confine`` returned, before its plan is started. The
+    control: a plain file beside the store, in the moved folder, reads as planted.
+    (In ``workspace-write``: a store in the workspace is masked where it is writable.)"""
+    store = box.ws / "sub" / ".aws"
+    store.mkdir(parents=True)
+    (store / "credentials").write_text(box.canary)
+    (box.ws / "sub" / "plain").write_text("CONTROL")
+    (box.ws / "decoy" / ".aws").mkdir(parents=True)  # where a mask would land instead
+    real = box.provider.confine
+    swapped: list[bool] = []
+
+    def confine_then_swap(self, spec):
+        plan = real(self, spec)
+        if not swapped:
+            (box.ws / "sub").rename(box.ws / "moved")
+            (box.ws / "sub").symlink_to("decoy")  # relative: it resolves inside a sandbox too
+            swapped.append(True)
+        return plan
+
+    monkeypatch.setattr(box.provider, "confine", confine_then_swap)
+    moved = box.ws / "moved"
+    result = host.run(box.py(SWAPPED, str(moved / "plain"), str(moved / ".aws" / "credentials")))
+    assert swapped
+    assert f"{moved / 'plain'} CONTROL" in result.stdout.text, result.stderr.text
+    assert box.canary not in result.stdout.text + result.stderr.text
