@@ -1,0 +1,99 @@
+"""The host's own file operations after a run (quarantine of new protected names, putting back
+protected paths under Landlock) run unconfined, as the user. A folder of the workspace
+swapped for a symlink (here, to a planted home) must not lead them outside the workspace:
+they act through folder descriptors opened without following links from the root, and
+record a refusal where a component turned into a link.
+
+Each attack has a control doing the same by path on the same swapped layout, so the test
+shows it can see the breach. The race with a process still running (a background task) is
+made deterministic by wrapping the listing so the swap lands right after it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from stockade.run import guard
+
+
+def _swap(box):
+    """``ws/sub`` becomes a relative symlink to the planted home (``../home``)."""
+    os.rename(box.ws / "sub", box.ws / "sub.old")
+    os.symlink("../home", box.ws / "sub")
+
+
+def _plant_home(box):
+    (box.home / ".bashrc").write_text(box.canary)
+
+
+def _home_intact(box) -> bool:
+    path = box.home / ".bashrc"
+    return path.is_file() and not path.is_symlink() and path.read_text() == box.canary
+
+
+def _checks(monkeypatch):
+    """What every check after a run returned (its ``failed`` holds the refusals)."""
+    real, seen = guard.check, []
+
+    def wrapped(*args, **kwargs):
+        seen.append(real(*args, **kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(guard, "check", wrapped)
+    return seen
+
+
+def _failed(checks) -> str:
+    return " ".join(f for g in checks for f in g.failed)
+
+
+def test_control_a_by_path_move_through_the_swap_takes_the_home_file(box):
+    (box.ws / "sub").mkdir()
+    (box.ws / "sub" / ".bashrc").write_text("planted")
+    _plant_home(box)
+    _swap(box)
+    os.rename(box.ws / "sub" / ".bashrc", box.outside / "moved")  # what a by-path host did
+    assert not (box.home / ".bashrc").exists()  # the breach is visible
+
+
+def test_new_protected_name_swapped_after_listing_leaves_home_alone(host, box, monkeypatch):
+    (box.ws / "sub").mkdir()
+    _plant_home(box)
+    real = guard._appeared
+    swapped: list[bool] = []
+
+    def racing(survey):
+        found = list(real(survey))
+        if not swapped and any(p.endswith("/sub/.bashrc") for p in found):
+            _swap(box)
+            swapped.append(True)
+        yield from found
+
+    monkeypatch.setattr(guard, "_appeared", racing)
+    checks = _checks(monkeypatch)
+    result = host.run(box.request(["sh", "-c", "echo planted > sub/.bashrc"]))
+    assert swapped, result.stderr.text
+    assert _home_intact(box), "the host moved the home's .bashrc through the swapped link"
+    assert "sub/.bashrc" in _failed(checks) and "symlink" in _failed(checks), checks
+    # what the command planted stays in the workspace, beside the link, not in the home
+    assert (box.ws / "sub.old" / ".bashrc").read_text() == "planted\n"
+
+
+@pytest.mark.sandboxes("landlock")
+def test_put_back_does_not_write_through_a_folder_the_command_swapped(host, box, monkeypatch):
+    """Landlock: ``sub/.bashrc`` is put back after the run. The command swaps ``sub`` for a
+    link to the home; the host must neither quarantine the home's ``.bashrc`` nor write the
+    workspace's ``.bashrc`` there."""
+    (box.ws / "sub").mkdir()
+    (box.ws / "sub" / ".bashrc").write_text("workspace-content")
+    _plant_home(box)
+    checks = _checks(monkeypatch)
+    script = "mv sub sub.old && ln -s ../home sub && echo done"
+    result = host.run(box.request(["sh", "-c", script]))
+    assert result.stdout.text == "done\n", result.stderr.text
+    assert (box.ws / "sub").is_symlink()  # the swap was made, by the confined command
+    assert _home_intact(box), (box.home / ".bashrc").read_text()
+    assert (box.ws / "sub.old" / ".bashrc").read_text() == "workspace-content"
+    assert "symlink" in _failed(checks), checks
