@@ -7,7 +7,11 @@ to new entries). So the host looks again once the command has exited and all its
 are gone, while it still holds the workspace:
 
 - every protected name (:mod:`stockade.confine.protected`) that was not there before is moved out
-  of the workspace into ``<store>/quarantine/<action_id>/`` plus its original absolute path;
+  of the workspace into ``<store>/quarantine/<action_id>/`` plus its original absolute path,
+  through folder descriptors opened from the root without following a link
+  (:mod:`stockade.run.beneath`): a name whose way there was swapped for a symlink is left
+  alone and named in ``failed``, and the look is made again (what the folder held is now
+  under another name);
 - where the provider did not keep the existing protected paths read-only (``held`` false:
   Landlock), their contents were snapshotted before the run (a ``.git`` less its
   ``objects``); whatever the command added or changed there is quarantined and the
@@ -34,7 +38,8 @@ from ..confine import protected
 from ..confine.protected import Survey
 from ..errors import SandboxUnavailable
 from ..request.result import Guarded
-from .snapshot import RACY_NS, Snapshot, move, openable, restore, take
+from . import beneath
+from .snapshot import RACY_NS, Snapshot, restore, take
 
 
 class _Epoch:
@@ -111,12 +116,33 @@ def check(survey: Survey, snapshot: Snapshot | None, folder: str) -> Guarded:
     restored: list[str] = []
     failed: list[str] = []
     known = {*survey.read_only, *survey.masked}
-    for path in _appeared(survey):
-        if path not in known:
-            move(path, folder, moved, failed)
+    for _ in range(_PASSES):
+        swapped = False
+        for path in _appeared(survey):
+            if path not in known and path not in moved:
+                swapped |= not beneath.move(path, folder, survey.roots, moved, failed) and (
+                    _swapped(path, survey.roots)
+                )
+        if not swapped:
+            break  # a folder swapped for a link under a name: look again beside the link
     if snapshot is not None:
-        restore(snapshot, folder, moved, restored, failed)
+        restore(snapshot, folder, moved, restored, failed, roots=survey.roots)
     return Guarded(tuple(moved), tuple(restored), folder if moved else None, tuple(failed))
+
+
+_PASSES = 3
+"""Looks after a run at most: another follows one that met a folder swapped for a link (a
+process still running moved it aside, so what it held is now under another name)."""
+
+
+def _swapped(path: str, roots: tuple[str, ...]) -> bool:
+    try:
+        beneath.lstat(path, roots)
+    except beneath.Swapped:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _appeared(survey: Survey) -> Iterator[str]:
@@ -141,7 +167,7 @@ def _appeared(survey: Survey) -> Iterator[str]:
         ):
             stack += [os.path.join(directory, name) for name in old.children]
             continue
-        entries = _list(directory)
+        entries = _list(directory, survey.roots)
         if protected.git_dir(e.name for e in entries):
             root = directory in survey.roots
             yield from _bare(directory, entries, known=directory in bare, root=root)
@@ -167,13 +193,13 @@ def _bare(
         yield directory
 
 
-def _list(directory: str) -> list[os.DirEntry[str]]:
+def _list(directory: str, roots: tuple[str, ...]) -> list[os.DirEntry[str]]:
     """The entries of ``directory``; its owner's rights are given back first if a
     command took them away to hide what it planted. Nothing when it is gone."""
     try:
         return list(os.scandir(directory))
     except PermissionError:
-        openable(directory)
+        beneath.openable(directory, roots)
     except OSError:
         return []
     try:

@@ -4,14 +4,16 @@ Landlock cannot keep an existing ``.git`` read-only without closing the folder a
 new entries, so the host reads the protected paths before the command runs and, once it
 has exited, quarantines whatever it added or changed there and writes the rest back:
 bytes, modes and modification times. A git directory's ``objects`` is left out (its files
-are named by their hash). The file operations the quarantine needs live here too.
+are named by their hash). Every write, move and mode change goes through folder
+descriptors opened from the writable root without following a link
+(:mod:`stockade.run.beneath`): a protected path whose way there was swapped for a symlink
+is left alone and named in ``failed``, never written through.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from collections.abc import Iterator
 
@@ -20,6 +22,8 @@ from attrs import frozen
 from ..confine import protected
 from ..confine.protected import Survey
 from ..errors import SandboxUnavailable
+from . import beneath
+from .beneath import Swapped
 
 # A stamp within this many nanoseconds of the survey may hide a change made in the same
 # clock tick (coarse timestamps, 1-2 s on some filesystems): those are compared in full.
@@ -81,7 +85,16 @@ def take(survey: Survey) -> Snapshot:
     skipped: set[str] = set()
     total = 0
     for top in outermost(survey.read_only):
-        for path, info in _walk(top, skipped):
+        try:
+            beneath.exists(top, survey.roots)
+        except Swapped:
+            raise SandboxUnavailable(
+                f"the way to protected path {top} goes through a symlink; refusing to keep "
+                "what lies beyond it",
+                hint="replace the symlink with the folder itself, then run again",
+                details={"path": top},
+            ) from None
+        for path, info in _walk(top, skipped, survey.roots):
             entry = _entry(path, info)
             if isinstance(entry.data, bytes):
                 total += len(entry.data)
@@ -97,7 +110,9 @@ def take(survey: Survey) -> Snapshot:
     return Snapshot(entries, frozenset(skipped), taken)
 
 
-def _walk(top: str, skipped: set[str]) -> Iterator[tuple[str, os.stat_result]]:
+def _walk(
+    top: str, skipped: set[str], roots: tuple[str, ...]
+) -> Iterator[tuple[str, os.stat_result]]:
     """``top`` and everything beneath it, never through a symlink; a git directory's
     ``objects`` is left out (its files are named by their hash) and added to ``skipped``."""
     try:
@@ -110,7 +125,7 @@ def _walk(top: str, skipped: set[str]) -> Iterator[tuple[str, os.stat_result]]:
     stack = [top]
     while stack:
         directory = stack.pop()
-        openable(directory)
+        beneath.openable(directory, roots)
         try:
             names = sorted(os.listdir(directory))
         except OSError as error:
@@ -197,34 +212,69 @@ def _kind(mode: int) -> str:
 
 
 def restore(
-    snapshot: Snapshot, folder: str, moved: list[str], restored: list[str], failed: list[str]
+    snapshot: Snapshot,
+    folder: str,
+    moved: list[str],
+    restored: list[str],
+    failed: list[str],
+    *,
+    roots: tuple[str, ...],
 ) -> None:
-    """Quarantine what was added or changed inside the snapshotted paths; put back the rest."""
+    """Quarantine what was added or changed inside the snapshotted paths; put back the rest.
+
+    A path reached through a folder now swapped for a symlink is left alone, with the
+    reason in ``failed``: nothing is read, moved or written beyond the link."""
     entries = snapshot.entries
     tops = outermost(tuple(entries))
     changed: set[str] = set()
+    cut: set[str] = set()  # tops whose way there is no longer all folders
     for top in tops:
-        for path, _info in _walk_now(top, snapshot.skipped):
+        try:
+            beneath.exists(top, roots)
+        except Swapped as error:
+            failed.append(f"{top}: {error.strerror}")
+            cut.add(top)
+            continue
+        for path, _info in _walk_now(top, snapshot.skipped, roots):
             old = entries.get(path)
             same, mode_only = _same(path, old, snapshot.taken) if old else (False, False)
             if same:
                 continue
             changed.add(top)
             if mode_only and old is not None and old.kind != "link":
-                os.chmod(path, old.mode)
+                try:
+                    beneath.chmod(path, old.mode, roots)
+                except OSError as error:
+                    failed.append(f"{path}: {error.strerror}")
             elif not mode_only:
-                move(path, folder, moved, failed)
-    _replaced_objects(snapshot, folder, moved, failed)
+                beneath.move(path, folder, roots, moved, failed)
+    _replaced_objects(snapshot, folder, moved, failed, roots)
+    _put_back(snapshot, tops, cut=cut, changed=changed, failed=failed, roots=roots)
+    restored += sorted(changed)
+
+
+def _put_back(
+    snapshot: Snapshot,
+    tops: list[str],
+    *,
+    cut: set[str],
+    changed: set[str],
+    failed: list[str],
+    roots: tuple[str, ...],
+) -> None:
+    """Make again every snapshotted path that is missing, under the tops not ``cut``."""
+    entries = snapshot.entries
     made: list[str] = []
     for path in sorted(entries):  # parents before children
-        if os.path.lexists(path):
+        top = next(t for t in tops if protected.inside(path, [t]))
+        if top in cut:
             continue
-        changed.add(next(t for t in tops if protected.inside(path, [t])))
         try:
-            parent = os.path.dirname(path)
-            if not os.path.lexists(parent):  # a folder above it was renamed away
-                os.makedirs(parent, mode=0o700)
-            _put(path, entries[path])
+            if beneath.exists(path, roots):
+                continue
+            changed.add(top)
+            with beneath.parent(path, roots, make=True) as (fd, name):
+                _put(fd, name, entries[path])  # makes a folder above renamed away
             made.append(path)
         except OSError as error:
             failed.append(f"{path}: {error.strerror}")
@@ -232,21 +282,26 @@ def restore(
         entry = entries[path]
         with contextlib.suppress(OSError):
             if entry.kind == "dir":
-                os.chmod(path, entry.mode)
+                beneath.chmod(path, entry.mode, roots)
             if entry.kind in ("dir", "file"):
-                os.utime(path, ns=(entry.stamp[2], entry.stamp[2]))
-    restored += sorted(changed)
+                with beneath.parent(path, roots) as (fd, name):
+                    times = (entry.stamp[2], entry.stamp[2])
+                    os.utime(name, ns=times, dir_fd=fd, follow_symlinks=False)
 
 
-def _replaced_objects(snapshot: Snapshot, folder: str, moved: list[str], failed: list[str]) -> None:
+def _replaced_objects(
+    snapshot: Snapshot, folder: str, moved: list[str], failed: list[str], roots: tuple[str, ...]
+) -> None:
     """A skipped ``objects`` folder that is no longer a folder is quarantined too."""
     for skipped in sorted(snapshot.skipped):
         with contextlib.suppress(OSError):
-            if not stat.S_ISDIR(os.lstat(skipped).st_mode):
-                move(skipped, folder, moved, failed)
+            if not stat.S_ISDIR(beneath.lstat(skipped, roots).st_mode):
+                beneath.move(skipped, folder, roots, moved, failed)
 
 
-def _walk_now(top: str, skipped: frozenset[str]) -> Iterator[tuple[str, os.stat_result]]:
+def _walk_now(
+    top: str, skipped: frozenset[str], roots: tuple[str, ...]
+) -> Iterator[tuple[str, os.stat_result]]:
     """:func:`_walk` after the run: the folders skipped before are skipped again."""
     try:
         info = os.lstat(top)
@@ -258,7 +313,7 @@ def _walk_now(top: str, skipped: frozenset[str]) -> Iterator[tuple[str, os.stat_
     stack = [top]
     while stack:
         directory = stack.pop()
-        openable(directory)
+        beneath.openable(directory, roots)
         try:
             names = sorted(os.listdir(directory))
         except OSError:
@@ -276,77 +331,15 @@ def _walk_now(top: str, skipped: frozenset[str]) -> Iterator[tuple[str, os.stat_
                 stack.append(path)
 
 
-def _put(path: str, entry: Entry) -> None:
-    """Make ``path`` again as ``entry`` recorded it."""
+def _put(fd: int, name: str, entry: Entry) -> None:
+    """Make ``name`` inside folder ``fd`` again as ``entry`` recorded it."""
     if entry.kind == "dir":
-        os.mkdir(path, 0o700)  # its own mode once its entries are back
+        os.mkdir(name, 0o700, dir_fd=fd)  # its own mode once its entries are back
     elif isinstance(entry.data, str):  # a link
-        os.symlink(entry.data, path)
+        os.symlink(entry.data, name, dir_fd=fd)
     elif isinstance(entry.data, bytes):  # a file
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as handle:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out = os.open(name, flags, 0o600, dir_fd=fd)
+        with os.fdopen(out, "wb") as handle:
             handle.write(entry.data)
             os.fchmod(handle.fileno(), entry.mode)
-
-
-def openable(directory: str) -> None:
-    """Give a folder of this user back the rights the host needs to list and move in it (a
-    command may have taken them away to hide what it planted)."""
-    try:
-        info = os.lstat(directory)
-    except OSError:
-        return
-    need = stat.S_IRUSR | stat.S_IWUSR | stat.S_IXUSR
-    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & need != need:
-        with contextlib.suppress(OSError):
-            os.chmod(directory, stat.S_IMODE(info.st_mode) | need)
-
-
-def move(path: str, folder: str, moved: list[str], failed: list[str]) -> None:
-    """Move ``path`` (never following it) to ``folder`` + its absolute path."""
-    target = os.path.join(folder, path.lstrip("/"))
-    try:
-        openable(os.path.dirname(path))
-        openable(path)
-        _private(folder)
-        os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-        while os.path.lexists(target):
-            target += "~"
-        try:
-            os.rename(path, target)
-        except OSError as error:
-            if error.errno != 18:  # EXDEV: another filesystem, so copy then remove
-                raise
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.copytree(path, target, symlinks=True)
-                shutil.rmtree(path)
-            else:
-                shutil.copy2(path, target, follow_symlinks=False)
-                os.unlink(path)
-    except OSError as error:
-        failed.append(f"{path}: {error.strerror}")
-        _remove(path, failed)
-        return
-    moved.append(path)
-
-
-def _private(folder: str) -> None:
-    """``folder`` and the quarantine folder holding it, made 0700 (``makedirs`` gives the
-    folders it makes on the way the default mode)."""
-    parent = os.path.dirname(folder)
-    os.makedirs(os.path.dirname(parent), mode=0o700, exist_ok=True)
-    for path in (parent, folder):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-        os.chmod(path, 0o700)
-
-
-def _remove(path: str, failed: list[str]) -> None:
-    """Last resort for a path that could not be quarantined: it must not stay."""
-    try:
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path)
-        else:
-            os.unlink(path)
-    except OSError as error:
-        failed.append(f"{path}: not removed either: {error.strerror}")
