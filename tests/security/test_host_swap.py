@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from stockade.run import guard
+from stockade.run import changes, guard
 
 
 def _swap(box):
@@ -105,3 +105,47 @@ def test_put_back_does_not_write_through_a_folder_the_command_swapped(host, box,
     assert _home_intact(box), (box.home / ".bashrc").read_text()
     _quarantined(checks, box.ws / "sub.old" / ".bashrc", "workspace-content")
     assert "symlink" in _failed(checks), checks
+
+
+class _Layout:
+    """A workspace beside a planted home, for the host-side listings (no sandbox involved)."""
+
+    def __init__(self, base: Path) -> None:
+        self.ws, self.home = base / "ws", base / "home"
+        self.ws.mkdir()
+        self.home.mkdir()
+        self.hidden = "HOME-NAME-" + base.name
+        (self.home / self.hidden).write_text("x")
+        (self.ws / "sub").mkdir()
+        (self.ws / "sub" / "mine").write_text("x")
+
+
+def _named(listed) -> str:
+    return " ".join((*listed.created, *listed.modified, *listed.deleted))
+
+
+def test_changes_list_names_nothing_beyond_a_folder_swapped_while_listed(tmp_path, monkeypatch):
+    """The changes list's first listing meets ``sub`` swapped for a link to the home right
+    as it reaches it: no name of the home may appear in the list the agent gets back."""
+    lay = _Layout(tmp_path)
+    real = changes.Watch._watch
+    swapped: list[bool] = []
+
+    def racing(self, path, rel):
+        if rel == "sub/" and not swapped:
+            _swap(lay)
+            swapped.append(True)
+        return real(self, path, rel)
+
+    monkeypatch.setattr(changes.Watch, "_watch", racing)
+    with changes.Watch(str(lay.ws)) as watch:
+        (lay.ws / "made").write_text("new")
+        listed = watch.finish()
+    assert swapped and "made" in listed.created, listed
+    assert lay.hidden not in _named(listed), listed
+
+
+def test_control_a_by_path_listing_through_the_swap_sees_the_home_names(tmp_path):
+    lay = _Layout(tmp_path)
+    _swap(lay)
+    assert lay.hidden in os.listdir(lay.ws / "sub")  # what the by-path listing did
