@@ -125,16 +125,18 @@ class Watch:
             self._overflow = True
 
     def _list_before(self) -> None:
-        count, stack = 0, [""]
+        """List the tree once, each folder through a descriptor checked to be the one its
+        parent's listing named (inode and device): a folder on the way swapped for a link
+        since would otherwise list what lies beyond it."""
+        count, stack = 0, [("", self._root_id)]
         while stack:
-            rel = stack.pop()
+            rel, expected = stack.pop()
             path = self._root + "/" + rel[:-1] if rel else self._root
             watched = self._watch(path, rel)  # before listing it: nothing slips in between
             try:
-                with os.scandir(path) as it:  # kept as they come: a dict costs half as much again
-                    entries = list(islice(it, self._max - count + 1))
+                entries, dev = self._entries(path, expected, self._max - count + 1)
             except OSError:  # vanished (its parent saw that) or unreadable: not tracked
-                entries = []
+                entries, dev = [], 0
             else:
                 if not watched:  # a directory no watch covers: only a scan can tell
                     self._fall_back()
@@ -142,7 +144,27 @@ class Watch:
             count += len(entries)
             if count > self._max:
                 raise TooLarge(f"{self._root} holds more than {self._max} entries")
-            stack.extend([rel + e.name + "/" for e in entries if e.is_dir(follow_symlinks=False)])
+            stack.extend(
+                (rel + e.name + "/", (dev, e.inode()))
+                for e in entries
+                if e.is_dir(follow_symlinks=False)
+            )
+
+    def _entries(
+        self, path: str, expected: tuple[int, int], most: int
+    ) -> tuple[list[os.DirEntry[str]], int]:
+        """The entries of folder ``path`` (at most ``most``) and its device, when it is the
+        folder ``expected`` names; none (and a scan) when it is another: swapped, or a mount."""
+        fd = os.open(path, _OPEN_DIR)
+        try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != expected:
+                self._fall_back()  # the scan walks by descriptor from the root
+                return [], st.st_dev
+            with os.scandir(fd) as it:  # kept as they come: a dict costs half as much again
+                return list(islice(it, most)), st.st_dev
+        finally:
+            os.close(fd)
 
     def _watch(self, path: str, rel: str) -> bool:
         if self._inotify is None:
