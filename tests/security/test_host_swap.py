@@ -149,3 +149,27 @@ def test_control_a_by_path_listing_through_the_swap_sees_the_home_names(tmp_path
     lay = _Layout(tmp_path)
     _swap(lay)
     assert lay.hidden in os.listdir(lay.ws / "sub")  # what the by-path listing did
+
+
+def test_a_background_task_looping_the_swap_never_leads_the_host_out(host, box, monkeypatch):
+    """A real confined process (a background task of the same agent) swaps ``sub`` for a link
+    to the home and back, over and over, while runs plant ``sub/.bashrc``. Whenever the swap
+    lands, every check after a run acts inside the workspace only. (The window is not
+    forced here; the wrapped tests above force it.)"""
+    (box.ws / "sub").mkdir()
+    _plant_home(box)
+    checks = _checks(monkeypatch)
+    loop = (
+        "i=0; while [ $i -lt 20000 ] && [ ! -e stop ]; do i=$((i+1)); "
+        "mv sub sub.x 2>/dev/null && ln -s ../home sub && rm -f sub && mv sub.x sub; done"
+    )
+    task = host.start(box.request(["sh", "-c", loop]), owner="a")
+    try:
+        for _ in range(15):
+            host.run(box.request(["sh", "-c", "echo planted > sub/.bashrc; true"]))
+    finally:
+        (box.ws / "stop").write_text("")
+        host.kill(task.task_id, owner="a")
+    assert _home_intact(box)
+    for moved in (p for g in checks for p in g.quarantined):
+        assert moved.startswith(str(box.ws) + "/"), moved
