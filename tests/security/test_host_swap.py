@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.run import changes, guard
+from stockade.errors import SandboxUnavailable
+from stockade.run import changes, guard, snapshot
 
 
 def _swap(box):
@@ -173,3 +174,49 @@ def test_a_background_task_looping_the_swap_never_leads_the_host_out(host, box, 
     assert _home_intact(box)
     for moved in (p for g in checks for p in g.quarantined):
         assert moved.startswith(str(box.ws) + "/"), moved
+
+
+@pytest.mark.sandboxes("landlock")
+def test_the_snapshot_before_a_run_reads_nothing_beyond_a_folder_swapped_while_read(
+    host, box, monkeypatch
+):
+    """Landlock snapshots ``sub/.git`` before the run, to put it back after. ``sub`` is
+    swapped for a link to a folder outside holding a ``.git`` of secrets while the snapshot
+    walks it: the run is refused, and no byte from outside is kept (to be written back into
+    the workspace later)."""
+    git = box.ws / "sub" / ".git"
+    (git / "hooks").mkdir(parents=True)
+    (git / "HEAD").write_text("ref: refs/heads/main\n")
+    (git / "config").write_text("[core]\n")
+    fake = box.outside / "fake" / ".git"
+    (fake / "hooks").mkdir(parents=True)
+    (fake / "HEAD").write_text("ref: refs/heads/main\n")
+    (fake / "config").write_text(box.canary)
+    real = snapshot._folder
+    swapped: list[bool] = []
+
+    def racing(directory, roots):
+        if directory.endswith("/sub/.git") and not swapped:
+            os.rename(box.ws / "sub", box.ws / "sub.old")
+            os.symlink("../outside/fake", box.ws / "sub")
+            swapped.append(True)
+        return real(directory, roots)
+
+    monkeypatch.setattr(snapshot, "_folder", racing)
+    kept: list[snapshot.Snapshot] = []
+    real_take = guard.take
+    monkeypatch.setattr(guard, "take", lambda survey: kept.append(real_take(survey)) or kept[-1])
+    with pytest.raises(SandboxUnavailable) as refused:
+        host.run(box.request(["sh", "-c", "echo ran"]))
+    assert swapped and "symlink" in str(refused.value), refused.value
+    assert not kept  # no snapshot was made to be written back
+    assert (fake / "config").read_text() == box.canary
+
+
+def test_control_a_by_path_walk_through_the_swap_reads_the_secret(box):
+    (box.ws / "sub").mkdir()
+    (box.outside / "fake").mkdir()
+    (box.outside / "fake" / "config").write_text(box.canary)
+    os.rename(box.ws / "sub", box.ws / "sub.old")
+    os.symlink("../outside/fake", box.ws / "sub")
+    assert (box.ws / "sub" / "config").read_text() == box.canary  # what a by-path read got

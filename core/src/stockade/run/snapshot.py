@@ -85,17 +85,7 @@ def take(survey: Survey) -> Snapshot:
     skipped: set[str] = set()
     total = 0
     for top in outermost(survey.read_only):
-        try:
-            beneath.exists(top, survey.roots)
-        except Swapped:
-            raise SandboxUnavailable(
-                f"the way to protected path {top} goes through a symlink; refusing to keep "
-                "what lies beyond it",
-                hint="replace the symlink with the folder itself, then run again",
-                details={"path": top},
-            ) from None
-        for path, info in _walk(top, skipped, survey.roots):
-            entry = _entry(path, info)
+        for path, entry in _walk(top, skipped, survey.roots):
             if isinstance(entry.data, bytes):
                 total += len(entry.data)
                 if total > survey.snapshot_limit:
@@ -110,76 +100,127 @@ def take(survey: Survey) -> Snapshot:
     return Snapshot(entries, frozenset(skipped), taken)
 
 
-def _walk(
-    top: str, skipped: set[str], roots: tuple[str, ...]
-) -> Iterator[tuple[str, os.stat_result]]:
-    """``top`` and everything beneath it, never through a symlink; a git directory's
-    ``objects`` is left out (its files are named by their hash) and added to ``skipped``."""
+def _walk(top: str, skipped: set[str], roots: tuple[str, ...]) -> Iterator[tuple[str, Entry]]:
+    """``top`` and everything beneath it, never through a symlink: each folder is opened
+    from the root without following a link and each entry read through its folder's
+    descriptor, so a folder swapped for a link meanwhile is refused, never read beyond. A
+    git directory's ``objects`` is left out (its files are named by their hash) and added
+    to ``skipped``."""
     try:
-        info = os.lstat(top)
+        with beneath.parent(top, roots) as (fd, name):
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            first = _entry(fd, name, top, info)
     except FileNotFoundError:
         return
-    yield top, info
-    if not stat.S_ISDIR(info.st_mode):
+    except Swapped as error:
+        raise _swapped(top, error) from None
+    yield top, first
+    if first.kind != "dir":
         return
     stack = [top]
     while stack:
         directory = stack.pop()
         beneath.openable(directory, roots)
         try:
-            names = sorted(os.listdir(directory))
+            listed = _folder(directory, roots)
+        except Swapped as error:
+            raise _swapped(directory, error) from None
         except OSError as error:
             raise SandboxUnavailable(
                 f"cannot list {directory} to keep it as it is: {error.strerror}",
                 hint=f"give it back its permissions (chmod u+rwx {directory})",
                 details={"path": directory},
             ) from None
-        git = "HEAD" in names
-        for name in names:
+        git = any(name == "HEAD" for name, _ in listed)
+        for name, entry in listed:
             path = os.path.join(directory, name)
             if git and name == "objects":
                 skipped.add(path)
                 continue
-            info = os.lstat(path)
-            yield path, info
-            if stat.S_ISDIR(info.st_mode):
+            yield path, entry
+            if entry.kind == "dir":
                 stack.append(path)
 
 
-def _entry(path: str, info: os.stat_result) -> Entry:
+def _folder(directory: str, roots: tuple[str, ...]) -> list[tuple[str, Entry]]:
+    """The entries of ``directory`` (their files read, ``objects`` not entered), in order."""
+    with beneath.parent(directory, roots) as (at, own):
+        fd = os.open(own, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=at)
+    try:
+        names = sorted(os.listdir(fd))
+        git = "HEAD" in names
+        out = []
+        for name in names:
+            info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            if git and name == "objects":
+                out.append((name, Entry("dir", 0, (0, 0, 0, 0))))
+                continue
+            out.append((name, _entry(fd, name, os.path.join(directory, name), info)))
+        return out
+    finally:
+        os.close(fd)
+
+
+def _swapped(path: str, error: OSError) -> SandboxUnavailable:
+    return SandboxUnavailable(
+        f"the way to protected path {path} goes through a symlink ({error.strerror}); "
+        "refusing to keep what lies beyond it",
+        hint="replace the symlink with the folder itself, then run again",
+        details={"path": path},
+    )
+
+
+def _entry(fd: int, name: str, path: str, info: os.stat_result) -> Entry:
+    """What ``name`` inside folder ``fd`` (shown as ``path``) holds."""
     stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
     mode = stat.S_IMODE(info.st_mode)
     if stat.S_ISDIR(info.st_mode):
         return Entry("dir", mode, stamp)
     if stat.S_ISLNK(info.st_mode):
-        return Entry("link", mode, stamp, os.readlink(path))
+        return Entry("link", mode, stamp, os.readlink(name, dir_fd=fd))
     if not stat.S_ISREG(info.st_mode):
         return Entry("other", mode, stamp)
-    return Entry("file", mode, stamp, _read(path))
+    return Entry("file", mode, stamp, _read_at(fd, name, path))
 
 
-def _read(path: str) -> bytes:
+def _read_at(fd: int, name: str, path: str) -> bytes:
+    """The bytes of file ``name`` inside folder ``fd``, never following a link (its owner's
+    read right given back first when a command took it away)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        own = os.open(name, flags, dir_fd=fd)
     except PermissionError:
         with contextlib.suppress(OSError):
-            os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) | stat.S_IRUSR)
+            handle = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            try:
+                info = os.fstat(handle)
+                if stat.S_ISREG(info.st_mode):
+                    os.chmod(f"/proc/self/fd/{handle}", stat.S_IMODE(info.st_mode) | stat.S_IRUSR)
+            finally:
+                os.close(handle)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            own = os.open(name, flags, dir_fd=fd)
         except OSError as error:
             raise SandboxUnavailable(
                 f"cannot read {path} to keep it as it is: {error.strerror}",
                 hint=f"give it back its read permission (chmod u+r {path})",
                 details={"path": path},
             ) from None
-    with os.fdopen(fd, "rb") as handle:
-        return handle.read()
+    with os.fdopen(own, "rb") as handle_file:
+        return handle_file.read()
 
 
-def _same(path: str, old: Entry, taken: int) -> tuple[bool, bool]:
-    """(whether ``path`` still holds what ``old`` recorded, whether only its mode differs)."""
+def _read(path: str, roots: tuple[str, ...]) -> bytes:
+    """The bytes of file ``path``, reached without following a link."""
+    with beneath.parent(path, roots) as (fd, name):
+        return _read_at(fd, name, path)
+
+
+def _same(path: str, old: Entry, taken: int, roots: tuple[str, ...]) -> tuple[bool, bool]:
+    """(whether ``path`` still holds what ``old`` recorded, whether only its mode differs),
+    read without following a link (a way there swapped for one: not the same)."""
     try:
-        info = os.lstat(path)
+        info = beneath.lstat(path, roots)
     except OSError:
         return False, False
     now = _kind(info.st_mode)
@@ -193,11 +234,15 @@ def _same(path: str, old: Entry, taken: int) -> tuple[bool, bool]:
         return not mode_only, mode_only
     if now == "file":
         try:
-            same = _read(path) == old.data
-        except SandboxUnavailable:
+            same = _read(path, roots) == old.data
+        except (SandboxUnavailable, OSError):
             same = False
     elif now == "link":
-        same = os.readlink(path) == old.data
+        try:
+            with beneath.parent(path, roots) as (fd, name):
+                same = os.readlink(name, dir_fd=fd) == old.data
+        except OSError:
+            same = False
     else:
         same = now == "dir" or stamp == old.stamp
     return same and not mode_only, same and mode_only
@@ -237,7 +282,7 @@ def restore(
             continue
         for path, _info in _walk_now(top, snapshot.skipped, roots):
             old = entries.get(path)
-            same, mode_only = _same(path, old, snapshot.taken) if old else (False, False)
+            same, mode_only = _same(path, old, snapshot.taken, roots) if old else (False, False)
             if same:
                 continue
             changed.add(top)
