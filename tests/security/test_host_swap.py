@@ -220,3 +220,43 @@ def test_control_a_by_path_walk_through_the_swap_reads_the_secret(box):
     os.rename(box.ws / "sub", box.ws / "sub.old")
     os.symlink("../outside/fake", box.ws / "sub")
     assert (box.ws / "sub" / "config").read_text() == box.canary  # what a by-path read got
+
+
+@pytest.mark.parametrize("resolver", ["openat2", "walk"])
+def test_file_tools_never_act_beyond_a_folder_swapped_for_a_link(tmp_path, resolver, monkeypatch):
+    """The file tools (run by the host, unconfined) resolve every path from the workspace's
+    descriptor: with ``sub`` swapped for a link to the home before the call they refuse,
+    and with the swap right after the folder was opened they act in the folder they
+    opened (now ``sub.old``), never in the home."""
+    from stockade.errors import UsageError
+    from stockade.workspace.files import Workspace
+
+    lay = _Layout(tmp_path)
+    (lay.home / "notes").write_text("home")
+    _swap(lay)
+    with Workspace(str(lay.ws), resolver=resolver) as tool:
+        for call in (
+            lambda: tool.file_write("sub/notes", "pwned"),
+            lambda: tool.file_read("sub/notes"),
+            lambda: tool.file_list("sub"),
+        ):
+            with pytest.raises(UsageError):
+                call()
+    assert (lay.home / "notes").read_text() == "home"
+    os.unlink(lay.ws / "sub")
+    os.rename(lay.ws / "sub.old", lay.ws / "sub")
+    real = Workspace._parent
+    swapped: list[bool] = []
+
+    def racing(self, parts, *, make):
+        fd = real(self, parts, make=make)
+        if not swapped:
+            _swap(lay)
+            swapped.append(True)
+        return fd
+
+    monkeypatch.setattr(Workspace, "_parent", racing)
+    with Workspace(str(lay.ws), resolver=resolver) as tool:
+        tool.file_write("sub/notes", "mine")
+    assert swapped and (lay.home / "notes").read_text() == "home"
+    assert (lay.ws / "sub.old" / "notes").read_text() == "mine"
