@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from stockade.errors import SandboxUnavailable
-from stockade.run import changes, guard, snapshot
+from stockade.run import beneath, changes, guard, snapshot
 
 
 def _swap(box):
@@ -260,3 +260,40 @@ def test_file_tools_never_act_beyond_a_folder_swapped_for_a_link(tmp_path, resol
         tool.file_write("sub/notes", "mine")
     assert swapped and (lay.home / "notes").read_text() == "home"
     assert (lay.ws / "sub.old" / "notes").read_text() == "mine"
+
+
+def test_beneath_reaches_a_root_and_what_is_in_it_and_refuses_a_link_on_the_way(tmp_path):
+    """The descriptor walk itself: a root (a root inside a protected path is snapshotted
+    whole) and a path below it are reached; a link on the way is :class:`Swapped`; a path
+    outside every root is refused."""
+    lay = _Layout(tmp_path)
+    roots = (str(lay.ws),)
+    assert beneath.lstat(str(lay.ws), roots).st_ino == os.stat(lay.ws).st_ino
+    assert beneath.exists(str(lay.ws / "sub" / "mine"), roots)
+    _swap(lay)
+    with pytest.raises(beneath.Swapped):
+        beneath.lstat(str(lay.ws / "sub" / lay.hidden), roots)
+    with pytest.raises(OSError, match="not inside a writable root"):
+        beneath.lstat(str(lay.home / lay.hidden), roots)
+    moved: list[str] = []
+    failed: list[str] = []
+    folder = str(tmp_path / "store" / "quarantine" / "a1")
+    assert not beneath.move(str(lay.ws / "sub" / lay.hidden), folder, roots, moved, failed)
+    assert (lay.home / lay.hidden).exists() and not moved and "symlink" in failed[0]
+
+
+@pytest.mark.sandboxes("landlock")
+def test_a_root_inside_a_protected_path_is_still_put_back_whole(host, box):
+    """A writable root that lies inside a protected path (here ``.vscode``) is protected
+    whole: the descriptor walk reaches the root itself from its parent."""
+    import attrs
+
+    root = box.ws / ".vscode"
+    root.mkdir()
+    (root / "tasks.json").write_text("{}")
+    script = "echo evil > tasks.json; echo x > new"
+    request = attrs.evolve(box.request(["sh", "-c", script]), cwd=str(root))
+    result = host.run(request)
+    assert (root / "tasks.json").read_text() == "{}", result
+    assert not (root / "new").exists()
+    assert str(root / "new") in result.quarantined, result

@@ -89,12 +89,16 @@ def parent(path: str, roots: Iterable[str], *, make: bool = False) -> Iterator[t
     Raises:
         Swapped: a folder on the way is a symlink or not a folder.
         FileNotFoundError: one is missing (made instead when ``make``).
-        OSError: ``path`` is under none of ``roots``, or is a root itself.
+        OSError: ``path`` is under none of ``roots``. (A root itself is reached from its
+            parent, which is outside every root.)
     """
     root = root_of(path, roots)
-    if root is None or path == root:
+    if root is None:
         raise OSError(errno.EXDEV, "not inside a writable root", path)
-    parts = path[len(root.rstrip("/")) + 1 :].split("/")
+    if path == root:  # a root inside a protected path: its parent is the host's own
+        root, parts = os.path.dirname(root), [os.path.basename(root)]
+    else:
+        parts = path[len(root.rstrip("/")) + 1 :].split("/")
     fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for name in parts[:-1]:
