@@ -216,9 +216,18 @@ def _read(path: str, roots: tuple[str, ...]) -> bytes:
         return _read_at(fd, name, path)
 
 
-def _same(path: str, old: Entry, taken: int, roots: tuple[str, ...]) -> tuple[bool, bool]:
+def _same(
+    path: str, old: Entry, taken: int, roots: tuple[str, ...], seen: os.stat_result
+) -> tuple[bool, bool]:
     """(whether ``path`` still holds what ``old`` recorded, whether only its mode differs),
-    read without following a link (a way there swapped for one: not the same)."""
+    read without following a link (a way there swapped for one: not the same).
+
+    ``seen`` (its status as the walk found it) answers alone when it is the very file
+    recorded, unchanged (inode, size, times, mode): that holds however it was reached."""
+    unchanged = _stamp(seen) == old.stamp and seen.st_ctime_ns < taken - RACY_NS
+    unchanged &= stat.S_IMODE(seen.st_mode) == old.mode and _kind(seen.st_mode) == old.kind
+    if unchanged and (old.kind != "file" or seen.st_nlink == 1):
+        return True, False
     try:
         info = beneath.lstat(path, roots)
     except OSError:
@@ -246,6 +255,10 @@ def _same(path: str, old: Entry, taken: int, roots: tuple[str, ...]) -> tuple[bo
     else:
         same = now == "dir" or stamp == old.stamp
     return same and not mode_only, same and mode_only
+
+
+def _stamp(info: os.stat_result) -> tuple[int, int, int, int]:
+    return (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
 def _kind(mode: int) -> str:
@@ -280,9 +293,12 @@ def restore(
             failed.append(f"{top}: {error.strerror}")
             cut.add(top)
             continue
-        for path, _info in _walk_now(top, snapshot.skipped, roots):
+        for path, info in _walk_now(top, snapshot.skipped, roots):
             old = entries.get(path)
-            same, mode_only = _same(path, old, snapshot.taken, roots) if old else (False, False)
+            if old is None:
+                same, mode_only = False, False
+            else:
+                same, mode_only = _same(path, old, snapshot.taken, roots, info)
             if same:
                 continue
             changed.add(top)
@@ -313,6 +329,8 @@ def _put_back(
     for path in sorted(entries):  # parents before children
         top = next(t for t in tops if protected.inside(path, [t]))
         if top in cut:
+            continue
+        if os.path.lexists(path):  # there, or beyond a link: nothing to make either way
             continue
         try:
             if beneath.exists(path, roots):
