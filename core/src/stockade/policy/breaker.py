@@ -19,10 +19,11 @@ private data (``private``)
 
 What "names a path" means for a command: each argument (the program too), the value of an
 ``--option=value`` argument, and an argument after a leading ``@`` (``curl -d @file``), taken
-relative to the command's folder, ``..`` resolved by its letters, and again with its symlinks
-resolved when it exists. Such a path counts when it is, or is inside, a path a glob matches,
-or when it is an existing folder a glob could match beneath (a glob that begins with a
-wildcard, such as ``*.pem``, can match beneath any folder, so every folder argument counts).
+relative to the command's folder (``/proc/self/cwd`` and its like standing for that folder),
+``..`` resolved by its letters, and again with its symlinks resolved when it exists. Such a
+path counts when it is, or is inside, a path a glob matches, or when it is an existing
+folder a glob could match beneath (a glob that begins with a wildcard, such as ``*.pem``,
+can match beneath any folder, so every folder argument counts).
 The command's own folder counts only when it is itself inside a private path: a program that
 reads a folder it was not told about (``grep -r`` with no path) is not seen. Globs follow
 :func:`fnmatch.fnmatchcase` (``*`` matches ``/`` too), against the path relative to the
@@ -45,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -417,12 +419,17 @@ def named(argv: Iterable[str], cwd: str) -> list[str]:
     as written, and again with its symlinks resolved when it exists."""
     found: dict[str, None] = {}
     for arg in argv:
-        for text in _candidates(arg):
+        for written in _candidates(arg):
+            # The command's /proc/self/cwd is its folder; the host's realpath would read its own.
+            text = _PROC_CWD.sub(lambda _: cwd, written, count=1)
             path = os.path.normpath(os.path.join(cwd, text))
             found.setdefault(path, None)
             if os.path.lexists(path):
                 found.setdefault(os.path.realpath(path), None)
     return list(found)
+
+
+_PROC_CWD = re.compile(r"\A/+proc/+(?:self|thread-self|[0-9]+)(?:/+task/+[0-9]+)?/+cwd(?=/|\Z)")
 
 
 def _candidates(arg: str) -> Iterator[str]:
