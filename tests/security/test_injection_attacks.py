@@ -6,7 +6,8 @@ header folding, a bare LF, a NUL, an over-long header, Content-Length beside
 Transfer-Encoding, a placeholder hidden in a chunked body (a smuggled request) or in a
 header's name, a case-changed placeholder, two bound headers, HTTP/1.0, ALPN ``h2``, a TLS
 name (SNI) for another host, ``Expect: 100-continue``; it looks for the run's keys in the
-folder its trust bundle lives in, and tries to write that bundle. The live upstream
+folder its trust bundle lives in and in every process's open files (the proxy's leaf key
+passes through a memory file), and tries to write that bundle. The live upstream
 (``bound.test``, an echo) records every request it got: an attack passes when nothing but
 the bound host's own origin-form requests carried the secret, and none of it came back. The
 controls: the secret did reach the upstream (so it was there to leak), and a placeholder
@@ -34,7 +35,7 @@ from .test_credential_injection import (
 __all__ = ["upstreams"]  # the fixture, used by name
 
 RAW = r"""
-import json, os, re, socket, ssl, sys, urllib.parse
+import glob, json, os, re, socket, ssl, stat, sys, urllib.parse
 ph = os.environ["GH_TOKEN"]
 old = sys.argv[2] if len(sys.argv) > 2 else ""
 bp = int(sys.argv[1])
@@ -123,6 +124,23 @@ for name in os.listdir(folder):
             keys.append(name)
     except OSError:
         pass
+# ... and any process's open files (the proxy's leaf key passes through a memory file).
+control = open("control-key.pem", "w+b")  # the control: a key the scan must find
+control.write(b"-----BEGIN PRIVATE KEY-----\n")
+control.flush()
+opened, own = 0, []
+for fd in glob.glob("/proc/[0-9]*/fd/*") + glob.glob("/proc/[0-9]*/task/*/fd/*"):
+    try:
+        if not stat.S_ISREG(os.stat(fd).st_mode):  # a pipe or a socket would block
+            continue
+        with open(os.open(fd, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+            data = handle.read(1 << 16)
+        opened += 1
+        if b"PRIVATE KEY" in data:
+            (own if fd.split("/")[2] == str(os.getpid()) else keys).append(fd)
+    except OSError:
+        pass
+out["opened"], out["own"] = opened, own
 try:
     open(os.environ["SSL_CERT_FILE"], "ab").close()
     out["bundle_writable"] = True
@@ -205,6 +223,7 @@ def test_raw_requests_inside_the_tunnel_never_leak_or_misdirect_the_secret(
     assert out["stale"]["statuses"] == [200] and got["stale"]["Authorization"] == f"Bearer {old}"
     # No key beside the bundle, and the bundle is the command's own to spoil at most.
     assert out["keys"] == [], out["listing"]
+    assert out["opened"] > 0 and out["own"], out  # the control: it finds its own key
     assert isinstance(out["bundle_writable"], bool)
 
     # The secret went only into the bound header of requests to the bound host.
