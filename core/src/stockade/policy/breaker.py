@@ -18,7 +18,8 @@ private data (``private``)
     (:class:`~stockade.record.taint.PrivateFiles`): an earlier run wrote it holding private data.
 
 What "names a path" means for a command: each argument (the program too), the value of an
-``--option=value`` argument, and an argument after a leading ``@`` (``curl -d @file``), taken
+``--option=value`` or ``name=value`` argument or a short option's glued one (``-Tfile``), and
+what follows a first ``@`` or ``<`` (``curl -d @file``, ``-F f=<file``), taken
 relative to the command's folder (``/proc/self/cwd`` and its like standing for that folder),
 ``..`` resolved by its letters, and again with its symlinks resolved when it exists. Such a
 path counts when it is, or is inside, a path a glob matches, or when it is an existing
@@ -433,15 +434,20 @@ _PROC_CWD = re.compile(r"\A/+proc/+(?:self|thread-self|[0-9]+)(?:/+task/+[0-9]+)
 
 
 def _candidates(arg: str) -> Iterator[str]:
+    """``arg``, and the paths it may carry: an option's value (``--opt=value``, and a short
+    option's glued one, ``-d@file``, ``-Tfile``), any ``name=value`` (``dd if=file``,
+    ``curl -F name=@file``), and the text after a first ``@`` or ``<`` (a file to read)."""
     if not arg or "\0" in arg:
         return
-    yield arg
-    if arg.startswith("-") and "=" in arg:
-        arg = arg.partition("=")[2]
-        if arg:
-            yield arg
-    if arg.startswith("@") and len(arg) > 1:
-        yield arg[1:]
+    values = [arg]
+    if arg.startswith("-") and not arg.startswith("--"):
+        values.append(arg[2:])
+    if "=" in arg:
+        values.append(arg.partition("=")[2])
+    for mark in "@<":
+        if mark in arg:
+            values.append(arg.partition(mark)[2])
+    yield from dict.fromkeys(v for v in values if v)
 
 
 def matches(
