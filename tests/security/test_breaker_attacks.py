@@ -163,3 +163,19 @@ def test_dd_names_its_input_as_if_equals(make_host, box, ws, upstream) -> None:
         run(host, box, send(upstream.port, "leak"))
     assert ("private", "private-path", "private/notes.txt (private/*)") in taints(host)
     assert upstream.seen == []
+
+
+@pytest.mark.parametrize("link", [["ln"], ["ln", "-s"]])
+def test_a_link_a_private_run_made_is_private_to_the_next(
+    make_host, box, ws, upstream, link: list[str]
+) -> None:
+    """A run that names the private file makes a hard (or symbolic) link to it; the next
+    run reads the canary through the link's innocent name."""
+    first = make_host(config=config(box, upstream.port))
+    made = run(first, box, [*link, "private/notes.txt", "innocent.txt"])
+    assert made.exit_code == 0, made.stderr.text
+    first.close()
+    host = make_host(config=config(box, upstream.port))
+    run(host, box, ["cat", "readme.txt"])
+    held_after(host, box, ["cat", "innocent.txt"], upstream.port)
+    assert upstream.seen == []
