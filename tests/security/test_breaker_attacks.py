@@ -179,3 +179,21 @@ def test_a_link_a_private_run_made_is_private_to_the_next(
     run(host, box, ["cat", "readme.txt"])
     held_after(host, box, ["cat", "innocent.txt"], upstream.port)
     assert upstream.seen == []
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'breaker = "Off-Allow-Exfiltration"',
+        'breaker = "off-allow-exfiltration "',
+        "breaker = false",
+        'breaker = "off"',
+        'private = ["private/"]',
+    ],
+)
+def test_a_config_that_would_weaken_it_unsaid_is_refused(line: str) -> None:
+    from stockade.config.load import parse_config
+    from stockade.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"\$\.agents\['a'\]"):
+        parse_config(f"[agents.a]\n{line}\n")
