@@ -197,3 +197,18 @@ def test_a_config_that_would_weaken_it_unsaid_is_refused(line: str) -> None:
 
     with pytest.raises(ConfigError, match=r"\$\.agents\['a'\]"):
         parse_config(f"[agents.a]\n{line}\n")
+
+
+@pytest.mark.parametrize("name", ["link", "private/../private/notes.txt", "./private//notes.txt"])
+def test_a_file_tool_read_by_another_name_is_private(make_host, box, ws, upstream, name) -> None:
+    from stockade.workspace.files import Workspace
+
+    (ws / "link").symlink_to("private/notes.txt")
+    host = make_host(config=config(box, upstream.port))
+    profile = host.config.profile("a")
+    with Workspace(str(ws)) as files:
+        assert (files.file_read(name).text or "").strip() == box.canary  # it did read it
+        host.breaker.file_tool("read", str(ws), name, profile)
+    with pytest.raises(PolicyHeld, match="private-path"):
+        run(host, box, send(upstream.port, "leak"))
+    assert upstream.seen == []

@@ -273,8 +273,8 @@ class Breaker:
                     )
             return
         taints = [Taint("untrusted", f"file_{tool}", shown)]
-        if tool == "read":
-            taints += self._private([full], root, profile)
+        if tool == "read":  # the path read, and where its symlinks lead
+            taints += self._private(dict.fromkeys((full, os.path.realpath(full))), root, profile)
         self._add(taints, f"file-{new_action_id()}", self.run_id, self._last_step())
 
     def words(self, source: str, detail: str) -> None:
