@@ -212,3 +212,22 @@ def test_a_file_tool_read_by_another_name_is_private(make_host, box, ws, upstrea
     with pytest.raises(PolicyHeld, match="private-path"):
         run(host, box, send(upstream.port, "leak"))
     assert upstream.seen == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="taint belongs to a run: what one run printed reaches the agent, which can start "
+    "a new run holding nothing and send it from there (docs/breaker.md, limits)",
+)
+def test_splitting_across_runs_is_held(make_host, box, ws, upstream) -> None:
+    reader = make_host(config=config(box, upstream.port))
+    read = run(reader, box, ["cat", "private/notes.txt"])
+    assert read.stdout.text.strip() == box.canary  # what the agent now holds
+    reader.close()
+    sender = make_host(config=config(box, upstream.port))  # a new run
+    run(sender, box, ["cat", "readme.txt"])
+    try:
+        with pytest.raises(PolicyHeld, match="the breaker"):
+            run(sender, box, send(upstream.port, read.stdout.text.strip()))
+    finally:
+        assert upstream.seen in ([], [b"/ " + box.canary.encode()])  # the breach, seen
