@@ -157,6 +157,27 @@ def injection(host: str = "bound.test:443") -> Injection:
     )
 
 
+async def until_from(data: bytes, cuts: list[int], limit: int) -> bytes:
+    reader = asyncio.StreamReader()
+    for start, end in itertools.pairwise([0, *sorted(set(cuts)), len(data)]):
+        reader.feed_data(data[start:end])
+    reader.feed_eof()
+    return await stream.Source(reader).until(b"\r\n\r\n", limit, "a head")
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(st.integers(0, 60), st.integers(1, 80), st.lists(st.integers(0, 100), max_size=4))
+def test_a_head_over_the_limit_is_refused_however_it_arrives(size, limit, cuts):
+    """One read may bring a whole head over the limit: it is refused all the same."""
+    data = b"x" * size + b"\r\n\r\n" + b"rest"
+    cuts = [c for c in cuts if c <= len(data)]
+    if size + 4 > limit:
+        with pytest.raises(egress_http.BadRequest, match=f"a head over {limit} bytes"):
+            asyncio.run(until_from(data, cuts, limit))
+    else:
+        assert asyncio.run(until_from(data, cuts, limit)) == data[: size + 4]
+
+
 def test_the_screen_refuses_a_placeholder_in_a_plain_request(tmp_path):
     found = injection()
     injector = Injector([found], str(tmp_path), None)
@@ -171,6 +192,7 @@ def test_the_screen_refuses_a_placeholder_in_a_plain_request(tmp_path):
         f"GET /x?t={found.placeholder} HTTP/1.1\r\nHost: o.test",
         f"GET /x HTTP/1.1\r\nHost: o.test\r\nAuthorization: Basic {basic}",
         f"GET /x HTTP/1.1\r\nHost: o.test\r\nCookie: a={found.placeholder.encode().hex()}",
+        f"GET /x HTTP/1.1\r\nHost: o.test\r\nX-{found.placeholder}: 1",  # in a name
     ):
         with pytest.raises(egress_http.Refusal, match="placeholder of credential 'github'"):
             injector.screen(egress_http.parse_head(head.encode()), "o.test", 80)

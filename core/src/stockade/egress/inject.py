@@ -7,12 +7,13 @@ for the bound host only, with a leaf from the command's own authority
 (:mod:`stockade.egress.ca`), opens its own verified TLS connection upstream, and relays
 HTTP/1.1 request by request (:class:`Injector`):
 
-- each request must be in origin form, for the bound host (its one ``Host``), no Upgrade;
+- each request must be in origin form, for the bound host (its one ``Host``), no Upgrade,
+  its framing unambiguous (checked before its head goes upstream);
 - in the bound header, a value that holds the placeholder (as it is, or inside a basic
   auth header's base64) is replaced whole by the binding's value (``Bearer <secret>``);
-- the placeholder anywhere else, in the target, another header or the body, and any other
-  binding's placeholder, refuses the request: ``403`` inside the tunnel, and the
-  connection's record names the handle and the host;
+- the placeholder anywhere else, in the target, another header (or its name) or the body,
+  and any other binding's placeholder, refuses the request: ``403`` inside the tunnel, and
+  the connection's record names the handle and the host;
 - ``Accept-Encoding`` becomes ``identity``, and a response with a ``Content-Encoding``
   is refused (``502``): a compressed body could not be scrubbed;
 - every response's head and body go through a :class:`~stockade.egress.stream.Mask` of
@@ -150,7 +151,7 @@ class Injector:
         if (found := self.carried(request.target.encode("latin-1"))) is not None:
             raise self._refuse(found, "its target (the URL)", host, port)
         for name, value in request.headers:
-            if (found := self.carried(value.encode("latin-1"))) is not None:
+            if (found := self.carried(f"{name}:{value}".encode("latin-1"))) is not None:
                 raise self._refuse(found, f"the {name} header", host, port)
         return self._body_check(host, port)
 
@@ -302,12 +303,13 @@ class _Session:
                     return
                 request = http.parse_head(head[:-4])
                 out, check, expect = self._rewrite(request)
+                body = http.body_reader(request)  # ambiguous framing: refused before it goes
                 self.requests += 1
                 up_writer.write(out)
                 self.facts.counts[0] += len(out)
                 if expect:  # interim: a final answer (a refusal too) may still follow
                     self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                await self._body(request, check, up_writer)
+                await self._body(body, check, up_writer)
                 keep = await self._response(request, upstream)
                 self.partial = False
                 if not keep:
@@ -330,6 +332,8 @@ class _Session:
             raise injector._refuse(found, "its target (the URL)", host, port)
         headers, expect = [], False
         for name, value in request.headers:
+            if (named := injector.carried(name.encode("ascii"))) is not None:
+                raise injector._refuse(named, "the name of a header", host, port)
             lower = name.lower()
             if lower == "expect" and value.lower() == "100-continue":
                 expect = True
@@ -349,9 +353,8 @@ class _Session:
         return out.serialize(), injector._body_check(host, port), expect
 
     async def _body(
-        self, request: http.Request, check: Callable[[bytes], None], up: asyncio.StreamWriter
+        self, body: http.BodyReader, check: Callable[[bytes], None], up: asyncio.StreamWriter
     ) -> None:
-        body = http.body_reader(request)
         while not body.done:
             data = await self.client.some()
             part = body.feed(data)

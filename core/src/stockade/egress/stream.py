@@ -46,8 +46,8 @@ class Source:
     async def until(self, end: bytes, limit: int, what: str) -> bytes:
         """Everything up to and including ``end``, at most ``limit`` bytes."""
         start = 0
-        while (at := self.buf.find(end, start)) < 0:
-            if len(self.buf) > limit:
+        while (at := self.buf.find(end, start)) < 0 or at + len(end) > limit:
+            if len(self.buf) > limit:  # found past the limit (one read brought it all) too
                 raise BadRequest(
                     f"{what} over {limit} bytes", "431 Request Header Fields Too Large"
                 )

@@ -18,11 +18,13 @@ private data (``private``)
     (:class:`~stockade.record.taint.PrivateFiles`): an earlier run wrote it holding private data.
 
 What "names a path" means for a command: each argument (the program too), the value of an
-``--option=value`` argument, and an argument after a leading ``@`` (``curl -d @file``), taken
-relative to the command's folder, ``..`` resolved by its letters, and again with its symlinks
-resolved when it exists. Such a path counts when it is, or is inside, a path a glob matches,
-or when it is an existing folder a glob could match beneath (a glob that begins with a
-wildcard, such as ``*.pem``, can match beneath any folder, so every folder argument counts).
+``--option=value`` or ``name=value`` argument or a short option's glued one (``-Tfile``), and
+what follows a first ``@`` or ``<`` (``curl -d @file``, ``-F f=<file``), taken
+relative to the command's folder (``/proc/self/cwd`` and its like standing for that folder),
+``..`` resolved by its letters, and again with its symlinks resolved when it exists. Such a
+path counts when it is, or is inside, a path a glob matches, or when it is an existing
+folder a glob could match beneath (a glob that begins with a wildcard, such as ``*.pem``,
+can match beneath any folder, so every folder argument counts).
 The command's own folder counts only when it is itself inside a private path: a program that
 reads a folder it was not told about (``grep -r`` with no path) is not seen. Globs follow
 :func:`fnmatch.fnmatchcase` (``*`` matches ``/`` too), against the path relative to the
@@ -45,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -270,8 +273,8 @@ class Breaker:
                     )
             return
         taints = [Taint("untrusted", f"file_{tool}", shown)]
-        if tool == "read":
-            taints += self._private([full], root, profile)
+        if tool == "read":  # the path read, and where its symlinks lead
+            taints += self._private(dict.fromkeys((full, os.path.realpath(full))), root, profile)
         self._add(taints, f"file-{new_action_id()}", self.run_id, self._last_step())
 
     def words(self, source: str, detail: str) -> None:
@@ -417,7 +420,9 @@ def named(argv: Iterable[str], cwd: str) -> list[str]:
     as written, and again with its symlinks resolved when it exists."""
     found: dict[str, None] = {}
     for arg in argv:
-        for text in _candidates(arg):
+        for written in _candidates(arg):
+            # The command's /proc/self/cwd is its folder; the host's realpath would read its own.
+            text = _PROC_CWD.sub(lambda _: cwd, written, count=1)
             path = os.path.normpath(os.path.join(cwd, text))
             found.setdefault(path, None)
             if os.path.lexists(path):
@@ -425,16 +430,24 @@ def named(argv: Iterable[str], cwd: str) -> list[str]:
     return list(found)
 
 
+_PROC_CWD = re.compile(r"\A/+proc/+(?:self|thread-self|[0-9]+)(?:/+task/+[0-9]+)?/+cwd(?=/|\Z)")
+
+
 def _candidates(arg: str) -> Iterator[str]:
+    """``arg``, and the paths it may carry: an option's value (``--opt=value``, and a short
+    option's glued one, ``-d@file``, ``-Tfile``), any ``name=value`` (``dd if=file``,
+    ``curl -F name=@file``), and the text after a first ``@`` or ``<`` (a file to read)."""
     if not arg or "\0" in arg:
         return
-    yield arg
-    if arg.startswith("-") and "=" in arg:
-        arg = arg.partition("=")[2]
-        if arg:
-            yield arg
-    if arg.startswith("@") and len(arg) > 1:
-        yield arg[1:]
+    values = [arg]
+    if arg.startswith("-") and not arg.startswith("--"):
+        values.append(arg[2:])
+    if "=" in arg:
+        values.append(arg.partition("=")[2])
+    for mark in "@<":
+        if mark in arg:
+            values.append(arg.partition(mark)[2])
+    yield from dict.fromkeys(v for v in values if v)
 
 
 def matches(

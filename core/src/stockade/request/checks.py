@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -83,6 +84,11 @@ def _private_globs(_inst: object, attr: attrs.Attribute[Any], value: tuple[str, 
             raise ValueError(
                 f"{attr.name} takes globs of paths (relative to the workspace, or absolute), "
                 f"such as 'secrets/*' or '*.pem'; got {glob!r}"
+            )
+        if posixpath.normpath(glob) != glob:  # the paths it is compared with are normalised
+            raise ValueError(
+                f"{attr.name}: the glob {glob!r} is not normalised (a trailing or doubled '/', "
+                f"'.' or '..') and would match nothing; write {posixpath.normpath(glob)!r}"
             )
 
 

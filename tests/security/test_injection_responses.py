@@ -1,0 +1,170 @@
+"""Attacks on the response side of credential injection, in each sandbox: an upstream that
+echoes the injected header back in the ways a well-behaved echo does not.
+
+The bound host here is a raw TLS server on loopback that answers each request by its path,
+echoing the ``Authorization`` it received: one byte per TLS record, in a ``103`` interim
+response, in a chunked body's trailers, past the ``Content-Length`` it announced, in the
+body of a ``HEAD`` answer, and gzip'd as a file (no ``Content-Encoding``). The command
+writes every answer it got to the workspace, and the test looks for the secret there. The
+control: the upstream did receive the secret (so it was there to echo).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import ssl
+import threading
+
+import pytest
+
+from stockade.request.spec import CredentialBinding
+from stockade.testing import self_signed_cert
+
+from .conftest import PYTHON
+from .test_credential_injection import Networked, forms_in, make_secret, one_binding_host
+
+FETCH = r"""
+import json, os, socket, ssl, sys, urllib.parse
+ph, bp, paths = os.environ["GH_TOKEN"], int(sys.argv[1]), sys.argv[2:]
+B = "bound.test:%d" % bp
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+out = {}
+for path in paths:
+    method, _, target = path.partition(" ")
+    try:
+        s = socket.create_connection((proxy.hostname, proxy.port), 20)
+        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (B, B)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += s.recv(1)
+        t = ssl.create_default_context().wrap_socket(s, server_hostname="bound.test")
+        t.settimeout(15)
+        t.sendall(("%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+                   "Connection: close\r\n\r\n" % (method, target, B, ph)).encode())
+        got = b""
+        while data := t.recv(65536):
+            got += data
+        out[path] = got.decode("latin-1")
+    except Exception as error:
+        out[path] = "error: %r" % (error,)
+open("answers.json", "w").write(json.dumps(out))
+"""
+
+
+class RawUpstream:
+    """A TLS server for ``bound.test`` that echoes the request's Authorization by path."""
+
+    def __init__(self, folder) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.cafile, key = self_signed_cert(folder, ("bound.test",))
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(self.cafile, key)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.auths: list[str] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        try:
+            with self.context.wrap_socket(conn, server_side=True) as tls:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    if not (data := tls.recv(4096)):
+                        return
+                    head += data
+                lines = head.decode("latin-1").split("\r\n")
+                path = lines[0].split(" ")[1]
+                auth = next(
+                    (v.strip() for k, _, v in (x.partition(":") for x in lines[1:])
+                     if k.lower() == "authorization"), "",
+                )  # fmt: skip
+                self.auths.append(auth)
+                for part in self._answer(path, auth.encode()):
+                    tls.sendall(part)
+                tls.unwrap()
+        except (OSError, ValueError):
+            return
+
+    def _answer(self, path: str, auth: bytes) -> list[bytes]:
+        echo = b"auth=" + auth + b"\n"
+        packed = gzip.compress(echo)
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(echo)
+        answers = {
+            "/bytewise": [bytes([c]) for c in head + echo],  # one byte per TLS record
+            "/early": [b"HTTP/1.1 103 Early Hints\r\nLink: " + auth + b"\r\n\r\n",
+                       b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"],
+            "/trailer": [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+                         b"2\r\nok\r\n0\r\nX-Echo: " + auth + b"\r\n\r\n"],
+            # more than it announced
+            "/overlong": [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok" + echo],
+            "/gzipfile": [b"HTTP/1.1 200 OK\r\nContent-Type: application/gzip\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(packed) + packed],
+        }  # fmt: skip
+        # ``/head`` answers a HEAD with a body, where none may be.
+        return answers.get(path, [head + echo])
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def raw_upstream(box):
+    server = RawUpstream(box.root / "raw")
+    yield server
+    server.close()
+
+
+def fetch(box, make_host, raw_upstream, token: str, paths: list[str]) -> dict[str, str]:
+    host = one_binding_host(
+        box,
+        make_host,
+        raw_upstream,
+        handle="github",
+        binding=CredentialBinding(f"bound.test:{raw_upstream.port}"),
+        secret=token,
+        plugin=Networked(),
+    )
+    (box.ws / "fetch.py").write_text(FETCH)
+    argv = [PYTHON, "-S", "fetch.py", str(raw_upstream.port), *paths]
+    result = host.run(box.request(argv, profile="net", credentials={"GH_TOKEN": "github"}))
+    assert result.exit_code == 0, result.stdout.text + result.stderr.text
+    answers: dict[str, str] = json.loads((box.ws / "answers.json").read_text())
+    return answers
+
+
+def test_an_echo_in_any_framing_comes_back_masked(box, make_host, raw_upstream):
+    token = make_secret()
+    paths = ["GET /plain", "GET /bytewise", "GET /early", "GET /trailer", "GET /overlong"]
+    answers = fetch(box, make_host, raw_upstream, token, [*paths, "HEAD /head"])
+    assert raw_upstream.auths == [f"Bearer {token}"] * 6  # the control: it was sent
+    assert answers["GET /plain"].endswith("auth=Bearer " + "*" * len(token) + "\n")
+    assert answers["GET /bytewise"].endswith("auth=Bearer " + "*" * len(token) + "\n")
+    assert answers["GET /early"].startswith("HTTP/1.1 103 ")
+    assert "X-Echo" not in answers["GET /trailer"]  # trailers dropped
+    for path, answer in answers.items():
+        assert forms_in(answer.encode("latin-1"), token) == [], (path, answer)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an upstream that serves the echo inside a compressed file (no Content-Encoding) "
+    "is not masked: the proxy masks the forms it knows, not what a file holds "
+    "(docs/credentials.md, where it stops)",
+)
+def test_an_echo_inside_a_compressed_file_comes_back_masked(box, make_host, raw_upstream):
+    token = make_secret()
+    answers = fetch(box, make_host, raw_upstream, token, ["GET /gzipfile"])
+    assert raw_upstream.auths == [f"Bearer {token}"]
+    body = answers["GET /gzipfile"].encode("latin-1").partition(b"\r\n\r\n")[2]
+    assert forms_in(gzip.decompress(body), token) == []
