@@ -15,6 +15,8 @@ from .results import ok, string
 if TYPE_CHECKING:
     from mcp import types
 
+    from stockade.workspace.file_types import WriteResult
+
     from .running import Context
     from .server import Service
 
@@ -58,14 +60,20 @@ async def file_write(
     """Replace a whole file, atomically."""
     path, content = string(arguments, "path"), string(arguments, "content")
     written = await asyncio.to_thread(lambda: service.workspace().file_write(path, content))
-    await _taint(service, "write", path)
+    await _taint(service, "write", path, written)
     what = "created" if written.created else ("changed" if written.changed else "unchanged")
     return ok(f"{what}: {written.path} ({written.new_size} bytes)", written)
 
 
-async def _taint(service: Service, tool: Literal["list", "read", "write"], path: str) -> None:
-    """What the tool did to the taint of the connection's run (the breaker's facts)."""
+async def _taint(
+    service: Service,
+    tool: Literal["list", "read", "write"],
+    path: str,
+    written: WriteResult | None = None,
+) -> None:
+    """What the tool did to the taint of the connection's run (the breaker's facts); a
+    write's mark goes to the name the write itself gave (``written``)."""
     profile = service.host.config.profile(service.agent)
     await asyncio.to_thread(
-        lambda: service.host.breaker.file_tool(tool, service.root(), path, profile)
+        lambda: service.host.breaker.file_tool(tool, service.root(), path, profile, written=written)
     )

@@ -12,6 +12,8 @@ from .common import report_error
 if TYPE_CHECKING:
     import argparse
 
+    from ..workspace.file_types import WriteResult
+
 
 def _root(args: argparse.Namespace) -> tuple[str, int | None]:
     """The agent profile's workspace (else the current directory) and its quota."""
@@ -25,6 +27,7 @@ def _root(args: argparse.Namespace) -> tuple[str, int | None]:
 
 def file_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Run one file tool and print its result (JSON with ``--json``)."""
+    from ..workspace.file_types import WriteResult
     from ..workspace.files import Workspace
 
     try:
@@ -36,7 +39,7 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
                 result = workspace.file_read(args.path, offset=args.offset, limit=args.limit)
             else:
                 result = workspace.file_write(args.path, sys.stdin.buffer.read())
-        _taint(args, root)
+        _taint(args, root, result if isinstance(result, WriteResult) else None)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     if args.json:
@@ -48,7 +51,7 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
     return 0
 
 
-def _taint(args: argparse.Namespace, root: str) -> None:
+def _taint(args: argparse.Namespace, root: str, written: WriteResult | None) -> None:
     """What the tool did to the taint of its run (``--run`` / ``STOCKADE_RUN``), recorded
     before anything it read is shown; without a run there is nothing to taint."""
     from .common import run_name
@@ -60,7 +63,9 @@ def _taint(args: argparse.Namespace, root: str) -> None:
 
     with Host.from_environment(args.config, environ=os.environ) as warm:
         host = warm.for_run(run_id=run)
-        host.breaker.file_tool(args.tool, root, args.path, warm.config.profile(args.profile))
+        host.breaker.file_tool(
+            args.tool, root, args.path, warm.config.profile(args.profile), written=written
+        )
         host.close()
 
 

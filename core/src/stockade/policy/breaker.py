@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from ..request.spec import ExecSpec, Profile
     from ..request.step import Agent, Carried
     from ..request.verdict import Classification
+    from ..workspace.file_types import WriteResult
 
 BY = "breaker"
 """Who decides the breaker's ``ask`` (``Decision.by``)."""
@@ -249,11 +250,20 @@ class Breaker:
     # --- a file tool ---------------------------------------------------------------------
 
     def file_tool(
-        self, tool: Literal["list", "read", "write"], root: str, path: str, profile: Profile
+        self,
+        tool: Literal["list", "read", "write"],
+        root: str,
+        path: str,
+        profile: Profile,
+        *,
+        written: WriteResult | None = None,
     ) -> None:
         """What a file tool of the run did to its taint: a listing or a read is somebody
         else's words, a read of a private path private data; a write while the run holds
         private data marks the file in the sidecar. Called after the tool succeeded.
+
+        A write marks the name it gave (``written.written_as``, from its folder descriptor,
+        never ``path`` resolved again; one unlike ``path`` is recorded as a taint too).
 
         Raises:
             RecorderFailed: a taint could not be recorded.
@@ -265,17 +275,22 @@ class Breaker:
         full = os.path.join(root, relative)
         if tool == "write":
             if self._holds_private():
-                workspace = os.path.realpath(root)
-                inside = _relative(os.path.realpath(full), workspace)
-                with self._stored():
-                    self.files().mark(
-                        workspace, [inside or relative], run_id=self.run_id, step=self._last_step()
-                    )
+                self._wrote(root, relative if written is None else written.path, written)
             return
         taints = [Taint("untrusted", f"file_{tool}", shown)]
         if tool == "read":  # the path read, and where its symlinks lead
             taints += self._private(dict.fromkeys((full, os.path.realpath(full))), root, profile)
         self._add(taints, f"file-{new_action_id()}", self.run_id, self._last_step())
+
+    def _wrote(self, root: str, name: str, written: WriteResult | None) -> None:
+        from ..request.spec import new_action_id
+
+        got, step = name if written is None else written.written_as, self._last_step()
+        with self._stored():
+            self.files().mark(self._realpath(root), [got or name], run_id=self.run_id, step=step)
+        if got != name:  # a folder moved during the write; None: out of the workspace
+            taint = Taint("private", "private-file", f"{name}: written as {got!r}")
+            self._add([taint], f"file-{new_action_id()}", self.run_id, step)
 
     def words(self, source: str, detail: str) -> None:
         """Somebody else's words that reached the run another way than a command or a file

@@ -40,30 +40,21 @@ class QuotaExceeded(StockadeError):
 
 
 def usage(folder: str) -> int:
-    """The bytes allocated to the files under ``folder``, each inode once."""
+    """The bytes allocated to the files under ``folder``, each inode once; walked through
+    folder descriptors without following a link
+    (:func:`stockade.workspace.folders.statuses`), so a folder the command swaps for a link
+    while it is counted cannot add the sizes of files outside ``folder``."""
+    from ..workspace.folders import statuses
+
     seen: set[tuple[int, int]] = set()
     total = 0
-    stack = [folder]
-    while stack:
-        directory = stack.pop()
-        try:
-            entries = os.scandir(directory)
-        except OSError:
-            continue  # gone, or unreadable: it holds nothing we can count
-        with entries:
-            for entry in entries:
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                if info.st_nlink > 1:
-                    key = (info.st_dev, info.st_ino)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                total += info.st_blocks * 512
+    for info in statuses(folder):
+        if info.st_nlink > 1:
+            key = (info.st_dev, info.st_ino)
+            if key in seen:
+                continue
+            seen.add(key)
+        total += info.st_blocks * 512
     return total
 
 

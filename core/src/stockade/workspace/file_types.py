@@ -80,7 +80,14 @@ class ReadResult:
 
 @frozen
 class WriteResult:
-    """What a write changed: whether the file was created, its sizes and sha256 before and after."""
+    """What a write changed: whether the file was created, its sizes and sha256 before and after.
+
+    ``written_as`` is where the file is, relative to the workspace, as the folder descriptor
+    the write held gives it (``/proc/self/fd``) right after the write: ``path`` unless a
+    folder on the way was renamed meanwhile; ``None`` when that folder is no longer beneath
+    the workspace (moved out, removed). The breaker marks this name, not ``path`` resolved
+    again (:meth:`stockade.policy.breaker.Breaker.file_tool`).
+    """
 
     path: str
     created: bool
@@ -89,3 +96,4 @@ class WriteResult:
     old_sha256: str | None
     new_sha256: str
     changed: bool
+    written_as: str | None = None

@@ -412,13 +412,15 @@ class Workspace:
         try:
             old_sha, old_size, old_mode = writing.old(parent, name, shown)
             if old_sha == new_sha:
-                return WriteResult(shown, False, old_size, len(data), old_sha, new_sha, False)
+                at = writing.where(self._root(), parent, name)
+                return WriteResult(shown, False, old_size, len(data), old_sha, new_sha, False, at)
             self._fits(shown, len(data) - (old_size or 0))
             writing.replace(parent, name, data, old_mode, shown)
+            where = writing.where(self._root(), parent, name)
         finally:
             os.close(parent)
         return WriteResult(
-            shown, old_sha is None, old_size, len(data), old_sha, new_sha, changed=True
+            shown, old_sha is None, old_size, len(data), old_sha, new_sha, True, where
         )
 
     def _fits(self, shown: str, growth: int) -> None:

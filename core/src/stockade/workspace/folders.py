@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import stat
 import threading
 from collections.abc import Iterator
 
@@ -128,15 +129,64 @@ class Locks:
 
 
 def usage(folder: str) -> tuple[int, int]:
-    """Bytes and files under ``folder`` (symlinks not followed)."""
+    """Bytes and files under ``folder`` (symlinks not followed; see :func:`statuses`)."""
     size = files = 0
-    for root, dirs, names in os.walk(folder):
-        for name in names:
-            with contextlib.suppress(OSError):
-                size += os.lstat(os.path.join(root, name)).st_size
-                files += 1
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(root, d))]
+    for info in statuses(folder):
+        if not stat.S_ISDIR(info.st_mode):
+            size += info.st_size
+            files += 1
     return size, files
+
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def statuses(folder: str) -> Iterator[os.stat_result]:
+    """The status of every entry under ``folder`` (not ``folder`` itself), links not
+    followed: what a quota counts.
+
+    The walk holds each folder by descriptor, reads every status relative to it, and enters
+    a subfolder by ``O_DIRECTORY | O_NOFOLLOW`` from its parent's descriptor: a folder
+    swapped for a link while it is walked is not entered (``ELOOP``), so no file outside
+    ``folder`` is counted. It holds one descriptor per level, not per folder. Hand-written
+    because :func:`os.fwalk` opens folders without ``O_DIRECTORY``, so a folder swapped for
+    a link to a FIFO at the wrong moment would block it. An entry gone or unreadable
+    holds nothing to count.
+    """
+    try:
+        top = os.open(folder, _DIR & ~os.O_NOFOLLOW)  # the root itself is the caller's
+    except OSError:
+        return
+    stack = [(top, iter(_names(top)))]
+    try:
+        while stack:
+            fd, names = stack[-1]
+            name = next(names, None)
+            if name is None:
+                os.close(stack.pop()[0])
+                continue
+            try:
+                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                continue
+            yield info
+            if stat.S_ISDIR(info.st_mode):
+                try:
+                    sub = os.open(name, _DIR, dir_fd=fd)
+                except OSError:
+                    continue  # swapped for a link or a file since its status was read
+                stack.append((sub, iter(_names(sub))))
+    finally:
+        for fd, _names_left in stack:
+            os.close(fd)
+
+
+def _names(fd: int) -> list[str]:
+    try:
+        with os.scandir(fd) as listing:
+            return [entry.name for entry in listing]
+    except OSError:
+        return []
 
 
 def clear(folder: str) -> int:

@@ -75,6 +75,22 @@ def replace(parent: int, name: str, data: bytes, mode: int | None, shown: str) -
             os.close(dirfd)
 
 
+def where(root: int, parent: int, name: str) -> str | None:
+    """Where ``name`` in folder ``parent`` is now, relative to the workspace ``root`` (both
+    descriptors), as the kernel names the held folders (``/proc/self/fd``); ``None`` when
+    the folder is no longer beneath the root (moved out, removed) or cannot be named."""
+    try:
+        base = os.readlink(f"/proc/self/fd/{root}")
+        folder = os.readlink(f"/proc/self/fd/{parent}")
+    except OSError:
+        return None
+    if folder == base:
+        return name
+    if folder.endswith(" (deleted)") or not folder.startswith(base.rstrip("/") + "/"):
+        return None
+    return folder[len(base.rstrip("/")) + 1 :] + "/" + name
+
+
 def failed(path: str, error: OSError) -> StockadeError:
     code = error.errno or 0
     return StockadeError(
