@@ -92,3 +92,16 @@ def sleeping(marker: str) -> list[int]:
             except OSError:
                 pass
     return found
+
+
+def open_fds() -> set[tuple[str, str]]:
+    """This process's open descriptors, each as (number, what it points at).
+
+    Compare two of these by difference, not by count: another thread may close one of its
+    own meanwhile, and a leak is what stays open that was not open before.
+    """
+    fds = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed already
+            fds.add((fd, os.readlink(f"/proc/self/fd/{fd}")))
+    return fds
