@@ -13,6 +13,8 @@ import pytest
 
 from stockade.config.schema import Config, PluginsConfig
 from stockade.errors import SandboxUnavailable
+from stockade.host import Host
+from stockade.testing import AllowAll
 
 pytestmark = pytest.mark.sandboxes("landlock")
 
@@ -115,6 +117,31 @@ def test_eight_threads_a_hundred_commands_each(host, box):
     assert procs.wait_until(lambda: set(own_children()) <= children, timeout=30), "processes left"
     left = list(parent.iterdir())  # only emptied ones, kept as spares for later runs
     assert len(left) <= 8 and all(not any(d.iterdir()) for d in left), left
+
+
+def test_closing_the_host_frees_its_rulesets_and_scratch(box):
+    from stockade.conformance.procs import open_fds
+
+    def used_once() -> tuple[set[tuple[str, str]], Path]:
+        host = Host(Config(sandbox="landlock"), plugins=[AllowAll()])
+        try:
+            result = host.run(box.request(["true"]))
+            assert result.exit_code == 0 and result.sandbox.provider == "landlock"
+            admitted = host.prepare(host.admit(box.request(["true"])))
+            admitted.provider.release(admitted.plan)
+            parent = Path(admitted.plan.env["TMPDIR"]).parent  # the provider's scratch parent
+            held = open_fds()
+        finally:
+            host.close()
+        return held, parent
+
+    used_once()  # the first host loads what stays for the process (filters, libraries)
+    before = open_fds()
+    held, parent = used_once()
+    # Control: while the host was open it did keep a ruleset (what closing must free).
+    assert any("landlock-ruleset" in target for _, target in held - before)
+    assert not open_fds() - before, "a closed host left descriptors open"
+    assert not parent.exists(), "a closed host left its scratch folders"
 
 
 def test_an_old_abi_is_refused_unless_partial_is_accepted(make_host, box):

@@ -160,6 +160,11 @@ class SandboxProvider(ABC):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def close(self) -> None:  # noqa: B027 - optional for a provider, so not abstract
+        """Free what the provider keeps between plans (cached descriptors, scratch folders)
+        when its host closes. Called once, after every plan it made was released; the
+        default keeps nothing, so does nothing."""
+
 
 class Unconfined(SandboxProvider):
     """The provider for ``danger-full-access``: runs the program as it is, and says so."""

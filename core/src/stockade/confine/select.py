@@ -40,6 +40,13 @@ class Providers:
                 self._probes[name] = Probe(False, f"probe failed: {error}")
         return self._probes[name]
 
+    def close(self) -> None:
+        """Close every provider made so far (:meth:`SandboxProvider.close`)."""
+        with self._lock:
+            made, self._providers = list(self._providers.values()), {}
+        for provider in made:
+            provider.close()
+
     def provider_for(self, spec: ExecSpec) -> SandboxProvider:
         """The provider that confines ``spec``: the named one, or ``auto``'s pick.
 

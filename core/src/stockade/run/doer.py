@@ -374,6 +374,7 @@ class Doer:
         return Carried(result, guarded)
 
     def close(self) -> None:
-        """Release the executor's helpers."""
+        """Release the executor's helpers, then what the providers keep between plans."""
         if self._executor is not None:
             self._executor.close()
+        self.providers.close()

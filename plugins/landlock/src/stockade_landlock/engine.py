@@ -392,6 +392,20 @@ class Engine:
                 if fd is not None:
                     os.close(fd)
 
+    def close(self) -> None:
+        """Close every cached ruleset and remove the spare scratch folders and their parent.
+
+        Plans still unreleased keep their own ruleset duplicates; the host closes this only
+        after its commands are done."""
+        with self._lock:
+            bases, self._bases = list(self._bases.values()), {}
+            spare, self._spare = self._spare, []
+            parent, self._scratch = self._scratch, None
+        for base in bases:
+            base.close()
+        for folder in [*spare, *([parent] if parent else [])]:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def _take_scratch(self) -> str:
         """An empty scratch directory of this run's own: a spare one, or a new one."""
         with self._lock:

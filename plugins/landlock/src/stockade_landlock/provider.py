@@ -89,6 +89,10 @@ class LandlockSandbox(SandboxProvider):
         super().release(plan)
         self.engine.release(plan)
 
+    def close(self) -> None:
+        """Close the cached rulesets and remove the scratch folders (the host is closing)."""
+        self.engine.close()
+
 
 def __getattr__(name: str) -> object:
     """``missing_at``, ``Prepared`` and the rest still answer here, from the engine."""
