@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from helpers import procs
+from helpers import procs, recording
 from stockade.config.schema import Config
 from stockade.host import Host
 
@@ -57,3 +57,9 @@ def _cli_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     from stockade.testing import cli_mode
 
     cli_mode(monkeypatch)
+
+
+@pytest.fixture
+def upstream() -> Iterator[recording.Upstream]:
+    """A live loopback HTTP upstream that keeps every request (:mod:`helpers.recording`)."""
+    yield from recording.serving()

@@ -8,56 +8,15 @@ words reaches the upstream.
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from helpers.mcp_session import answering, connect, make_setup, text_of
+from helpers.recording import Upstream, post
 from helpers.server import Stockade, stockade_for
-
-CURL = "/usr/bin/curl"
-
-
-class Upstream(http.server.ThreadingHTTPServer):
-    """A loopback HTTP server that keeps every request's body."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.seen: list[bytes] = []
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: Upstream
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        self.server.seen.append(self.rfile.read(length))
-        self.send_response(200)
-        self.send_header("Content-Length", "3")
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-
-    def log_message(self, *_args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    server = Upstream()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-
 
 CANARY = "PRIVATE-CANARY-6f1d"
 
@@ -82,10 +41,6 @@ def plant(ws: Path) -> None:
     (ws / "readme.txt").write_text("somebody else's words\n")
 
 
-def post(port: int, what: str) -> list[str]:
-    return [CURL, "-sS", "--max-time", "20", "--data-binary", what, f"http://allowed.test:{port}/"]
-
-
 # --- the command line, through the warm server ------------------------------------------------
 
 
@@ -108,7 +63,7 @@ def test_cli_a_kept_run_is_held_with_the_reason_shown(sk: Stockade, upstream: Up
     assert sk.run(*run, "r1", "--", "cat", "readme.txt").returncode == 0
     sent = sk.run(*run, "r1", "--", *post(upstream.port, "hello"))
     assert sent.returncode == 0, sent.stderr
-    assert upstream.seen == [b"hello"]
+    assert upstream.seen == [b"/ hello"]
     # Run r2 reads the canary in one call, then posts it in the next: held, not sent.
     read = sk.run(*run, "r2", "--", "cat", "private/notes.txt")
     assert read.stdout == CANARY.encode() + b"\n", read.stderr
@@ -117,7 +72,7 @@ def test_cli_a_kept_run_is_held_with_the_reason_shown(sk: Stockade, upstream: Up
     assert b"the breaker: this run holds private data (private-path private/notes.txt" in (
         held.stderr
     )
-    assert upstream.seen == [b"hello"]
+    assert upstream.seen == [b"/ hello"]
     # `stockade pending` shows the breaker's reason.
     pending = sk.run("pending")
     assert b"asks:   the breaker: this run holds private data" in pending.stdout
@@ -127,7 +82,7 @@ def test_cli_a_kept_run_is_held_with_the_reason_shown(sk: Stockade, upstream: Up
     # A person approves it: then it runs, and reaches the upstream.
     done = sk.run("approve", "r2", str(step["step"]))
     assert done.returncode == 0, done.stderr
-    assert upstream.seen[-1] == CANARY.encode() + b"\n"
+    assert upstream.seen[-1] == b"/ " + CANARY.encode() + b"\n"
 
 
 def test_cli_a_file_tool_taints_the_kept_run(sk: Stockade, upstream: Upstream) -> None:
@@ -151,7 +106,7 @@ def test_cli_a_file_tool_taints_the_kept_run(sk: Stockade, upstream: Upstream) -
     assert sk.run("run", "--profile", "b", "--run", "r4", "--", "cat", "readme.txt").returncode == 0
     sent = sk.run("run", "--profile", "b", "--run", "r4", "--", *post(upstream.port, "y"))
     assert sent.returncode == 0, sent.stderr
-    assert upstream.seen == [b"y"]
+    assert upstream.seen == [b"/ y"]
     # The record has the taints, with their sources; the chain verifies.
     log = json.loads(sk.run("replay", "--json", "r3", server=False).stdout)
     taints = [e["text"] for e in log if e["kind"] == "taint"]
@@ -208,7 +163,7 @@ async def test_mcp_the_elicitation_shows_the_reason(setup, upstream: Upstream) -
         await session.call_tool("file_read", {"path": "readme.txt"})
         sent = await session.call_tool("run_command", {"argv": post(upstream.port, "hi")})
     assert not sent.is_error, text_of(sent)
-    assert upstream.seen == [b"hi"] and len(asked) == 1
+    assert upstream.seen == [b"/ hi"] and len(asked) == 1
 
 
 @pytest.mark.asyncio

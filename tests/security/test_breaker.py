@@ -10,62 +10,15 @@ the opt-out, or the approval) shows that the request does reach it when let thro
 
 from __future__ import annotations
 
-import http.server
 import os
-import threading
-from collections.abc import Iterator
 
 import pytest
 
+from helpers.recording import post
 from stockade.config.schema import Config, NetworkConfig
 from stockade.errors import PolicyDenied, PolicyHeld
 from stockade.record.chain import rows
 from stockade.request.spec import Profile
-
-CURL = "/usr/bin/curl"
-
-
-class Upstream(http.server.ThreadingHTTPServer):
-    """A loopback HTTP server that keeps every request's path and body."""
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.seen: list[bytes] = []
-
-    @property
-    def port(self) -> int:
-        return int(self.server_address[1])
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: Upstream
-
-    def _answer(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        self.server.seen.append(self.path.encode() + b" " + self.rfile.read(length))
-        self.send_response(200)
-        self.send_header("Content-Length", "3")
-        self.end_headers()
-        self.wfile.write(b"ok\n")
-
-    def do_GET(self) -> None:
-        self._answer()
-
-    def do_POST(self) -> None:
-        self._answer()
-
-    def log_message(self, *_args: object) -> None:
-        pass
-
-
-@pytest.fixture
-def upstream() -> Iterator[Upstream]:
-    server = Upstream()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture
@@ -96,8 +49,8 @@ def run(host, box, argv: list[str], **kw: object):
 
 
 def send(port: int, what: str = "@private/notes.txt") -> list[str]:
-    """A ``network`` step that posts ``what`` to the allowed upstream."""
-    return [CURL, "-sS", "--max-time", "20", "--data-binary", what, f"http://allowed.test:{port}/"]
+    """A ``network`` step that posts ``what`` (by default the private notes) upstream."""
+    return post(port, what)
 
 
 def taints(host, run_id: str | None = None) -> list[tuple[str, str, str]]:

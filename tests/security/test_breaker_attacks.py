@@ -16,9 +16,9 @@ import pytest
 from stockade.errors import PolicyHeld
 from stockade.request.spec import Profile
 
-from .test_breaker import config, run, send, taints, upstream, ws
+from .test_breaker import config, run, send, taints, ws
 
-__all__ = ["upstream", "ws"]  # the fixtures, used by name
+__all__ = ["ws"]  # the fixture, used by name (the upstream is tests/conftest.py's)
 
 
 def held_after(host, box, argv: list[str], port: int) -> None:

@@ -21,13 +21,12 @@ import os
 
 import pytest
 
+from helpers.recording import CURL
 from stockade.config.schema import Config, NetworkConfig
 from stockade.conformance.procs import open_fds
 from stockade.errors import PolicyHeld
 from stockade.record.chain import rows
 from stockade.request.spec import Profile
-
-from .test_breaker import CURL, upstream  # noqa: F401 - the live listener's fixture
 
 
 @pytest.fixture
@@ -86,7 +85,7 @@ def _private_run(make_host, box, port: int):
     return host
 
 
-def _next_run_is_held(make_host, box, port: int, upstream, name: str) -> None:  # noqa: F811
+def _next_run_is_held(make_host, box, port: int, upstream, name: str) -> None:
     """A new run reads ``name`` (nothing in its name is private) and posts it: held."""
     nxt = make_host(config=_config(box, port))
     assert nxt.run(box.request(["cat", name], profile="a")).stdout.text == box.canary + "\n"
@@ -99,7 +98,7 @@ def test_a_swap_between_a_write_and_its_mark_leaves_the_private_file_marked(
     make_host,
     box,
     ws,
-    upstream,  # noqa: F811
+    upstream,
     monkeypatch,
 ) -> None:
     from stockade.workspace.files import Workspace
@@ -134,7 +133,7 @@ def test_a_write_into_a_folder_moved_during_it_marks_where_it_landed(
     make_host,
     box,
     ws,
-    upstream,  # noqa: F811
+    upstream,
     monkeypatch,
 ) -> None:
     """The folder is swapped after the write opened it: the file lands in ``out.real``; the
@@ -172,7 +171,7 @@ def test_a_commands_changed_files_are_marked_by_their_listed_names(
     make_host,
     box,
     ws,
-    upstream,  # noqa: F811
+    upstream,
     monkeypatch,
 ) -> None:
     """A command of a private run copies the private file; ``out`` is swapped for a link
