@@ -11,7 +11,6 @@ table in ``docs/peers.md`` lists exactly these.
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,38 +55,6 @@ def http_upstream() -> Iterator[int]:
     finally:
         server.shutdown()
         server.server_close()
-
-
-class Listener:
-    """A host stream socket (TCP or Unix) that counts the connections reaching it."""
-
-    def __init__(self, family: int, address: object) -> None:
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.bind(address)
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.hits = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    @property
-    def address(self) -> object:
-        return self.sock.getsockname()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.hits += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
 
 
 def net_config(box, hosts: tuple[str, ...], names: tuple[str, ...] = ()) -> Config:

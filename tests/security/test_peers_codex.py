@@ -14,9 +14,10 @@ import socket
 
 import pytest
 
+from stockade.conformance.listen import Listener
 from stockade.errors import PolicyHeld, SandboxUnavailable
 
-from .peers_common import CODEX_EXEC, CODEX_LANDLOCK, CODEX_SEATBELT, Listener
+from .peers_common import CODEX_EXEC, CODEX_LANDLOCK, CODEX_SEATBELT
 
 ON_PROTECTED = (
     "differs: the write lands in the run and the host puts the path back after it "
@@ -231,7 +232,7 @@ except OSError as e:
 
 # landlock.rs: sandbox_blocks_nc (no nc here: its zero-length connect, by hand)
 def test_sandbox_blocks_nc(host, box):
-    listener = Listener(socket.AF_INET, ("127.0.0.1", 0))
+    listener = Listener(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
     try:
         socket.create_connection(listener.address, timeout=5).close()  # control
         result = host.run(box.py(NC, str(listener.address[1])))
@@ -282,7 +283,7 @@ def test_sandbox_blocks_getent(host, box):
 
 # landlock.rs: sandbox_blocks_dev_tcp_redirection (to a live listener the host can reach)
 def test_sandbox_blocks_dev_tcp_redirection(host, box):
-    listener = Listener(socket.AF_INET, ("127.0.0.1", 0))
+    listener = Listener(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0))
     try:
         port = listener.address[1]
         result = host.run(box.request(["bash", "-c", f"echo hi > /dev/tcp/127.0.0.1/{port}"]))

@@ -16,6 +16,8 @@ import urllib.request
 
 import pytest
 
+from stockade.conformance.listen import Listener
+
 from .peers_common import (
     BODY,
     CURL,
@@ -23,7 +25,6 @@ from .peers_common import (
     SRT_INTEGRATION,
     SRT_SECCOMP,
     WGET,
-    Listener,
     NetworkPython,
     http_upstream,
     net_config,
@@ -222,7 +223,7 @@ except OSError as e:
 
 # integration.test.ts: should block Unix socket connections with seccomp
 def test_unix_socket_connections_are_blocked(host, box):
-    listener = Listener(socket.AF_UNIX, str(box.outside / "test.sock"))
+    listener = Listener(socket.AF_UNIX, socket.SOCK_STREAM, str(box.outside / "test.sock"))
     try:
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         probe.connect(str(box.outside / "test.sock"))  # control: the host reaches it

@@ -5,48 +5,12 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 
 import pytest
 
 from stockade.confine.promises import Promise
 
-
-class Listener:
-    """A host socket that counts whatever reaches it."""
-
-    def __init__(self, family, kind, address) -> None:
-        self.sock = socket.socket(family, kind)
-        self.sock.bind(address)
-        if kind == socket.SOCK_STREAM:
-            self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.hits = 0
-        self.kind = kind
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    @property
-    def address(self):
-        return self.sock.getsockname()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self.kind == socket.SOCK_STREAM:
-                    conn, _ = self.sock.accept()
-                    conn.close()
-                else:
-                    self.sock.recv(64)
-                self.hits += 1
-            except (TimeoutError, OSError):
-                continue
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
+from ..listen import Listener
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from stockade import hookimpl
 from stockade.config.schema import Config, NetworkConfig
 from stockade.confine.promises import Promise
 from stockade.conformance.ground import PYTHON
+from stockade.conformance.listen import Listener
 from stockade.request.spec import Profile
 
 BODY = "through the proxy\n"
@@ -97,42 +98,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class Counter:
-    """A TCP listener on a loopback address that counts the connections that reach it."""
-
-    def __init__(self, family: int, address: str) -> None:
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.bind((address, 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.hits = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    @property
-    def address(self) -> tuple[str, int]:
-        host, port = self.sock.getsockname()[:2]
-        return host, port
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:  # the timeout, to look at the stop flag
-                continue
-            conn.close()
-            self.hits += 1
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
-
-
 @pytest.fixture
-def counters() -> Iterator[dict[str, Counter]]:
-    made = {str(AF_INET): Counter(AF_INET, "127.0.0.1"), str(AF_INET6): Counter(AF_INET6, "::1")}
+def counters() -> Iterator[dict[str, Listener]]:
+    made = {
+        str(AF_INET): Listener(AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0)),
+        str(AF_INET6): Listener(AF_INET6, socket.SOCK_STREAM, ("::1", 0)),
+    }
     yield made
     for counter in made.values():
         counter.close()
@@ -183,7 +154,7 @@ def has_mptcp() -> bool:
 
 
 def sweep(host, box, counters, *, url: str = "", **kw):
-    targets = {family: counter.address for family, counter in counters.items()}
+    targets = {family: counter.address[:2] for family, counter in counters.items()}
     protocols = [*range(301), *DISGUISED]
     script = box.ws / "sweep.py"  # a file: `python -c` always waits for a person
     script.write_text(SWEEP)
