@@ -44,6 +44,16 @@ def plant(ws: Path) -> None:
 # --- the command line, through the warm server ------------------------------------------------
 
 
+def configure(sk: Stockade, port: int) -> None:
+    """A planted workspace and the agent ``b`` allowed the upstream, for ``sk``'s calls."""
+    ws = sk.root / "ws"
+    ws.mkdir()
+    plant(ws)
+    config = sk.root / "stockade.toml"
+    config.write_text(agent_toml(ws, port))
+    sk.env["STOCKADE_CONFIG"] = str(config)
+
+
 @pytest.fixture
 def sk(tmp_path: Path) -> Iterator[Stockade]:
     with stockade_for(tmp_path) as found:
@@ -52,12 +62,7 @@ def sk(tmp_path: Path) -> Iterator[Stockade]:
 
 
 def test_cli_a_kept_run_is_held_with_the_reason_shown(sk: Stockade, upstream: Upstream) -> None:
-    ws = sk.root / "ws"
-    ws.mkdir()
-    plant(ws)
-    config = sk.root / "stockade.toml"
-    config.write_text(agent_toml(ws, upstream.port))
-    sk.env["STOCKADE_CONFIG"] = str(config)
+    configure(sk, upstream.port)
     run = ("run", "--profile", "b", "--run")
     # Control: run r1 reads only somebody else's words; its post reaches the upstream.
     assert sk.run(*run, "r1", "--", "cat", "readme.txt").returncode == 0
@@ -86,12 +91,7 @@ def test_cli_a_kept_run_is_held_with_the_reason_shown(sk: Stockade, upstream: Up
 
 
 def test_cli_a_file_tool_taints_the_kept_run(sk: Stockade, upstream: Upstream) -> None:
-    ws = sk.root / "ws"
-    ws.mkdir()
-    plant(ws)
-    config = sk.root / "stockade.toml"
-    config.write_text(agent_toml(ws, upstream.port))
-    sk.env["STOCKADE_CONFIG"] = str(config)
+    configure(sk, upstream.port)
     # The file tool runs in the client's own process; the server's kept run sees its taint
     # through the record.
     assert sk.run("run", "--profile", "b", "--run", "r3", "--", "true").returncode == 0
@@ -117,12 +117,7 @@ def test_cli_a_file_tool_taints_the_kept_run(sk: Stockade, upstream: Upstream) -
 def test_cli_a_kept_run_keeps_its_taint_across_a_server_restart(
     sk: Stockade, upstream: Upstream
 ) -> None:
-    ws = sk.root / "ws"
-    ws.mkdir()
-    plant(ws)
-    config = sk.root / "stockade.toml"
-    config.write_text(agent_toml(ws, upstream.port))
-    sk.env["STOCKADE_CONFIG"] = str(config)
+    configure(sk, upstream.port)
     run = ("run", "--profile", "b", "--run", "r5")
     assert sk.run(*run, "--", "cat", "private/notes.txt").returncode == 0
     first = sk.wait_server()
