@@ -171,6 +171,7 @@ def resolve(
         home=home,
         caches=caches,
         writable_dotfiles=profile.writable_dotfiles,
+        layer_store=store_folder(config),
     )
 
 

@@ -9,8 +9,9 @@ from attrs import field, frozen
 
 if TYPE_CHECKING:
     from ..confine.protected import Survey
+    from ..layers.place import Layer
 from .checks import _frozen_map, _ints, _strings
-from .literals import Enforcement, HiddenKind, Mode
+from .literals import Enforcement, HiddenKind, Mode, Writes
 from .spec import ExecSpec, Limits
 
 
@@ -63,6 +64,10 @@ class SandboxFacts:
         missing: what ``partial`` enforcement leaves out (empty when ``full``).
         hidden: arguments of a failed run that name a path the sandbox hides (each also
             sets ``denied``); empty when the run succeeded.
+        writes: how a writing command's files reach its writable roots: ``layered`` (into
+            a layer of its own, landed by the host after its checks: :mod:`stockade.layers`)
+            or ``direct`` (into the real folders, protected names quarantined after it);
+            ``None`` when it writes nothing there (``read-only``) or runs unconfined.
     """
 
     provider: str
@@ -72,6 +77,7 @@ class SandboxFacts:
     runner_failed: bool = field(kw_only=True, default=False)
     missing: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     hidden: tuple[HiddenPath, ...] = field(kw_only=True, default=(), converter=_hidden_paths)
+    writes: Writes | None = field(kw_only=True, default=None)
 
 
 @frozen
@@ -119,6 +125,9 @@ class LaunchPlan:
         protection: the protected paths the provider found in the writable roots before
             the run, and whether it keeps them read-only itself; the host looks again after
             the run (:mod:`stockade.run.guard`). ``None``: the host surveys them itself.
+        layers: the command's layers, one per writable root, when it writes into layers
+            (:mod:`stockade.layers`): the host lands them once it has ended, in place of the
+            check after the run. Empty: it writes directly.
     """
 
     executable: str
@@ -137,6 +146,7 @@ class LaunchPlan:
     restrict: Callable[[], None] | None = field(kw_only=True, default=None, eq=False)
     on_output: Callable[[str, bytes], None] | None = field(kw_only=True, default=None, eq=False)
     protection: Survey | None = field(kw_only=True, default=None, eq=False)
+    layers: tuple[Layer, ...] = field(kw_only=True, default=(), eq=False)
 
     @classmethod
     def from_spec(cls, spec: ExecSpec, facts: SandboxFacts, **changes: Any) -> LaunchPlan:  # noqa: ANN401 - any field

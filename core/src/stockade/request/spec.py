@@ -33,6 +33,7 @@ from .literals import (
     ORIGINS,
     Autonomy,
     BreakerSetting,
+    Commit,
     Kind,
     Mode,
     Origin,
@@ -185,6 +186,10 @@ class ExecSpec:
         caches: an agent's package caches, kept between runs: writable in
             ``workspace-write``, read-only otherwise.
         writable_dotfiles: protected dotfiles its profile lets it write (``*``: all).
+        layer_store: the store folder where a provider that can (bubblewrap) keeps the
+            command's layers (:mod:`stockade.layers`); ``None``: it writes directly.
+        commit: when its layers land: ``always``, ``on-success`` (exit 0, not stopped), or
+            ``never`` (``--dry-run``: the result lists what would have changed).
     """
 
     action_id: str
@@ -214,6 +219,8 @@ class ExecSpec:
     home: str | None = field(kw_only=True, default=None)
     caches: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     writable_dotfiles: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    layer_store: str | None = field(kw_only=True, default=None)
+    commit: Commit = field(kw_only=True, default="always")
 
 
 @frozen

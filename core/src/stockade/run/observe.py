@@ -20,6 +20,7 @@ from .executor import AbortToken
 
 if TYPE_CHECKING:
     from ..confine.protected import Survey
+    from ..layers import Landing, Session
     from ..request.plan import LaunchPlan
     from ..request.result import Changes, Guarded, ProcessOutcome
     from ..request.spec import ExecSpec
@@ -54,7 +55,14 @@ class Observation:
         self._survey: Survey | None = None
         self._snapshot: snapshot.Snapshot | None = None
         self._folder = ""
+        self._room: int | None = None
+        self._layers: Session | None = None
+        self._commit = spec.commit
+        self.landing: Landing | None = None
         if spec.mode == "read-only":
+            return
+        if plan is not None and plan.layers:
+            self._layered(spec, plan, abort, quota_mb=quota_mb, quarantine=quarantine)
             return
         if spec.mode != "danger-full-access":
             self._guard(spec, plan, quarantine)
@@ -79,6 +87,52 @@ class Observation:
 
         self._own = self.token = AbortToken()
         self._quota = quota.Watch(spec.workspace, limit * quota.MIB, self._own, forward=abort)
+
+    def _layered(
+        self,
+        spec: ExecSpec,
+        plan: LaunchPlan,
+        abort: AbortToken | None,
+        *,
+        quota_mb: int | None,
+        quarantine: str,
+    ) -> None:
+        """The command writes into layers (:mod:`stockade.layers`): they are the list of
+        what changed and what the quota measures; they land when it ends (:meth:`finish`)."""
+        from ..layers import Rules, Session
+        from . import quota
+
+        survey = plan.protection
+        rules = Rules(
+            quarantine,
+            writable_dotfiles=tuple(survey.writable_dotfiles) if survey else (),
+            bare=survey.bare if survey else (),
+        )
+        assert spec.layer_store is not None  # noqa: S101 - a provider layers only then
+        self._layers = Session(
+            plan.layers,
+            rules,
+            store=spec.layer_store,
+            action_id=spec.action_id,
+            workspace=spec.workspace,
+        )
+        self._folder = quarantine
+        if quota_mb is None:
+            return
+        # The layer holds what the command adds: it may not take more than the quota.
+        self._own = self.token = AbortToken()
+        uppers = self._layers.uppers()
+        self._quota = quota.Watch(uppers[0], quota_mb * quota.MIB, self._own, forward=abort)
+        self._room = max(quota_mb * quota.MIB - quota.usage(spec.workspace), 0)
+
+    def _land(self, outcome: ProcessOutcome | None) -> None:
+        """Land the layers (or not, by the ``commit`` choice or the quota)."""
+        session, self._layers = self._layers, None
+        if session is None:
+            return
+        succeeded = outcome is not None and outcome.exit_code == 0 and not outcome.timed_out
+        keep = self._commit == "always" or (self._commit == "on-success" and succeeded)
+        self.landing = session.end(keep=keep, room=self._room)
 
     def _guard(self, spec: ExecSpec, plan: LaunchPlan | None, quarantine: str) -> None:
         """The survey of protected paths (the provider's, else the host's own) and, when
@@ -132,6 +186,8 @@ class Observation:
         stopped the command, or when it left the workspace over its quota; ``guarded``:
         what the check after the run quarantined and restored), and what changed in the
         workspace (as the command left it, before the check)."""
+        if self._layers is not None:
+            return self._finish_layered(outcome)
         tracker, self._changes = self._changes, None
         changed = tracker.finish() if tracker is not None else None
         watch, self._quota = self._quota, None
@@ -155,9 +211,32 @@ class Observation:
             return outcome, changed
         return attrs.evolve(outcome, limit_hit="quota", aborted=False), changed
 
+    def _finish_layered(self, outcome: ProcessOutcome) -> tuple[ProcessOutcome, Changes | None]:
+        watch, self._quota = self._quota, None
+        try:
+            if watch is not None:
+                watch.finish()
+            self._land(outcome)
+        finally:
+            self._close_token()
+        landing = self.landing
+        assert landing is not None  # noqa: S101 - _land sets it
+        guarded = self.guarded = landing.guarded
+        if guarded is not None:
+            outcome = attrs.evolve(outcome, guarded=guarded)
+        if (watch is not None and watch.exceeded) or landing.kept == "over-quota":
+            outcome = attrs.evolve(outcome, limit_hit="quota", aborted=False)
+        return outcome, landing.changes
+
     def close(self) -> None:
         """Stop watching without a result (the command did not finish, or never started);
         the protected paths are still checked: it may have run part of the way."""
+        if self._layers is not None:
+            try:
+                self._land(None)
+            except OSError:
+                self.landing = None
+            self.guarded = self.landing.guarded if self.landing else None
         try:
             self.guarded = self._check()
         except OSError:

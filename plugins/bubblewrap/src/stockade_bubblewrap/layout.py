@@ -72,6 +72,7 @@ def build(
     secrets: Iterable[str] = (),
     scan_limit: int = paths.DEFAULT_SCAN_LIMIT,
     writable_dotfiles: frozenset[str] = frozenset(),
+    overlays: Mapping[str, tuple[str, str]] | None = None,
 ) -> Layout:
     """The layout for one run.
 
@@ -92,6 +93,8 @@ def build(
             :data:`stockade.confine.system_secrets.SYSTEM_SECRETS`.
         scan_limit: directories to visit at most looking for protected paths.
         writable_dotfiles: protected dotfiles left writable (the profile's opt-out).
+        overlays: writable root -> the upper and work folders of its layer: such a root
+            is an overlay (:func:`overlay_args`), not a writable bind.
 
     Masks, scratch, binds and protected paths may nest in any order (an agent's workspace,
     home and caches live in Stockade's hidden store; a ``HOME`` may lie in the host's
@@ -126,7 +129,8 @@ def build(
         if os.path.isdir(p) and not os.path.islink(p)
     ]
     mounts += [_Mount(f, READ_ONLY) for f in read_only]  # seen even under a private /tmp
-    mounts += [_Mount(r, WRITABLE) for r in writable]
+    layered = overlays or {}
+    mounts += [_Mount(r, WRITABLE, layer=layered.get(r)) for r in writable]
     mounts += [_Mount(p, PROTECT) for p in protected]
     for mask in masks:
         kind = SCRATCH if mask.scratch else MASK_DIR if mask.is_dir else MASK_FILE
@@ -184,15 +188,24 @@ class _Mount:
     path: str
     kind: str
     why: HiddenKind = "private"  # what hides it, for a mask or a scratch tmpfs
+    layer: tuple[str, str] | None = None  # a writable root's upper and work folders
 
     def args(self) -> list[str]:
         if self.kind in _EMPTY:
             return ["--tmpfs", self.path]
+        if self.kind == WRITABLE and self.layer is not None:
+            return overlay_args(self.path, *self.layer)
         if self.kind == WRITABLE:
             return ["--bind", self.path, self.path]
         if self.kind == MASK_FILE:
             return ["--ro-bind", "/dev/null", self.path]
         return ["--ro-bind", self.path, self.path]
+
+
+def overlay_args(root: str, upper: str, work: str) -> list[str]:
+    """A writable root as an overlay: the real folder below, the command's layer above
+    (its writes land in ``upper`` only; the host lands them later: :mod:`stockade.layers`)."""
+    return ["--overlay-src", root, "--overlay", upper, work, root]
 
 
 def _ordered(mounts: list[_Mount]) -> list[_Mount]:

@@ -26,12 +26,14 @@ from stockade.confine.hiding import Recent
 from stockade.confine.promises import Gap, Promise
 from stockade.confine.provider import SandboxProvider, looks_denied, proxy_env, sealed_memfd
 from stockade.errors import SandboxUnavailable
-from stockade.request.literals import Mode
+from stockade.layers import place
+from stockade.layers.place import Layer
+from stockade.request.literals import Mode, Writes
 from stockade.request.plan import HiddenPath, LaunchPlan, Probe, SandboxFacts
 from stockade.request.result import ProcessOutcome
 from stockade.request.spec import ExecSpec
 
-from . import discover, layout
+from . import discover, layout, overlay
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -99,6 +101,7 @@ class BubblewrapSandbox(SandboxProvider):
             )
         settings = self.settings
         roots = (os.path.realpath(spec.workspace), *settings.writable_roots, *spec.grant_writable)
+        layers: tuple[Layer, ...] = ()
         bwrap = discover.select(roots if spec.mode == "workspace-write" else ())
         if not bwrap.usable:
             raise SandboxUnavailable(
@@ -124,7 +127,8 @@ class BubblewrapSandbox(SandboxProvider):
                 os.path.dirname(bwrap.path),
                 os.path.dirname(cache) if cache is not None else sys.prefix,
             )
-            plan_layout = self._layout(spec, keep)
+            layers = self._layers(spec, bwrap.path)
+            plan_layout = self._layout(spec, keep, layers)
             self._recent.remember(spec, plan_layout.hiding)
             env = dict(spec.env)
             command: tuple[str, ...] = (spec.program, *spec.argv[1:])
@@ -159,10 +163,14 @@ class BubblewrapSandbox(SandboxProvider):
             )
         except BaseException:
             os.close(filter_fd)
+            place.discard(layers)
             if bridge is not None:
                 bridge.close()
             raise
-        facts = SandboxFacts(self.PLUGIN_NAME, spec.mode, enforcement="full")
+        writes: Writes | None = None
+        if spec.mode == "workspace-write":
+            writes = "layered" if layers else "direct"
+        facts = SandboxFacts(self.PLUGIN_NAME, spec.mode, enforcement="full", writes=writes)
         fds = (
             (args_fd, filter_fd) if bridge is None else (args_fd, filter_fd, bridge.inside.fileno())
         )
@@ -178,13 +186,26 @@ class BubblewrapSandbox(SandboxProvider):
             runner=True,
             # Existing protected paths are read-only mounts: the host checks only for new ones.
             protection=attrs.evolve(plan_layout.survey, held=True) if plan_layout.survey else None,
+            layers=layers,
         )
         if bridge is not None:
             self._bridges[id(plan)] = bridge
         return plan
 
-    def _layout(self, spec: ExecSpec, keep: tuple[str, ...] = ()) -> layout.Layout:
-        """The mounts for ``spec``; ``keep``: the host's own paths, kept read-only."""
+    def _layers(self, spec: ExecSpec, bwrap: str) -> tuple[Layer, ...]:
+        """``spec``'s layers (:func:`.overlay.layers_for`), unless ``layers = false``."""
+        if not self.settings.layers:
+            return ()
+        roots = paths.writable_roots(
+            (spec.workspace, *self.settings.writable_roots, *spec.grant_writable)
+        )
+        return overlay.layers_for(spec, tuple(roots), bwrap)
+
+    def _layout(
+        self, spec: ExecSpec, keep: tuple[str, ...] = (), layers: tuple[Layer, ...] = ()
+    ) -> layout.Layout:
+        """The mounts for ``spec``; ``keep``: the host's own paths, kept read-only;
+        ``layers``: the roots that are overlays, and the folders that hold them (masked)."""
         settings = self.settings
         return layout.build(
             mode=spec.mode,
@@ -194,13 +215,14 @@ class BubblewrapSandbox(SandboxProvider):
             host_env=os.environ,
             extra_writable=(*settings.writable_roots, *spec.grant_writable),
             deny_read=settings.deny_read,
-            store=spec.hidden,
+            store=(*spec.hidden, *dict.fromkeys(layer.hide for layer in layers)),
             keep_read_only=keep,
             scratch=(spec.home,) if spec.home else (),
             shared=spec.caches,
             secrets=spec.system_secrets,
             scan_limit=settings.scan_limit,
             writable_dotfiles=paths.opened(spec.writable_dotfiles),
+            overlays={layer.root: (layer.upper, layer.work) for layer in layers},
         )
 
     def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:

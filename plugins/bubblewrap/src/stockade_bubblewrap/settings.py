@@ -16,6 +16,7 @@ CHECKS: dict[str, check.Check] = {
     "scan_limit": check.whole,
     "seccomp_cache": check.path_or_off,
     "unix_sockets": check.flag,
+    "layers": check.flag,
 }
 
 
@@ -30,6 +31,8 @@ class Settings:
         seccomp_cache: where the compiled filter is cached; ``""`` keeps it in memory only;
             ``None`` means ``$XDG_CACHE_HOME/stockade/seccomp``.
         unix_sockets: allow ``socket(AF_UNIX)`` (``socketpair`` always works).
+        layers: a ``workspace-write`` command writes into layers of its own, landed by the
+            host after its checks (:mod:`stockade.layers`); ``false``: it writes directly.
     """
 
     writable_roots: tuple[str, ...] = ()
@@ -37,6 +40,7 @@ class Settings:
     scan_limit: int = DEFAULT_SCAN_LIMIT
     seccomp_cache: str | None = None
     unix_sockets: bool = False
+    layers: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Settings:

@@ -1,0 +1,373 @@
+"""Landing a layer: what a command wrote, applied to the real root once the host checked it.
+
+Everything a command wrote in a layered root is in its upper folder (the kernel's overlay
+put it there); nothing else changed. :func:`land` walks that folder, which no process can
+touch any more (the command and all its descendants are gone), and applies each entry to
+the real root in one place, with every rule on the way:
+
+- the root is walked through folder descriptors, each opened with ``O_NOFOLLOW`` from the
+  one above (:mod:`stockade.run.beneath`'s discipline): a folder swapped for a symlink while
+  the commit runs (by another program) stops that branch, named in ``failed``; nothing is
+  ever written through a link;
+- a protected name (:func:`stockade.confine.protected.kind_of`: ``.git``, agent and editor
+  config, dotfiles, run-later folders, credential stores) never lands, at any depth: it goes
+  to the quarantine, as does a folder that git would take for a repository (``HEAD``,
+  ``objects``, ``refs``) and a known bare repository's new hooks or config;
+- a deletion (a whiteout: a ``0,0`` character device, or a file marked
+  ``overlay.whiteout``) removes the name; an opaque folder (``overlay.opaque = y``) first
+  loses what the root held there; a folder replaced by a file (or back) is handled both ways;
+- files, symlinks and other entries land by ``rename`` (same filesystem: no copy, modes,
+  times, links and symlinks as the command left them); folders take the upper's mode;
+- an entry the overlay marked in a way the host does not apply (``redirect``,
+  ``metacopy``) is refused, named in ``failed``.
+
+Landing is idempotent: each entry leaves the upper folder when it has landed (a whiteout
+after its deletion, an opaque mark after the folder was emptied), so landing again what is
+left of a layer finishes an interrupted commit (:mod:`stockade.layers.journal`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from collections.abc import Iterable, Iterator
+
+import attrs
+from attrs import frozen
+
+from ..confine import protected
+from .place import Layer
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PREFIXES = ("trusted.overlay.", "user.overlay.")
+
+
+@attrs.define
+class Tally:
+    """What landing did, filled in as it goes (paths absolute; folders end in ``/``)."""
+
+    created: list[str] = attrs.field(factory=list)
+    modified: list[str] = attrs.field(factory=list)
+    deleted: list[str] = attrs.field(factory=list)
+    quarantined: list[str] = attrs.field(factory=list)
+    failed: list[str] = attrs.field(factory=list)
+
+
+def _sorted(names: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted(names))
+
+
+@frozen
+class Rules:
+    """What a commit applies besides the layer itself.
+
+    Attributes:
+        quarantine: where protected names go: this folder plus their absolute path.
+        writable_dotfiles: the dotfiles the profile opened (they land).
+        bare: bare repositories known before the run (their hooks and config stay).
+    """
+
+    quarantine: str
+    writable_dotfiles: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
+    bare: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
+
+    @property
+    def dotfiles(self) -> frozenset[str]:
+        """The opened dotfiles, as :func:`~stockade.confine.protected.kind_of` takes them."""
+        return frozenset(self.writable_dotfiles)
+
+
+def _marks(fd: int, name: str) -> dict[str, bytes]:
+    return marks(f"/proc/self/fd/{fd}/{name}")
+
+
+def marks(path: str) -> dict[str, bytes]:
+    """The overlay's marks on ``path`` (``opaque``, ``whiteout``, ``redirect``, ...)."""
+    found: dict[str, bytes] = {}
+    try:
+        keys = os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        return found
+    for key in keys:
+        for prefix in _PREFIXES:
+            if key.startswith(prefix):
+                with contextlib.suppress(OSError):
+                    found[key[len(prefix) :]] = os.getxattr(path, key, follow_symlinks=False)
+    return found
+
+
+def whiteout(info: os.stat_result, marks: dict[str, bytes]) -> bool:
+    """Whether an upper entry stands for a deletion."""
+    if stat.S_ISCHR(info.st_mode) and info.st_rdev == 0:
+        return True
+    return stat.S_ISREG(info.st_mode) and info.st_size == 0 and "whiteout" in marks
+
+
+def land(layer: Layer, rules: Rules, tally: Tally) -> None:
+    """Apply ``layer`` to its root (see the module's docstring); what it did goes in ``tally``.
+
+    Raises:
+        OSError: the root or the upper folder cannot be opened.
+    """
+    root = os.open(layer.root, _DIR)
+    try:
+        upper = os.open(layer.upper, _DIR)
+    except BaseException:
+        os.close(root)
+        raise
+    try:
+        _merge(upper, root, layer.root, rules, tally, top=True)
+    finally:
+        os.close(upper)
+        os.close(root)
+
+
+def _open_dir(fd: int, name: str) -> int:
+    """Folder ``name`` in ``fd``, not followed; a folder of this user whose rights the
+    command took away is given them back first."""
+    try:
+        return os.open(name, _DIR, dir_fd=fd)
+    except PermissionError:
+        own = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            info = os.fstat(own)
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
+                os.chmod(f"/proc/self/fd/{own}", stat.S_IMODE(info.st_mode) | 0o700)
+        finally:
+            os.close(own)
+        return os.open(name, _DIR, dir_fd=fd)
+
+
+def _lstat(fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _names(fd: int) -> list[str]:
+    return sorted(os.listdir(fd))
+
+
+def _merge(up: int, dst: int, path: str, rules: Rules, tally: Tally, *, top: bool) -> None:
+    """Land the entries of upper folder ``up`` into real folder ``dst`` (at ``path``)."""
+    names = _names(up)
+    kept = _git_marks(up, dst, path, names, rules, top=top)
+    for name in names:
+        target = os.path.join(path, name)
+        info = os.stat(name, dir_fd=up, follow_symlinks=False)
+        marks = _marks(up, name)
+        if "redirect" in marks or "metacopy" in marks:
+            tally.failed.append(f"{target}: an overlay redirect or metacopy; not applied")
+            continue
+        if whiteout(info, marks):
+            _delete(up, dst, name, target, rules=rules, tally=tally)
+            continue
+        if name in kept or protected.kind_of(target, rules.dotfiles) is not None:
+            _quarantine(up, name, target, rules, tally)
+            continue
+        if stat.S_ISDIR(info.st_mode) and _new_repository(up, dst, name):
+            _quarantine(up, name, target, rules, tally)
+        elif stat.S_ISDIR(info.st_mode):
+            _folder(up, dst, name, target, info=info, marks=marks, rules=rules, tally=tally)
+        else:
+            _entry(up, dst, name, target, tally=tally, rules=rules)
+
+
+def _new_repository(up: int, dst: int, name: str) -> bool:
+    """Whether upper folder ``name`` is new to the root and git would take it for a
+    repository: it goes whole."""
+    if _lstat(dst, name) is not None:
+        return False
+    try:
+        return protected.git_dir(os.listdir(f"/proc/self/fd/{up}/{name}"))
+    except OSError:
+        return False
+
+
+def _git_marks(
+    up: int, dst: int, path: str, names: list[str], rules: Rules, *, top: bool
+) -> frozenset[str]:
+    """The upper names in a folder that make (or keep) it a repository: they never land."""
+    if path in rules.bare:
+        return frozenset(n for n in names if n in protected.BARE_KEPT)
+    try:
+        below = set(os.listdir(dst))
+    except OSError:
+        below = set()
+    if not protected.git_dir(below | set(names)):
+        return frozenset()
+    marks = protected.GIT_DIR_MARKS | set(protected.BARE_KEPT)
+    if top or below:  # the folder exists: its own files stay, the new marks go
+        return frozenset(n for n in names if n in marks)
+    return frozenset(names)
+
+
+def _delete(up: int, dst: int, name: str, target: str, *, rules: Rules, tally: Tally) -> None:
+    """A whiteout: remove ``name`` from the root, then the whiteout itself."""
+    if protected.kind_of(target, rules.dotfiles) is not None:
+        tally.failed.append(f"{target}: a protected path is not deleted")
+    else:
+        try:
+            _remove(dst, name, target, tally)
+        except OSError as error:
+            tally.failed.append(f"{target}: not deleted: {error.strerror}")
+            return
+    os.unlink(name, dir_fd=up)
+
+
+def _remove(dst: int, name: str, target: str, tally: Tally) -> None:
+    """Remove ``name`` in ``dst`` (a folder whole, through descriptors), noting each path."""
+    info = _lstat(dst, name)
+    if info is None:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(name, dir_fd=dst)
+        tally.deleted.append(target)
+        return
+    fd = _open_dir(dst, name)
+    try:
+        tally.deleted.extend(_listing(fd, target))
+    finally:
+        os.close(fd)
+    shutil.rmtree(name, dir_fd=dst)
+    tally.deleted.append(target + "/")
+
+
+def _listing(fd: int, path: str) -> Iterator[str]:
+    """Every path under folder ``fd`` (at ``path``), folders with a ``/``, not followed."""
+    for name in _names(fd):
+        target = os.path.join(path, name)
+        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            with contextlib.suppress(OSError):
+                inner = _open_dir(fd, name)
+                try:
+                    yield from _listing(inner, target)
+                finally:
+                    os.close(inner)
+            yield target + "/"
+        else:
+            yield target
+
+
+def _empty(dst: int, target: str, rules: Rules, tally: Tally) -> None:
+    """An opaque folder: what the root held in it goes, but a protected name stays."""
+    for name in _names(dst):
+        path = os.path.join(target, name)
+        if protected.kind_of(path, rules.dotfiles) is not None:
+            tally.failed.append(f"{path}: a protected path is not deleted")
+            continue
+        _remove(dst, name, path, tally)
+
+
+def _folder(
+    up: int,
+    dst: int,
+    name: str,
+    target: str,
+    *,
+    info: os.stat_result,
+    marks: dict[str, bytes],
+    rules: Rules,
+    tally: Tally,
+) -> None:
+    """A folder of the upper: made (or emptied when opaque) in the root, then merged."""
+    below = _lstat(dst, name)
+    if below is not None and not stat.S_ISDIR(below.st_mode):
+        os.unlink(name, dir_fd=dst)
+        tally.deleted.append(target)
+        below = None
+    if below is None:
+        os.mkdir(name, 0o700, dir_fd=dst)
+        tally.created.append(target + "/")
+    try:
+        inner_dst = _open_dir(dst, name)
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        tally.failed.append(f"{target}: swapped for a link during the commit; left alone")
+        return
+    try:
+        if marks.get("opaque") == b"y":
+            if below is not None:
+                _empty(inner_dst, target, rules, tally)
+            _unmark(up, name)
+        inner_up = _open_dir(up, name)
+        try:
+            _merge(inner_up, inner_dst, target, rules, tally, top=False)
+        finally:
+            os.close(inner_up)
+        mode = stat.S_IMODE(info.st_mode)
+        if below is None or stat.S_IMODE(below.st_mode) != mode:
+            os.fchmod(inner_dst, mode)
+            if below is not None:
+                tally.modified.append(target + "/")
+    finally:
+        os.close(inner_dst)
+
+
+def _unmark(up: int, name: str) -> None:
+    """Take the opaque mark off an upper folder once the root's folder was emptied."""
+    path = f"/proc/self/fd/{up}/{name}"
+    for prefix in _PREFIXES:
+        with contextlib.suppress(OSError):
+            os.removexattr(path, prefix + "opaque", follow_symlinks=False)
+
+
+def _entry(up: int, dst: int, name: str, target: str, *, tally: Tally, rules: Rules) -> None:
+    """A file, symlink or other non-folder: renamed into the root over what is there."""
+    below = _lstat(dst, name)
+    if below is not None and stat.S_ISDIR(below.st_mode):
+        fd = _open_dir(dst, name)
+        try:
+            _empty(fd, target, rules, tally)
+        finally:
+            os.close(fd)
+        try:
+            os.rmdir(name, dir_fd=dst)
+        except OSError as error:
+            tally.failed.append(f"{target}: the folder there stays: {error.strerror}")
+            return
+        tally.deleted.append(target + "/")
+        tally.created.append(target)
+    elif below is None:
+        tally.created.append(target)
+    else:
+        tally.modified.append(target)
+    os.rename(name, name, src_dir_fd=up, dst_dir_fd=dst)
+
+
+def _quarantine(up: int, name: str, target: str, rules: Rules, tally: Tally) -> None:
+    """A protected name: moved from the upper folder to the quarantine, never to the root."""
+    where = os.path.join(rules.quarantine, target.lstrip("/"))
+    _private(rules.quarantine)
+    os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
+    while os.path.lexists(where):
+        where += "~"
+    source = f"/proc/self/fd/{up}/{name}"
+    try:
+        os.rename(name, where, src_dir_fd=up)
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+        if os.path.isdir(source) and not os.path.islink(source):
+            shutil.copytree(source, where, symlinks=True)
+            shutil.rmtree(name, dir_fd=up)
+        else:
+            shutil.copy2(source, where, follow_symlinks=False)
+            os.unlink(name, dir_fd=up)
+    tally.quarantined.append(target)
+
+
+def _private(quarantine: str) -> None:
+    """The command's quarantine folder and the folder holding it, made 0700."""
+    above = os.path.dirname(quarantine)
+    os.makedirs(os.path.dirname(above), mode=0o700, exist_ok=True)
+    for path in (above, quarantine):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)

@@ -1,0 +1,175 @@
+"""The journal of a command's layers: a host killed mid-commit leaves nothing half-written.
+
+One small file per command, ``<store>/layers/journal/<action_id>.json``, written (to a
+temporary name, synced, renamed) before anything happens:
+
+- ``running`` when its layers are made: the command may be writing into them;
+- ``landing`` once the host decided that they land, before the first entry moves.
+
+It is removed when the layers are gone. A host that starts (:func:`recover`) looks at every
+journal whose host process is no longer alive (its pid and start time): a ``landing`` one is
+landed to the end (each entry of a layer leaves it when it landed, so what is left is what
+was not done: :mod:`stockade.layers.commit`), a ``running`` one is discarded (its command
+died with its host; nothing of it reached the root), and each is reported, to be recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Literal
+
+from attrs import field, frozen
+
+from ..request import wire
+from .commit import Rules, Tally, land
+from .place import LAYERS, Layer, discard
+
+State = Literal["running", "landing"]
+JOURNAL = "journal"
+
+
+@frozen
+class Entry:
+    """A command's layers as the journal keeps them.
+
+    Attributes:
+        action_id: the command.
+        state: ``running`` (its writes may not land yet) or ``landing`` (they land).
+        layers: its layers.
+        rules: what the commit applies.
+        pid: the host process that made them.
+        started: that process's start time (``/proc/PID/stat``), so a reused pid is told apart.
+        version: the format version.
+    """
+
+    action_id: str
+    state: State = field(kw_only=True)
+    layers: tuple[Layer, ...] = field(kw_only=True)
+    rules: Rules = field(kw_only=True)
+    pid: int = field(kw_only=True)
+    started: int = field(kw_only=True)
+    version: int = field(kw_only=True, default=1)
+
+
+@frozen
+class Recovery:
+    """What a starting host did with a commit its predecessor left.
+
+    Attributes:
+        action_id: the command whose layers they were.
+        outcome: ``finished`` (the commit had begun: it was landed to the end) or
+            ``discarded`` (the command had not ended: nothing of it landed).
+        roots: the roots its layers covered.
+        changed: paths created, modified or deleted by finishing it.
+        quarantined: protected names moved to the quarantine while finishing it.
+        failed: what could not be done, with why.
+    """
+
+    action_id: str
+    outcome: Literal["finished", "discarded"] = field(kw_only=True)
+    roots: tuple[str, ...] = field(kw_only=True)
+    changed: tuple[str, ...] = field(kw_only=True, default=())
+    quarantined: tuple[str, ...] = field(kw_only=True, default=())
+    failed: tuple[str, ...] = field(kw_only=True, default=())
+
+
+def folder(store: str) -> str:
+    """The journal's folder in ``store``."""
+    return os.path.join(store, LAYERS, JOURNAL)
+
+
+def start_time(pid: int) -> int:
+    """A process's start time in clock ticks since boot (``0``: no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat_file:
+            text = stat_file.read()
+    except OSError:
+        return 0
+    return int(text.rsplit(b")", 1)[1].split()[19])
+
+
+def write(store: str, entry: Entry) -> None:
+    """Write ``entry`` atomically: the old state or the new one, never a mix."""
+    where = folder(store)
+    os.makedirs(where, mode=0o700, exist_ok=True)
+    path = os.path.join(where, f"{entry.action_id}.json")
+    temporary = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, wire.to_json(entry).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    _sync(where)
+
+
+def remove(store: str, action_id: str) -> None:
+    """The command's layers are gone: forget them."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(os.path.join(folder(store), f"{action_id}.json"))
+
+
+def _sync(directory: str) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _alive(entry: Entry) -> bool:
+    return entry.pid == os.getpid() or (
+        entry.started != 0 and start_time(entry.pid) == entry.started
+    )
+
+
+def recover(store: str) -> list[Recovery]:
+    """Finish or discard every commit a dead host left in ``store`` (see the module)."""
+    where = folder(store)
+    try:
+        names = sorted(os.listdir(where))
+    except OSError:
+        return []
+    done: list[Recovery] = []
+    for name in names:
+        path = os.path.join(where, name)
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(path, "rb") as journal:
+                entry = wire.from_json(journal.read(), Entry)
+        except (OSError, ValueError):
+            continue  # another format, or a file being written: not ours to judge
+        if _alive(entry):
+            continue
+        done.append(_finish(entry) if entry.state == "landing" else _drop(entry))
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return done
+
+
+def _finish(entry: Entry) -> Recovery:
+    tally = Tally()
+    for layer in entry.layers:
+        try:
+            land(layer, entry.rules, tally)
+        except OSError as error:
+            tally.failed.append(f"{layer.root}: {error.strerror}")
+    discard(entry.layers)
+    return Recovery(
+        entry.action_id,
+        outcome="finished",
+        roots=tuple(layer.root for layer in entry.layers),
+        changed=(*tally.created, *tally.modified, *tally.deleted),
+        quarantined=tuple(tally.quarantined),
+        failed=tuple(tally.failed),
+    )
+
+
+def _drop(entry: Entry) -> Recovery:
+    discard(entry.layers)
+    return Recovery(
+        entry.action_id, outcome="discarded", roots=tuple(layer.root for layer in entry.layers)
+    )

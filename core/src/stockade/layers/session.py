@@ -1,0 +1,179 @@
+"""A command's layers from the start of its run to their landing (or discarding).
+
+    begin: the journal says ``running``           (the command writes into its layers)
+    end:   decide: land (``commit``, quota) or not
+           the journal says ``landing``; each layer landed; the layers and journal removed
+           -> Landing: what changed, what was quarantined, what failed, why nothing landed
+
+The changed-files list is the layers themselves: exact, no watch, no scan, no bound on the
+workspace's size.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from attrs import frozen
+
+from ..request.result import Changes, Guarded
+from . import journal
+from .commit import Rules, Tally, land, marks, whiteout
+from .place import Layer, discard
+
+Kept = Literal["landed", "discarded", "over-quota"]
+
+
+@frozen
+class Landing:
+    """What became of a command's layers.
+
+    Attributes:
+        kept: ``landed``, ``discarded`` (its ``commit`` choice, or a dry run) or
+            ``over-quota`` (landing would take its workspace past its quota: nothing landed).
+        changes: what changed in the roots (or would have, when nothing landed).
+        guarded: protected names sent to the quarantine, and what failed.
+    """
+
+    kept: Kept
+    changes: Changes
+    guarded: Guarded | None = None
+
+
+class Session:
+    """The layers of one command (``begin`` writes the journal).
+
+    Args:
+        layers: its layers.
+        rules: what landing applies.
+        store: the store folder (the journal's).
+        action_id: the command.
+        workspace: the folder the changes are named relative to.
+    """
+
+    def __init__(
+        self,
+        layers: tuple[Layer, ...],
+        rules: Rules,
+        *,
+        store: str,
+        action_id: str,
+        workspace: str,
+        limit: int = 1000,
+    ) -> None:
+        self.layers = layers
+        self.rules = rules
+        self.store = store
+        self.action_id = action_id
+        self.workspace = workspace
+        self.limit = limit
+        self._open = True
+        self._write("running")
+
+    def _write(self, state: journal.State) -> None:
+        pid = os.getpid()
+        journal.write(
+            self.store,
+            journal.Entry(
+                self.action_id,
+                state=state,
+                layers=self.layers,
+                rules=self.rules,
+                pid=pid,
+                started=journal.start_time(pid),
+            ),
+        )
+
+    def uppers(self) -> tuple[str, ...]:
+        """The folders the command writes into."""
+        return tuple(layer.upper for layer in self.layers)
+
+    def growth(self) -> int:
+        """The bytes landing would add to the roots: each upper file's blocks (an inode once)
+        less those of the file it replaces."""
+        total = 0
+        seen: set[int] = set()
+        for layer in self.layers:
+            for directory, _, files in os.walk(layer.upper):
+                rel = os.path.relpath(directory, layer.upper)
+                for name in files:
+                    info = os.lstat(os.path.join(directory, name))
+                    if info.st_ino in seen:
+                        continue
+                    seen.add(info.st_ino)
+                    total += info.st_blocks * 512
+                    try:
+                        below = os.lstat(os.path.normpath(os.path.join(layer.root, rel, name)))
+                    except OSError:
+                        continue
+                    total -= below.st_blocks * 512
+        return total
+
+    def end(self, *, keep: bool, room: int | None = None) -> Landing:
+        """Land the layers (``keep``, and they fit in ``room`` more bytes when given), or
+        list what they hold and discard them. Idempotent: a second call reports nothing."""
+        if not self._open:
+            return Landing("discarded", Changes(method="layer"))
+        self._open = False
+        try:
+            if room is not None and keep and self.growth() > room:
+                return self._discard("over-quota")
+            if not keep:
+                return self._discard("discarded")
+            self._write("landing")
+            tally = Tally()
+            for layer in self.layers:
+                try:
+                    land(layer, self.rules, tally)
+                except OSError as error:
+                    tally.failed.append(f"{layer.root}: {error.strerror}; the rest of it stays out")
+            return Landing("landed", self._changes(tally), self._guarded(tally))
+        finally:
+            discard(self.layers)
+            journal.remove(self.store, self.action_id)
+
+    def _discard(self, why: Kept) -> Landing:
+        """What the layers would have changed; nothing of it lands."""
+        tally = Tally()
+        for layer in self.layers:
+            _survey(layer.upper, layer.root, tally)
+        return Landing(why, self._changes(tally))
+
+    def _guarded(self, tally: Tally) -> Guarded | None:
+        if not (tally.quarantined or tally.failed):
+            return None
+        folder = self.rules.quarantine if tally.quarantined else None
+        return Guarded(tuple(tally.quarantined), (), folder, tuple(tally.failed))
+
+    def _changes(self, tally: Tally) -> Changes:
+        """The tally as paths relative to the workspace (absolute beyond it), capped."""
+        lists, total, room = [], 0, self.limit
+        for paths in (tally.created, tally.modified, tally.deleted):
+            named = sorted(self._relative(p) for p in paths)
+            total += len(named)
+            kept = named[: max(room, 0)]
+            room -= len(kept)
+            lists.append(tuple(kept))
+        return Changes(*lists, total=total, truncated=total > self.limit, method="layer")
+
+    def _relative(self, path: str) -> str:
+        base = self.workspace.rstrip("/") + "/"
+        return path[len(base) :] if path.startswith(base) else path
+
+
+def _survey(upper: str, root: str, tally: Tally) -> None:
+    """What an upper folder would change in ``root``, without changing anything."""
+    for directory, folders, files in os.walk(upper):
+        rel = os.path.relpath(directory, upper)
+        for name in (*folders, *files):
+            source = os.path.join(directory, name)
+            target = os.path.normpath(os.path.join(root, rel, name))
+            info = os.lstat(source)
+            slash = "/" if name in folders else ""
+            if not slash and whiteout(info, marks(source)):
+                tally.deleted.append(target)
+            elif os.path.lexists(target):
+                if not slash:
+                    tally.modified.append(target)
+            else:
+                tally.created.append(target + slash)
