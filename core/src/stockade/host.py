@@ -31,6 +31,7 @@ from . import caller
 from .config.load import load_config
 from .config.schema import Config
 from .errors import StockadeError, UsageError
+from .layers.journal import recover_recorded
 from .plugin.manager import Hooks, get_plugin_manager
 from .policy import credentials, decide, held
 from .policy.breaker import Breaker
@@ -48,6 +49,10 @@ if TYPE_CHECKING:
     from .request.result import RunResult
     from .run.tasks import TaskInfo, TaskOutput, Tasks
     from .workspace.folders import Home
+
+
+_RECOVERED: set[str] = set()
+"""The stores whose left-over layers this process has finished or discarded."""
 
 
 class Host:
@@ -219,6 +224,9 @@ class Host:
             SandboxUnavailable: no usable provider can enforce its mode; never unconfined.
         """
         action_id = admission.spec.action_id
+        if admission.spec.layer_store is not None and admission.spec.layer_store not in _RECOVERED:
+            _RECOVERED.add(admission.spec.layer_store)  # once per store and process
+            recover_recorded(admission.spec.layer_store, self.recording.record)
         try:
             return self.doer.prepare(
                 admission.step,

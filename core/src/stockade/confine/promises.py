@@ -119,6 +119,12 @@ class Promise(enum.StrEnum):
     """Protected names are read-only while the command runs (a read-only mount), not only
     put back after it."""
 
+    PROTECTED_NEVER_VISIBLE = "protected-never-visible"
+    """A protected name a command plants (a nested repository's hook, ``.claude``,
+    ``.vscode``, a rewritten ``.git/config``) is never visible to another program looking at
+    the workspace, while the command runs or after it: its writes land only through the
+    host's checks (:mod:`stockade.layers`)."""
+
 
 CORE: frozenset[Promise] = frozenset(
     {

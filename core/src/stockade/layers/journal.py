@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Literal
 
 from attrs import field, frozen
 
+from ..record.events import LayerEvent
 from ..request import wire
 from .commit import Rules, Tally, land
 from .place import LAYERS, Layer, discard
@@ -148,6 +150,24 @@ def recover(store: str) -> list[Recovery]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     return done
+
+
+def recover_recorded(store: str, record: Callable[[LayerEvent], None]) -> list[LayerEvent]:
+    """:func:`recover`, each commit finished or discarded given to ``record`` as an event."""
+    found = [
+        LayerEvent(
+            r.action_id,
+            outcome=r.outcome,
+            roots=r.roots,
+            changed=r.changed,
+            quarantined=r.quarantined,
+            failed=r.failed,
+        )
+        for r in recover(store)
+    ]
+    for event in found:
+        record(event)
+    return found
 
 
 def _finish(entry: Entry) -> Recovery:

@@ -315,6 +315,33 @@ class TaintEvent:
     kind: Literal["taint"] = field(kw_only=True, default="taint")
 
 
+@frozen
+class LayerEvent:
+    """A starting host found a command's layers that its predecessor left (it was killed).
+
+    Attributes:
+        action_id: the command whose layers they were.
+        outcome: ``finished`` (its commit had begun: landed to the end) or ``discarded``
+            (the command had not ended: nothing of it landed).
+        roots: the writable roots its layers covered.
+        changed: the paths that finishing it created, changed or deleted.
+        quarantined: protected names finishing it sent to the quarantine.
+        failed: what could not be done, with why.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    outcome: Literal["finished", "discarded"] = field(kw_only=True)
+    roots: tuple[str, ...] = field(kw_only=True, default=())
+    changed: tuple[str, ...] = field(kw_only=True, default=())
+    quarantined: tuple[str, ...] = field(kw_only=True, default=())
+    failed: tuple[str, ...] = field(kw_only=True, default=())
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["layer"] = field(kw_only=True, default="layer")
+
+
 Event = (
     ActionEvent
     | PermissionEvent
@@ -327,5 +354,6 @@ Event = (
     | DeclineEvent
     | PlacementEvent
     | TaintEvent
+    | LayerEvent
 )
 """Everything a recorder sees, tagged by its ``kind`` field."""

@@ -39,6 +39,11 @@ class LandlockSandbox(SandboxProvider):
         ),
         Gap(Promise.NETWORK_NAMESPACE, "no network namespace: the host's interfaces are listed"),
         Gap(Promise.PRIVATE_VIEW, "no mount namespace: the host's /tmp and /run stay listable"),
+        Gap(
+            Promise.PROTECTED_NEVER_VISIBLE,
+            "no overlay without a mount namespace: a command writes the real folder, and a new "
+            "protected name is quarantined only after it exits (visible meanwhile)",
+        ),
     )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:

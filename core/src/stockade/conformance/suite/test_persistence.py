@@ -152,13 +152,18 @@ attempt("rename_file", lambda: os.rename("evil", ".zshrc"))
 attempt("control", write("plain/ok.txt"))
 """
     result, out = _run(host, box, body, str(box.outside))
-    assert set(out.values()) == {"done"}, out
     made = [".envrc", ".vscode", "sub/.bashrc", ".idea", "a/b/.claude", ".zshrc"]
+    if result.sandbox.writes == "layered":
+        # An overlay refuses to rename a folder of the root (EXDEV: ``mv`` copies instead).
+        assert out.pop("rename_dir") == out.pop("rename_deep") == "Invalid cross-device link"
+        made = [m for m in made if m not in (".idea", "a/b/.claude")]
+    assert set(out.values()) == {"done"}, out
     assert sorted(result.quarantined) == sorted(str(box.ws / m) for m in made)
     for name in made:
         assert not os.path.lexists(box.ws / name), name
     assert (box.ws / "plain" / "ok.txt").exists()
-    assert not (box.ws / "evildir").exists() and (box.outside / "secret.txt").exists()
+    assert (box.outside / "secret.txt").exists()
+    assert (box.ws / "evildir").exists() == (result.sandbox.writes == "layered")
 
 
 def _repo(box):
