@@ -130,7 +130,7 @@ def _layered(root: Path, layer: Layer, script: list[str]) -> None:
     subprocess.run(argv, check=True, capture_output=True)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(tree=trees, steps=actions)
 def test_a_landed_layer_equals_the_same_actions_run_directly(tree, steps):
     base = Path(tempfile.mkdtemp(dir=Path.home()))

@@ -74,6 +74,11 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
     )
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run it in a layer and land nothing: say what it would have changed",
+    )
+    run.add_argument(
         "--run",
         dest="run_name",
         metavar="RUN",

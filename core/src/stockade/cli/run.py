@@ -66,6 +66,7 @@ def request_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Exe
         profile=args.profile,
         preapproved=args.yes,
         grant_writable=args.grant_write,
+        dry_run=args.dry_run,
     )
 
 
@@ -116,6 +117,26 @@ def _same_dir(path: str) -> bool:
         return False
 
 
+def landing_lines(result: RunResult) -> str:
+    """What a person reads of a command whose layers did not land: why, and what they held."""
+    why = {
+        "discarded": "nothing landed (a dry run, or commit = on-success and it failed)",
+        "over-quota": "nothing landed: it would take the workspace past its quota",
+    }[result.landed or "discarded"]
+    lines = [f"stockade: {why}"]
+    changes = result.changes
+    if changes is not None:
+        for label, paths in (
+            ("create", changes.created),
+            ("modify", changes.modified),
+            ("delete", changes.deleted),
+        ):
+            lines += [f"stockade: would {label} {path}" for path in paths]
+        if changes.truncated:
+            lines.append(f"stockade: ... {changes.total} in all")
+    return "\n".join(lines)
+
+
 def print_result(result: RunResult, *, as_json: bool) -> None:
     """The command's output on stdout and stderr, or the whole result as JSON."""
     if as_json:
@@ -128,6 +149,8 @@ def print_result(result: RunResult, *, as_json: bool) -> None:
     sys.stderr.write(result.stderr.text)
     if result.sandbox.enforcement == "partial":
         print(partial_line(result), file=sys.stderr)
+    if result.landed not in (None, "landed"):
+        print(landing_lines(result), file=sys.stderr)
     for refusal in result.refused:
         print(
             f"stockade: the egress proxy refused {refusal.method} {refusal.host}:{refusal.port}: "

@@ -172,6 +172,7 @@ def resolve(
         caches=caches,
         writable_dotfiles=profile.writable_dotfiles,
         layer_store=store_folder(config),
+        commit="never" if request.dry_run else profile.commit,
     )
 
 

@@ -17,6 +17,9 @@ LimitName = Literal["memory", "processes", "file_size", "cpu", "quota"]
 ChangeMethod = Literal["inotify", "scan", "layer"]
 Writes = Literal["layered", "direct"]
 Commit = Literal["always", "on-success", "never"]
+Landed = Literal["landed", "discarded", "over-quota"]
+COMMITS: tuple[Commit, ...] = ("always", "on-success")
+"""What a profile's ``commit`` may say (``never`` is a dry run's, per request)."""
 HiddenKind = Literal["private", "credential-store", "system-secret", "deny-read", "store", "socket"]
 
 ClassifierRule = Callable[[Sequence[str]], "tuple[Kind, str]"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from attrs import field, frozen
 
 from .checks import _strings
-from .literals import ChangeMethod, LimitName
+from .literals import ChangeMethod, Landed, LimitName
 from .plan import SandboxFacts
 from .spec import ExecSpec, Limits
 from .verdict import Classification, Decision
@@ -63,6 +63,7 @@ class ProcessOutcome:
         limit_hit: the resource limit that most likely ended the run, if one did.
         guarded: what the host's check after the run quarantined and restored, when it
             did anything (:mod:`stockade.run.guard`).
+        landed: what became of its layers, when it wrote into layers (:mod:`stockade.layers`).
     """
 
     exit_code: int | None
@@ -74,6 +75,7 @@ class ProcessOutcome:
     stderr: CollectedOutput = field(kw_only=True)
     limit_hit: LimitName | None = field(kw_only=True, default=None)
     guarded: Guarded | None = field(kw_only=True, default=None)
+    landed: Landed | None = field(kw_only=True, default=None)
 
 
 @frozen
@@ -155,6 +157,11 @@ class RunResult:
             workspace into the store's quarantine after it exited.
         restored: protected paths it changed, put back as they were before it ran (under a
             sandbox that cannot keep them read-only while it runs: Landlock).
+        landed: under layers (``sandbox.writes = "layered"``): ``landed`` (its writes reached
+            the real folder, less protected names), ``discarded`` (a dry run, or ``commit =
+            "on-success"`` and it failed: ``changes`` lists what would have changed) or
+            ``over-quota`` (landing would take the workspace past its quota: nothing landed).
+            ``None`` when it wrote directly.
     """
 
     action_id: str
@@ -177,6 +184,7 @@ class RunResult:
     cwd: str = field(kw_only=True, default="")
     quarantined: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     restored: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    landed: Landed | None = field(kw_only=True, default=None)
 
     @property
     def ok(self) -> bool:

@@ -29,6 +29,7 @@ from .checks import (
 from .literals import (
     AUTONOMIES,
     BREAKER_SETTINGS,
+    COMMITS,
     MODES,
     ORIGINS,
     Autonomy,
@@ -100,6 +101,8 @@ class ExecRequest:
         workspace: for a profile with no workspace of its own (a person's ``default``), the
             folder that bounds the command instead of ``cwd`` (which must lie inside it); a
             profile's own workspace always wins, and naming another one is refused.
+        dry_run: run it in layers and land nothing: the result's ``changes`` says what it
+            would have changed (refused where the sandbox cannot layer its writes).
         gate: the decision of a caller's own gate in front of the policy (the skills
             plugin's double-safety gate): recorded as the command's first permission event;
             ``deny`` refuses the command there, ``allow`` leaves the policy to decide. Set
@@ -120,6 +123,7 @@ class ExecRequest:
     preapproved: bool = field(kw_only=True, default=False)
     grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_paths)
     workspace: str | None = field(kw_only=True, default=None)
+    dry_run: bool = field(kw_only=True, default=False)
     gate: Decision | None = field(kw_only=True, default=None, validator=_gate_verdict)
 
     @classmethod
@@ -325,6 +329,9 @@ class Profile:
             a placeholder (:class:`CredentialBinding`).
         private: globs naming its private paths (relative to the workspace, or absolute):
             a run that reads one holds private data (:mod:`stockade.policy.breaker`).
+        commit: when a command's layers land (:mod:`stockade.layers`): ``always``, or
+            ``on-success`` (a command that failed, timed out or was stopped lands nothing;
+            the result says ``landed = "discarded"``).
         breaker: ``on``; ``off-allow-exfiltration`` lets a run that holds private data and
             somebody else's words reach the network without asking a person.
     """
@@ -349,3 +356,4 @@ class Profile:
         kw_only=True, default=(), converter=_strings, validator=_private_globs
     )
     breaker: BreakerSetting = field(kw_only=True, default="on", validator=_one_of(BREAKER_SETTINGS))
+    commit: Commit = field(kw_only=True, default="always", validator=_one_of(COMMITS))

@@ -370,6 +370,7 @@ class Doer:
             cwd=spec.cwd,
             quarantined=guarded.quarantined if guarded else (),
             restored=guarded.restored if guarded else (),
+            landed=outcome.landed,
         )
         return Carried(result, guarded)
 

@@ -61,6 +61,14 @@ class Observation:
         self.landing: Landing | None = None
         if spec.mode == "read-only":
             return
+        if spec.commit == "never" and not (plan is not None and plan.layers):
+            from ..errors import SandboxUnavailable
+
+            raise SandboxUnavailable(
+                "a dry run needs layers, and this command would write its folder directly "
+                f"({plan.facts.provider if plan else 'no provider'})",
+                hint="run it under bubblewrap with layers (see `stockade doctor`)",
+            )
         if plan is not None and plan.layers:
             self._layered(spec, plan, abort, quota_mb=quota_mb, quarantine=quarantine)
             return
@@ -224,6 +232,7 @@ class Observation:
         guarded = self.guarded = landing.guarded
         if guarded is not None:
             outcome = attrs.evolve(outcome, guarded=guarded)
+        outcome = attrs.evolve(outcome, landed=landing.kept)
         if (watch is not None and watch.exceeded) or landing.kept == "over-quota":
             outcome = attrs.evolve(outcome, limit_hit="quota", aborted=False)
         return outcome, landing.changes
