@@ -10,7 +10,10 @@ from stockade.config.schema import Config
 from stockade.errors import SandboxUnavailable
 from stockade.request.spec import Profile
 
-WORK = "import os, sys\nopen('new.txt', 'w').write('n')\nos.remove('old.txt')\nsys.exit(int(sys.argv[1]))"
+WORK = (
+    "import os, sys\nopen('new.txt', 'w').write('n')\nos.remove('old.txt')\n"
+    "sys.exit(int(sys.argv[1]))"
+)
 
 
 @pytest.mark.sandboxes("bubblewrap")
