@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from ..confine.provider import SandboxProvider
     from ..host import Host
+    from ..request.plan import SandboxFacts
     from ..request.spec import ExecSpec
 
 
@@ -98,10 +99,15 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
         ]
         fallback = f" (fallback: {'; '.join(passed)})" if passed else ""
         try:
-            missing = trial_missing(provider, spec, host)
+            facts = trial(provider, spec, host)
         except StockadeError as error:
             modes.append(Fact(mode, False, f"sandbox {provider.PLUGIN_NAME}: {error}"))
             continue
+        missing = None
+        if facts is not None and facts.enforcement == "partial":
+            missing = facts.missing or ("(the provider did not say what)",)
+        if facts is not None and facts.writes is not None:
+            fallback += f"; writes: {WRITES[facts.writes]}"
         if missing is not None:
             partial.append(mode)
             fallback += f"; PARTIAL enforcement, not enforced: {'; '.join(missing)}"
@@ -123,10 +129,18 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
     )
 
 
-def trial_missing(provider: SandboxProvider, spec: ExecSpec, host: Host) -> tuple[str, ...] | None:
-    """What ``provider`` leaves out of ``spec.mode``, from a plan it makes (and frees) for
-    ``true`` in an empty folder: ``None`` when it enforces the mode fully (or the mode is
-    unconfined). Nothing runs.
+WRITES = {
+    "layered": "layered (a command's writes land through the host's checks; protected "
+    "names are never visible)",
+    "direct": "direct (no overlay here: new protected names are quarantined after the "
+    "command, visible while it runs)",
+}
+
+
+def trial(provider: SandboxProvider, spec: ExecSpec, host: Host) -> SandboxFacts | None:
+    """How ``provider`` confines ``spec.mode`` (its enforcement, what it leaves out, how
+    writes land), from a plan it makes (and frees) for ``true`` in an empty folder;
+    ``None`` for an unconfined mode. Nothing runs.
 
     Raises:
         StockadeError: the provider refuses to confine the mode here.
@@ -142,10 +156,7 @@ def trial_missing(provider: SandboxProvider, spec: ExecSpec, host: Host) -> tupl
         trial = resolve(ExecRequest(["true"], folder, mode=spec.mode), host.config, host.environ)
         plan = provider.confine(trial)
         provider.release(plan)
-    facts = plan.facts
-    if facts.enforcement == "partial":
-        return facts.missing or ("(the provider did not say what)",)
-    return None
+    return plan.facts
 
 
 def doctor_command(args: argparse.Namespace, _parser: object = None) -> int:

@@ -245,6 +245,7 @@ class BubblewrapSandbox(SandboxProvider):
                     os.close(fd)
         if bridge is not None:
             bridge.close()
+        place.discard(plan.layers)  # landed already, or never taken (the host lands them)
 
     def interpret(self, plan: LaunchPlan, outcome: ProcessOutcome) -> SandboxFacts:
         """Add ``runner_failed`` (bwrap itself failed) and ``denied`` (a denial's signature)."""
