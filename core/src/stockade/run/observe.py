@@ -61,6 +61,10 @@ class Observation:
         self.landing: Landing | None = None
         if spec.mode == "read-only":
             return
+        if spec.layer_store is not None and not (plan is not None and plan.layers):
+            from ..layers.snapshots import refuse_direct
+
+            refuse_direct(spec.workspace, spec.layer_store, plan.facts.provider if plan else "")
         if spec.commit == "never" and not (plan is not None and plan.layers):
             from ..errors import SandboxUnavailable
 
