@@ -13,9 +13,10 @@ sandbox masks: no command can change it. Its id is random and names it for good.
 A **fork** is a workspace of its own, ``<store>/workspaces/.forks/ID/N/``, whose files are
 hard links to the snapshot's: making N forks costs one link per file, not N copies. They
 stay shared only because nothing ever writes a fork's file in place: a layered command
-(bubblewrap) writes into its own layer, and landing replaces a file by a rename (a new inode), never rewrites
-it. So a command whose writes would be direct (Landlock, ``layers = false``) is refused in a
-fork (``SandboxUnavailable``), before it starts: :func:`refuse_direct`.
+(bubblewrap) writes into its own layer, and landing replaces a file by a rename (a new
+inode), never rewrites it. So a command whose writes would be direct (Landlock, ``layers =
+false``) is refused in a fork (``SandboxUnavailable``), before it starts:
+:func:`refuse_direct`.
 """
 
 from __future__ import annotations
