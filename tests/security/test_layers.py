@@ -4,11 +4,17 @@ where writes cannot be layered (Landlock), never run for real."""
 
 from __future__ import annotations
 
+import os
+import threading
+import time
+from pathlib import Path
+
 import pytest
 
 from stockade.config.schema import Config
 from stockade.errors import SandboxUnavailable
 from stockade.request.spec import Profile
+from stockade.testing import EventLog
 
 WORK = (
     "import os, sys\nopen('new.txt', 'w').write('n')\nos.remove('old.txt')\n"
@@ -50,3 +56,30 @@ def test_a_dry_run_is_refused_where_writes_are_direct(box, make_host, sandbox):
     with pytest.raises(SandboxUnavailable, match="dry run"):
         host.run(box.py(WORK, "0", dry_run=True))
     assert (box.ws / "old.txt").exists() and not (box.ws / "new.txt").exists()
+
+
+@pytest.mark.sandboxes("bubblewrap")
+def test_two_commands_on_one_root_the_later_commit_keeps_its_version_aside(box, make_host, sandbox):
+    (box.ws / "shared.txt").write_text("original")
+    log = EventLog()
+    host = make_host(allow_all=True, config=Config(sandbox=sandbox), plugins=[log])
+    slow_src = (
+        "import time\ntime.sleep(1.5)\n"
+        "open('shared.txt', 'w').write('slow')\nopen('only-slow.txt', 'w').write('s')"
+    )
+    results = {}
+    slow = threading.Thread(target=lambda: results.update(slow=host.run(box.py(slow_src))))
+    slow.start()
+    time.sleep(0.5)  # the fast one starts after the slow one, and lands first
+    fast = host.run(box.py("open('shared.txt', 'w').write('fast')"))
+    slow.join()
+    late = results["slow"]
+    assert fast.landed == late.landed == "landed" and not fast.conflicts
+    assert (box.ws / "shared.txt").read_text() == "fast"  # never a mix, never overwritten
+    assert (box.ws / "only-slow.txt").read_text() == "s"  # what did not conflict landed
+    assert late.conflicts == (str(box.ws / "shared.txt"),)
+    events = [e for e in log.events if e.kind == "conflict"]
+    assert [(e.action_id, e.rivals) for e in events] == [(late.action_id, (fast.action_id,))]
+    assert events[0].folder is not None
+    kept = os.path.join(events[0].folder, "conflicts", str(box.ws / "shared.txt").lstrip("/"))
+    assert Path(kept).read_text() == "slow"

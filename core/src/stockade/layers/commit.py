@@ -53,6 +53,7 @@ class Tally:
     modified: list[str] = attrs.field(factory=list)
     deleted: list[str] = attrs.field(factory=list)
     quarantined: list[str] = attrs.field(factory=list)
+    conflicts: list[str] = attrs.field(factory=list)
     failed: list[str] = attrs.field(factory=list)
 
 
@@ -68,11 +69,16 @@ class Rules:
         quarantine: where protected names go: this folder plus their absolute path.
         writable_dotfiles: the dotfiles the profile opened (they land).
         bare: bare repositories known before the run (their hooks and config stay).
+        since: when the command started (``time.time_ns()``, less a clock tick); a path of
+            the root changed after it (by another command's commit, by a person) and
+            changed by this layer too is a conflict: this layer's version is kept aside
+            (``<quarantine>/conflicts/``), never mixed in. ``0``: no such check.
     """
 
     quarantine: str
     writable_dotfiles: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
     bare: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
+    since: int = 0
 
     @property
     def dotfiles(self) -> frozenset[str]:
@@ -163,6 +169,9 @@ def _merge(up: int, dst: int, path: str, rules: Rules, tally: Tally, *, top: boo
         if "redirect" in marks or "metacopy" in marks:
             tally.failed.append(f"{target}: an overlay redirect or metacopy; not applied")
             continue
+        if not stat.S_ISDIR(info.st_mode) and _raced(dst, name, rules):
+            _quarantine(up, name, target, rules, tally, aside="conflicts")
+            continue
         if whiteout(info, marks):
             _delete(up, dst, name, target, rules=rules, tally=tally)
             continue
@@ -175,6 +184,14 @@ def _merge(up: int, dst: int, path: str, rules: Rules, tally: Tally, *, top: boo
             _folder(up, dst, name, target, info=info, marks=marks, rules=rules, tally=tally)
         else:
             _entry(up, dst, name, target, tally=tally, rules=rules)
+
+
+def _raced(dst: int, name: str, rules: Rules) -> bool:
+    """Whether the root's ``name`` changed since the command started (a conflict)."""
+    if not rules.since:
+        return False
+    below = _lstat(dst, name)
+    return below is not None and below.st_ctime_ns > rules.since
 
 
 def _new_repository(up: int, dst: int, name: str) -> bool:
@@ -341,9 +358,12 @@ def _entry(up: int, dst: int, name: str, target: str, *, tally: Tally, rules: Ru
     os.rename(name, name, src_dir_fd=up, dst_dir_fd=dst)
 
 
-def _quarantine(up: int, name: str, target: str, rules: Rules, tally: Tally) -> None:
-    """A protected name: moved from the upper folder to the quarantine, never to the root."""
-    where = os.path.join(rules.quarantine, target.lstrip("/"))
+def _quarantine(
+    up: int, name: str, target: str, rules: Rules, tally: Tally, *, aside: str = ""
+) -> None:
+    """A protected name (or, ``aside = "conflicts"``, a conflicting version): moved from the
+    upper folder to the quarantine, never to the root."""
+    where = os.path.join(rules.quarantine, aside, target.lstrip("/"))
     _private(rules.quarantine)
     os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
     while os.path.lexists(where):
@@ -360,7 +380,7 @@ def _quarantine(up: int, name: str, target: str, rules: Rules, tally: Tally) -> 
         else:
             shutil.copy2(source, where, follow_symlinks=False)
             os.unlink(name, dir_fd=up)
-    tally.quarantined.append(target)
+    (tally.conflicts if aside else tally.quarantined).append(target)
 
 
 def _private(quarantine: str) -> None:

@@ -12,8 +12,11 @@ workspace's size.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Literal
 
+import attrs
 from attrs import frozen
 
 from ..request.result import Changes, Guarded
@@ -22,6 +25,15 @@ from .commit import Rules, Tally, land, marks, whiteout
 from .place import Layer, discard
 
 Kept = Literal["landed", "discarded", "over-quota"]
+RACY_NS = 10_000_000
+"""A clock tick and more: file times come from a coarse clock, so a change this soon before
+a command started may carry a later time (it counts as a conflict: kept aside, not lost)."""
+
+_landed: dict[str, str] = {}
+"""Path -> the command whose landing last changed it, in this process (names a conflict's
+other side); bounded by :data:`_REMEMBERED`."""
+_REMEMBERED = 100_000
+_landed_lock = threading.Lock()
 
 
 @frozen
@@ -62,7 +74,7 @@ class Session:
         limit: int = 1000,
     ) -> None:
         self.layers = layers
-        self.rules = rules
+        self.rules = attrs.evolve(rules, since=time.time_ns() - RACY_NS)
         self.store = store
         self.action_id = action_id
         self.workspace = workspace
@@ -127,6 +139,7 @@ class Session:
                     land(layer, self.rules, tally)
                 except OSError as error:
                     tally.failed.append(f"{layer.root}: {error.strerror}; the rest of it stays out")
+            self._remember(tally)
             return Landing("landed", self._changes(tally), self._guarded(tally))
         finally:
             discard(self.layers)
@@ -139,11 +152,27 @@ class Session:
             _survey(layer.upper, layer.root, tally)
         return Landing(why, self._changes(tally))
 
+    def _remember(self, tally: Tally) -> None:
+        with _landed_lock:
+            if len(_landed) > _REMEMBERED:
+                _landed.clear()
+            for path in (*tally.created, *tally.modified, *tally.deleted):
+                _landed[path.rstrip("/")] = self.action_id
+
     def _guarded(self, tally: Tally) -> Guarded | None:
-        if not (tally.quarantined or tally.failed):
+        if not (tally.quarantined or tally.failed or tally.conflicts):
             return None
-        folder = self.rules.quarantine if tally.quarantined else None
-        return Guarded(tuple(tally.quarantined), (), folder, tuple(tally.failed))
+        folder = self.rules.quarantine if tally.quarantined or tally.conflicts else None
+        with _landed_lock:
+            rivals = {_landed[p] for p in tally.conflicts if p in _landed}
+        return Guarded(
+            tuple(tally.quarantined),
+            (),
+            folder,
+            tuple(tally.failed),
+            conflicts=tuple(tally.conflicts),
+            rivals=tuple(sorted(rivals)),
+        )
 
     def _changes(self, tally: Tally) -> Changes:
         """The tally as paths relative to the workspace (absolute beyond it), capped."""

@@ -316,6 +316,29 @@ class TaintEvent:
 
 
 @frozen
+class ConflictEvent:
+    """A command's layer changed paths that others changed since it started: its versions
+    were kept aside (the quarantine's ``conflicts`` folder), never mixed in.
+
+    Attributes:
+        action_id: the command whose versions were kept aside.
+        paths: the paths in conflict.
+        rivals: the commands whose landing changed them first (empty: another program).
+        folder: where its versions went: this folder, ``conflicts``, then each path.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    paths: tuple[str, ...] = field(kw_only=True)
+    rivals: tuple[str, ...] = field(kw_only=True, default=())
+    folder: str | None = field(kw_only=True, default=None)
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["conflict"] = field(kw_only=True, default="conflict")
+
+
+@frozen
 class LayerEvent:
     """A starting host found a command's layers that its predecessor left (it was killed).
 
@@ -355,5 +378,6 @@ Event = (
     | PlacementEvent
     | TaintEvent
     | LayerEvent
+    | ConflictEvent
 )
 """Everything a recorder sees, tagged by its ``kind`` field."""

@@ -159,8 +159,18 @@ class Recording:
         from . import events
 
         try:
-            if carried.guarded is not None:
-                self.hooks.record(events.QuarantineEvent.of(result.action_id, carried.guarded))
+            guarded = carried.guarded
+            if guarded is not None and (guarded.quarantined or guarded.restored or guarded.failed):
+                self.hooks.record(events.QuarantineEvent.of(result.action_id, guarded))
+            if guarded is not None and guarded.conflicts:
+                self.hooks.record(
+                    events.ConflictEvent(
+                        result.action_id,
+                        paths=guarded.conflicts,
+                        rivals=guarded.rivals,
+                        folder=guarded.folder,
+                    )
+                )
             self.hooks.record(events.ResultEvent(result.action_id, result))
         except Exception as error:
             raise RecorderFailed(

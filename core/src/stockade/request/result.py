@@ -21,12 +21,18 @@ class Guarded:
         restored: the protected paths put back as they were before the run.
         folder: where the quarantined paths went (``None`` when nothing was moved).
         failed: paths that could be neither moved nor put back, with why.
+        conflicts: paths its layer changed that another command (or a person) changed too
+            since it started: its version went to ``folder/conflicts/`` instead of landing.
+        rivals: the commands (action ids) whose landing changed those paths, when this
+            process landed them (another program's change names none).
     """
 
     quarantined: tuple[str, ...] = ()
     restored: tuple[str, ...] = ()
     folder: str | None = None
     failed: tuple[str, ...] = ()
+    conflicts: tuple[str, ...] = ()
+    rivals: tuple[str, ...] = ()
 
 
 @frozen
@@ -162,6 +168,9 @@ class RunResult:
             "on-success"`` and it failed: ``changes`` lists what would have changed) or
             ``over-quota`` (landing would take the workspace past its quota: nothing landed).
             ``None`` when it wrote directly.
+        conflicts: paths its layer changed that another command (or a person) changed
+            since it started: its versions were kept aside in the quarantine's
+            ``conflicts`` folder, never mixed in (a ``conflict`` event names the other side).
     """
 
     action_id: str
@@ -185,6 +194,7 @@ class RunResult:
     quarantined: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     restored: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     landed: Landed | None = field(kw_only=True, default=None)
+    conflicts: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
     @property
     def ok(self) -> bool:

@@ -371,6 +371,7 @@ class Doer:
             quarantined=guarded.quarantined if guarded else (),
             restored=guarded.restored if guarded else (),
             landed=outcome.landed,
+            conflicts=guarded.conflicts if guarded else (),
         )
         return Carried(result, guarded)
 
