@@ -640,6 +640,8 @@ def test_cli_json_result_keys(cli):
             "cwd",
             "quarantined",
             "restored",
+            "landed",
+            "conflicts",
         ]
     )
     assert sorted(result["limits"]) == ["cpu_seconds", "file_size_mb", "memory_mb", "processes"]
@@ -652,6 +654,7 @@ def test_cli_json_result_keys(cli):
         "mode",
         "provider",
         "runner_failed",
+        "writes",
     ]
 
 
@@ -798,6 +801,7 @@ deny_read = ["/etc/ssl/private"]    # also masked, in every mode
 scan_limit = 50000                  # a large monorepo: walk up to 50,000 directories
 seccomp_cache = ""                  # no disk cache: compile once per process (~22 ms)
 unix_sockets = false                # socket(AF_UNIX) stays refused (the default)
+layers = true                       # writes land through the host's checks (the default)
 # --8<-- [end:bubblewrap-toml]
 """
 
@@ -808,7 +812,9 @@ def test_the_bubblewrap_config_example_sets_every_setting_and_runs(make_host, tm
     host = make_host(allow_all=True, config=attrs.evolve(config, sandbox="bubblewrap"))
     result = host.run(ExecRequest(["touch", "made"], str(tmp_path), mode="workspace-write"))
     assert result.ok
-    assert result.sandbox == SandboxFacts("bubblewrap", "workspace-write", enforcement="full")
+    assert result.sandbox == SandboxFacts(
+        "bubblewrap", "workspace-write", enforcement="full", writes="layered"
+    )
     assert (tmp_path / "made").exists()
 
 

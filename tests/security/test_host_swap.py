@@ -16,8 +16,19 @@ from pathlib import Path
 
 import pytest
 
+from stockade.config.schema import Config, PluginsConfig
 from stockade.errors import SandboxUnavailable
 from stockade.run import beneath, changes, guard, snapshot
+
+
+@pytest.fixture
+def host(make_host, sandbox, box):
+    """An allow-all host writing directly (``layers = false``): this file attacks the host's
+    check after a direct run; a layered run's commit has its own swap test
+    (``tests/test_layers_commit.py``)."""
+    del box  # the box sets the private state folder first
+    off = PluginsConfig(settings={"bubblewrap": {"layers": False}})
+    return make_host(allow_all=True, config=Config(sandbox=sandbox, plugins=off))
 
 
 def _swap(box):

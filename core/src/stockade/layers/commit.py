@@ -125,7 +125,8 @@ def land(layer: Layer, rules: Rules, tally: Tally) -> None:
         os.close(root)
         raise
     try:
-        _merge(upper, root, layer.root, rules, tally, top=True)
+        xwhite = marks(f"/proc/self/fd/{upper}").get("opaque") == b"x"
+        _merge(upper, root, layer.root, rules, tally, top=True, xwhite=xwhite)
     finally:
         os.close(upper)
         os.close(root)
@@ -158,40 +159,44 @@ def _names(fd: int) -> list[str]:
     return sorted(os.listdir(fd))
 
 
-def _merge(up: int, dst: int, path: str, rules: Rules, tally: Tally, *, top: bool) -> None:
-    """Land the entries of upper folder ``up`` into real folder ``dst`` (at ``path``)."""
-    names = _names(up)
-    kept = _git_marks(up, dst, path, names, rules, top=top)
-    for name in names:
+def _merge(
+    up: int, dst: int, path: str, rules: Rules, tally: Tally, *, top: bool, xwhite: bool = False
+) -> None:
+    """Land the entries of upper folder ``up`` into real folder ``dst`` (at ``path``).
+
+    Only folders carry the overlay's marks (``opaque``, ``redirect``), and files only in a
+    folder marked ``opaque = x`` (the newer kernels' whiteout files): the others are not
+    asked, nor stat-ed but for a character device (a whiteout)."""
+    with os.scandir(up) as listing:
+        entries = sorted(listing, key=lambda e: e.name)
+    kept = _git_marks(up, dst, path, [e.name for e in entries], rules, top=top)
+    for entry in entries:
+        name = entry.name
         target = os.path.join(path, name)
-        info = os.stat(name, dir_fd=up, follow_symlinks=False)
-        marks = _marks(up, name)
+        folder = entry.is_dir(follow_symlinks=False)
+        odd = not folder and not entry.is_symlink() and (xwhite or not entry.is_file())
+        info = entry.stat(follow_symlinks=False) if folder or odd else None
+        marks = _marks(up, name) if folder or (xwhite and entry.is_file()) else {}
         if "redirect" in marks or "metacopy" in marks:
             tally.failed.append(f"{target}: an overlay redirect or metacopy; not applied")
             continue
-        if not stat.S_ISDIR(info.st_mode) and _raced(dst, name, rules):
+        below = None if folder else _lstat(dst, name)
+        if below is not None and rules.since and below.st_ctime_ns > rules.since:
             _quarantine(up, name, target, rules, tally, aside="conflicts")
             continue
-        if whiteout(info, marks):
+        if info is not None and whiteout(info, marks):
             _delete(up, dst, name, target, rules=rules, tally=tally)
             continue
         if name in kept or protected.kind_of(target, rules.dotfiles) is not None:
             _quarantine(up, name, target, rules, tally)
             continue
-        if stat.S_ISDIR(info.st_mode) and _new_repository(up, dst, name):
+        if folder and _new_repository(up, dst, name):
             _quarantine(up, name, target, rules, tally)
-        elif stat.S_ISDIR(info.st_mode):
+        elif folder:
+            assert info is not None  # noqa: S101 - stat-ed above for every folder
             _folder(up, dst, name, target, info=info, marks=marks, rules=rules, tally=tally)
         else:
-            _entry(up, dst, name, target, tally=tally, rules=rules)
-
-
-def _raced(dst: int, name: str, rules: Rules) -> bool:
-    """Whether the root's ``name`` changed since the command started (a conflict)."""
-    if not rules.since:
-        return False
-    below = _lstat(dst, name)
-    return below is not None and below.st_ctime_ns > rules.since
+            _entry(up, dst, name, target, below=below, tally=tally, rules=rules)
 
 
 def _new_repository(up: int, dst: int, name: str) -> bool:
@@ -211,13 +216,15 @@ def _git_marks(
     """The upper names in a folder that make (or keep) it a repository: they never land."""
     if path in rules.bare:
         return frozenset(n for n in names if n in protected.BARE_KEPT)
+    marks = protected.GIT_DIR_MARKS | set(protected.BARE_KEPT)
+    if marks.isdisjoint(names):
+        return frozenset()  # the layer adds none of a repository's own names here
     try:
         below = set(os.listdir(dst))
     except OSError:
         below = set()
     if not protected.git_dir(below | set(names)):
         return frozenset()
-    marks = protected.GIT_DIR_MARKS | set(protected.BARE_KEPT)
     if top or below:  # the folder exists: its own files stay, the new marks go
         return frozenset(n for n in names if n in marks)
     return frozenset(names)
@@ -315,7 +322,8 @@ def _folder(
             _unmark(up, name)
         inner_up = _open_dir(up, name)
         try:
-            _merge(inner_up, inner_dst, target, rules, tally, top=False)
+            xwhite = marks.get("opaque") == b"x"
+            _merge(inner_up, inner_dst, target, rules, tally, top=False, xwhite=xwhite)
         finally:
             os.close(inner_up)
         mode = stat.S_IMODE(info.st_mode)
@@ -335,9 +343,18 @@ def _unmark(up: int, name: str) -> None:
             os.removexattr(path, prefix + "opaque", follow_symlinks=False)
 
 
-def _entry(up: int, dst: int, name: str, target: str, *, tally: Tally, rules: Rules) -> None:
-    """A file, symlink or other non-folder: renamed into the root over what is there."""
-    below = _lstat(dst, name)
+def _entry(
+    up: int,
+    dst: int,
+    name: str,
+    target: str,
+    *,
+    below: os.stat_result | None,
+    tally: Tally,
+    rules: Rules,
+) -> None:
+    """A file, symlink or other non-folder: renamed into the root over what is there
+    (``below``, as it was just looked at)."""
     if below is not None and stat.S_ISDIR(below.st_mode):
         fd = _open_dir(dst, name)
         try:

@@ -1,0 +1,200 @@
+"""What layered workspaces cost (:mod:`stockade.layers`): ``uv run python bench/layers.py``.
+
+Four figures, each against a baseline measured in the same run, interleaved:
+
+1. **Set-up.** ``Host.run(["true"])`` under bubblewrap in ``workspace-write`` with layers
+   against the same host with ``layers = false`` (direct writes), and raw ``bwrap true``
+   with one ``--overlay`` against raw ``bwrap true`` with a ``--bind``: what the layer adds
+   (making it, the journal, the mount, landing an empty layer). Target: **+1 ms**.
+2. **Commit of 1,000 new files** (in 10 folders): :func:`stockade.layers.land` alone, on an
+   upper folder made outside the timing. Target: **at most 50 ms**.
+3. **One changed file in a 100,000-file workspace**: landing a layer holding that one file,
+   against today's watch path (``changes.Watch(root)`` then ``finish()``, inotify) on the
+   same tree. Target: **at most 2 ms**.
+4. **Copy-up of a 100 MB file**: ``sh -c 'echo x >> big'`` in bwrap over an overlay, against
+   the same with the folder bound directly: the first write to an existing file copies it
+   whole into the layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from stockade_bubblewrap import discover
+from stockade_bubblewrap.layout import overlay_args
+
+import timing  # bench/timing.py
+from stockade.config.schema import Config, PluginsConfig
+from stockade.host import Host
+from stockade.layers import Rules, Tally, land
+from stockade.layers.place import Layer
+from stockade.request.spec import ExecRequest
+from stockade.run.changes import Watch
+from stockade.testing import AllowAll
+
+SETUP_TARGET_MS, COMMIT_TARGET_MS, ONE_TARGET_MS = 1.0, 50.0, 2.0
+
+
+def _bwrap(*mount: str, command: tuple[str, ...] = ("true",)) -> Callable[[], int]:
+    argv = [discover.select().path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/"]
+    argv += ["--dev", "/dev", "--proc", "/proc", *mount, "--", *command]
+    return lambda: subprocess.run(argv, check=False).returncode
+
+
+def setup(base: Path, runs: int) -> dict[str, timing.Stats]:
+    ws = base / "ws"
+    ws.mkdir()
+    layered = Host(Config(sandbox="bubblewrap"), plugins=[AllowAll()])
+    off = {"bubblewrap": {"layers": False}}
+    direct = Host(
+        Config(sandbox="bubblewrap", plugins=PluginsConfig(settings=off)), plugins=[AllowAll()]
+    )
+    request = ExecRequest(["true"], str(ws), mode="workspace-write")
+    upper, work = base / "upper", base / "work"
+
+    def fresh_overlay() -> int:
+        for folder in (upper, work):
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+        return overlay()
+
+    overlay = _bwrap(*overlay_args(str(ws), str(upper), str(work)))
+    cases = {
+        "Host.run true, layered": lambda: layered.run(request).exit_code or 0,
+        "Host.run true, direct (layers = false)": lambda: direct.run(request).exit_code or 0,
+        "raw bwrap true, --overlay": fresh_overlay,
+        "raw bwrap true, --bind": _bwrap("--bind", str(ws), str(ws)),
+    }
+    try:
+        return timing.interleaved(cases, runs, max(runs // 10, 3))
+    finally:
+        layered.close()
+        direct.close()
+
+
+def _upper(base: Path, root: Path, files: dict[str, bytes]) -> Layer:
+    folder = Path(tempfile.mkdtemp(dir=base))
+    layer = Layer(str(root), str(folder), str(base))
+    for rel, data in files.items():
+        path = Path(layer.upper) / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return layer
+
+
+def commit(base: Path, runs: int) -> dict[str, timing.Stats]:
+    root = base / "root1000"
+    for n in range(10):
+        (root / f"d{n}").mkdir(parents=True)
+    new = {f"d{n % 10}/new{n}.txt": b"x" for n in range(1000)}
+    samples = []
+    for _ in range(runs):
+        layer = _upper(base, root, new)
+        tally = Tally()
+        start = timing.time.perf_counter()
+        land(layer, Rules(str(base / "q")), tally)
+        samples.append((timing.time.perf_counter() - start) * 1000)
+        assert len(tally.created) == 1000
+        for n in range(10):
+            shutil.rmtree(root / f"d{n}")
+            (root / f"d{n}").mkdir()
+        shutil.rmtree(layer.folder)
+    return {"land 1,000 new files": timing.summarize(samples)}
+
+
+def one_change(base: Path, runs: int) -> dict[str, timing.Stats]:
+    root = base / "root100k"
+    for d in range(100):
+        folder = root / f"d{d}"
+        folder.mkdir(parents=True)
+        for f in range(1000):
+            (folder / f"f{f}").touch()
+
+    def layered() -> int:
+        layer = _upper(base, root, {"d50/f500": b"changed"})
+        land(layer, Rules(str(base / "q")), Tally())
+        shutil.rmtree(layer.folder)
+        return 0
+
+    def watched() -> int:
+        watch = Watch(str(root), max_entries=200_000)
+        (root / "d50" / "f500").write_bytes(b"changed")
+        watch.finish()
+        return 0
+
+    return timing.interleaved(
+        {"land 1 changed file (100,000 files)": layered, "watch + finish (100,000 files)": watched},
+        runs,
+        2,
+    )
+
+
+def copy_up(base: Path, runs: int) -> dict[str, timing.Stats]:
+    ws = base / "big"
+    ws.mkdir()
+    with open(ws / "big", "wb") as big:
+        big.truncate(0)
+        big.write(os.urandom(1 << 20) * 100)
+    upper, work = base / "bu", base / "bw"
+    append = ("sh", "-c", f"echo x >> {ws}/big")
+    overlay = _bwrap(*overlay_args(str(ws), str(upper), str(work)), command=append)
+
+    def fresh() -> int:
+        for folder in (upper, work):
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+        return overlay()
+
+    direct = _bwrap("--bind", str(ws), str(ws), command=append)
+    return timing.interleaved(
+        {"append to a 100 MB file, layered (copy-up)": fresh, "same, direct": direct}, runs, 1
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=40)
+    args = parser.parse_args()
+    figures: dict[str, timing.Stats] = {}
+    base = Path(tempfile.mkdtemp(dir=Path.home(), prefix=".stockade-bench-"))
+    try:
+        for section in (setup, commit, one_change):
+            figures.update(section(base, args.runs))
+        figures.update(copy_up(base, max(args.runs // 4, 5)))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(timing.HEAD)
+    for name, stats in figures.items():
+        print(timing.row(name, stats))
+    added = (
+        figures["Host.run true, layered"]["median"]
+        - figures["Host.run true, direct (layers = false)"]["median"]
+    )
+    kernel = (
+        figures["raw bwrap true, --overlay"]["median"] - figures["raw bwrap true, --bind"]["median"]
+    )
+    verdicts = {
+        "layer set-up (Host, layered - direct)": (added, SETUP_TARGET_MS),
+        "of which the overlay mount (raw bwrap)": (kernel, SETUP_TARGET_MS),
+        "commit of 1,000 new files": (figures["land 1,000 new files"]["median"], COMMIT_TARGET_MS),
+        "1 changed file of 100,000": (
+            figures["land 1 changed file (100,000 files)"]["median"],
+            ONE_TARGET_MS,
+        ),
+    }
+    for label, (value, target) in verdicts.items():
+        met = "met" if value <= target else "NOT met"
+        print(f"  {label:<62} {value:>10.3f} ms   target <= {target:g} ms: {met}")
+    print("BENCH " + json.dumps({"figures": figures, "python": sys.version.split()[0]}))
+
+
+if __name__ == "__main__":
+    main()
