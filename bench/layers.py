@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,9 +100,9 @@ def commit(base: Path, runs: int) -> dict[str, timing.Stats]:
     for _ in range(runs):
         layer = _upper(base, root, new)
         tally = Tally()
-        start = timing.time.perf_counter()
+        start = time.perf_counter()
         land(layer, Rules(str(base / "q")), tally)
-        samples.append((timing.time.perf_counter() - start) * 1000)
+        samples.append((time.perf_counter() - start) * 1000)
         assert len(tally.created) == 1000
         for n in range(10):
             shutil.rmtree(root / f"d{n}")
