@@ -45,9 +45,7 @@ are watched) is marked in the sidecar, so the next run that reads it holds priva
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -57,6 +55,7 @@ from attrs import frozen
 
 from ..errors import RecorderFailed
 from ..request.verdict import Decision
+from .named import matches, named, relative_to
 
 if TYPE_CHECKING:
     from ..config.schema import Config
@@ -76,7 +75,6 @@ OPT_OUT = "off-allow-exfiltration"
 """The profile's ``breaker`` setting that turns the check off."""
 SHOWN = 3
 """How many sources of each kind a reason names before it counts the rest."""
-_WILD = "*?["
 
 
 @frozen
@@ -136,25 +134,13 @@ class Breaker:
                     kind: TaintKind = "private" if taint == "private" else "untrusted"
                     found_taint = Taint(kind, source, detail)
                     self._taints.setdefault(key(found_taint), found_taint)
-        with self._lock:
-            taints = list(self._taints.values())
-        return (
-            [t for t in taints if t.taint == "private"],
-            [t for t in taints if t.taint == "untrusted"],
-        )
+        return self._held()
 
     def _holds_private(self, run_id: str | None = None) -> bool:
         """Whether the run (or ``run_id``: a held step of another run this host released)
         holds private data."""
         if run_id is not None and run_id != self.run_id:
-            if not self.recording.active:
-                return False
-            from ..record.taint import recorded
-
-            found: list[tuple[str, str, str]] = []
-            with self._stored():
-                found = recorded(self._store(), run_id)[0]
-            return any(taint == "private" for taint, _, _ in found)
+            return bool(self._of(run_id)[0])
         with self._lock:
             if any(t.taint == "private" for t in self._taints.values()):
                 return True
@@ -196,10 +182,50 @@ class Breaker:
             return None
         if classification.kind != "network" and spec.mode != "danger-full-access":
             return None
-        private, untrusted = self.holds()
+        private, untrusted = self.holds() if spec.run_id == self.run_id else self._of(spec.run_id)
         if not private or not untrusted:
             return None
         return Decision("ask", reason(private, untrusted), by=BY)
+
+    def at_connection(self, run_id: str, profile: Profile, *, over_breaker: bool) -> str | None:
+        """The check where bytes leave, asked by a step's egress proxy on each connection
+        when it is made: the breaker's reason to refuse it when the run (``run_id``: the
+        step's own, which may be a held step of another run this host released) holds
+        private data and somebody else's words now, unless a person approved the step after
+        the run held both (``over_breaker``) or the profile opts out; else ``None``.
+
+        What made the run hold both does not matter here: a task admitted while the run was
+        clean, a program run by a program, a file tool of another process (read back from
+        the record): whatever opens the connection, the run's taint at that moment decides.
+        """
+        if over_breaker or profile.breaker == OPT_OUT:
+            return None
+        if run_id != self.run_id:
+            private, untrusted = self._of(run_id)
+        else:  # this process's count first; the record only when it does not hold both
+            private, untrusted = self._held()
+            if not private or not untrusted:
+                private, untrusted = self.holds()
+        if not private or not untrusted:
+            return None
+        return "refused at the egress proxy: " + reason(private, untrusted)
+
+    def _held(self) -> tuple[list[Taint], list[Taint]]:
+        """What this process has counted of its run, without reading the record."""
+        with self._lock:
+            return _split(list(self._taints.values()))
+
+    def _of(self, run_id: str) -> tuple[list[Taint], list[Taint]]:
+        """The taints of another run, read back from the record."""
+        if not self.recording.active:
+            return [], []
+        from ..record.taint import recorded
+
+        found: list[tuple[str, str, str]] = []
+        with self._stored():
+            found = recorded(self._store(), run_id)[0]
+        taints = [Taint("private" if t == "private" else "untrusted", s, d) for t, s, d in found]
+        return _split(taints)
 
     def finish(
         self, spec: ExecSpec, carried: Carried, record: Callable[[Carried], RunResult]
@@ -332,7 +358,8 @@ class Breaker:
         taints: list[Taint] = []
         inside: dict[str, None] = {}
         for path in paths:
-            relative = next((r for r in (_relative(path, w) for w in roots) if r is not None), None)
+            found = (relative_to(path, w) for w in roots)
+            relative = next((r for r in found if r is not None), None)
             if relative is not None and os.path.lexists(path):  # nothing to read otherwise
                 inside.setdefault(relative, None)
             glob = matches(path, relative, profile.private, folders=not own)
@@ -400,6 +427,13 @@ ONCE = frozenset({"output", "network"})
 a step a thousand steps later that prints again tells the breaker nothing new."""
 
 
+def _split(taints: list[Taint]) -> tuple[list[Taint], list[Taint]]:
+    return (
+        [t for t in taints if t.taint == "private"],
+        [t for t in taints if t.taint == "untrusted"],
+    )
+
+
 def key(taint: Taint) -> tuple[str, ...]:
     """What makes a taint new to a run: a private thing, or a file read or listed, each
     time it differs; output and network once (:data:`ONCE`)."""
@@ -428,73 +462,3 @@ def _shown(argv: Iterable[str]) -> str:
     from ..display import command
 
     return command(argv)
-
-
-def named(argv: Iterable[str], cwd: str) -> list[str]:
-    """The paths a command names (see the module docstring), absolute and normalised: each
-    as written, and again with its symlinks resolved when it exists."""
-    found: dict[str, None] = {}
-    for arg in argv:
-        for written in _candidates(arg):
-            # The command's /proc/self/cwd is its folder; the host's realpath would read its own.
-            text = _PROC_CWD.sub(lambda _: cwd, written, count=1)
-            path = os.path.normpath(os.path.join(cwd, text))
-            found.setdefault(path, None)
-            if os.path.lexists(path):
-                found.setdefault(os.path.realpath(path), None)
-    return list(found)
-
-
-_PROC_CWD = re.compile(r"\A/+proc/+(?:self|thread-self|[0-9]+)(?:/+task/+[0-9]+)?/+cwd(?=/|\Z)")
-
-
-def _candidates(arg: str) -> Iterator[str]:
-    """``arg``, and the paths it may carry: an option's value (``--opt=value``, and a short
-    option's glued one, ``-d@file``, ``-Tfile``), any ``name=value`` (``dd if=file``,
-    ``curl -F name=@file``), and the text after a first ``@`` or ``<`` (a file to read)."""
-    if not arg or "\0" in arg:
-        return
-    values = [arg]
-    if arg.startswith("-") and not arg.startswith("--"):
-        values.append(arg[2:])
-    if "=" in arg:
-        values.append(arg.partition("=")[2])
-    for mark in "@<":
-        if mark in arg:
-            values.append(arg.partition(mark)[2])
-    yield from dict.fromkeys(v for v in values if v)
-
-
-def matches(
-    path: str, relative: str | None, globs: Iterable[str], *, folders: bool = True
-) -> str | None:
-    """The first glob that makes reading ``path`` (absolute; ``relative`` to the workspace,
-    ``None`` outside it, ``""`` the workspace itself) read something private: ``path`` is,
-    or is inside, a match, or (with ``folders``) is a folder a match could be beneath."""
-    for glob in globs:
-        target = path if glob.startswith("/") else relative
-        if target is None:
-            continue
-        parts = target.split("/")
-        for end in range(len(parts), 0, -1):
-            if fnmatch.fnmatchcase("/".join(parts[:end]), glob):
-                return glob
-        if folders and os.path.isdir(path) and _beneath(target, glob):
-            return glob
-    return None
-
-
-def _beneath(folder: str, glob: str) -> bool:
-    """Whether ``glob`` could match something beneath ``folder``: its letters before the
-    first wildcard agree with the folder's path."""
-    cut = min((i for i, c in enumerate(glob) if c in _WILD), default=len(glob))
-    prefix, base = glob[:cut], (folder.rstrip("/") + "/" if folder not in ("", "/") else folder)
-    return base.startswith(prefix) or prefix.startswith(base)
-
-
-def _relative(path: str, workspace: str) -> str | None:
-    if path == workspace:
-        return ""
-    if path.startswith(workspace.rstrip("/") + "/"):
-        return path[len(workspace.rstrip("/")) + 1 :]
-    return None
