@@ -19,6 +19,7 @@ connection. Target: the check at most **0.1 ms** a connection (the median of the
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import socket
@@ -121,7 +122,9 @@ def bench_check(runs: int = 2000, warmup: int = 50) -> dict[str, Any]:
             }
             try:
                 ports = {name: proxy.serve_tcp() for name, proxy in proxies.items()}
-                cases = {name: (lambda p=p: _through(p, request)) for name, p in ports.items()}
+                cases: dict[str, Callable[[], int]] = {
+                    name: functools.partial(_through, p, request) for name, p in ports.items()
+                }
                 found["connections"] = timing.interleaved(cases, max(runs // 4, 50), warmup)
             finally:
                 for proxy in proxies.values():

@@ -189,6 +189,7 @@ class Host:
         decide.check_roots(spec, self.config, self.environ, self.recording)
         if request.gate is not None:
             decide.gate(spec, classification, request.gate, self.recording)
+        spec = self._private(spec, agent)  # hidden unless granted; a grant taints the run
         tripped = self.breaker.admit(spec, classification, agent)  # the step's own taints
         decision = decide.decide(
             self.hooks,
@@ -202,6 +203,15 @@ class Host:
         # A person answered the breaker's ask: the run held both when the step was shown.
         over = tripped is not None and decision.verdict == "allow"
         return self._admitted(spec, classification, decision, agent, secrets, over_breaker=over)
+
+    def _private(self, spec: ExecSpec, agent: Agent) -> ExecSpec:
+        """``spec`` with the private data its sandbox hides (:meth:`Breaker.private`); an
+        error is recorded (its action already is)."""
+        try:
+            return self.breaker.private(spec, agent)
+        except StockadeError as error:
+            self.recording.error(spec, error)
+            raise
 
     def _admitted(
         self,
@@ -471,6 +481,7 @@ class Host:
     ) -> RunResult:
         """A held step, approved and claimed: checked again, decided, carried out, recorded."""
         spec = held.rehome(found.spec, self._home_for(agent))
+        spec = self._private(spec, agent)  # as the workspace is now
         shown = found.decision
         decision = Decision("allow", f"approved: {shown.reason}", by=found.answered_by or "")
         # Homes and the store may have moved since it was held.

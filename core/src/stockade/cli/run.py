@@ -66,6 +66,7 @@ def request_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Exe
         profile=args.profile,
         preapproved=args.yes,
         grant_writable=args.grant_write,
+        read_private=getattr(args, "read_private", False),
     )
 
 

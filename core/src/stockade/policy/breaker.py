@@ -1,45 +1,31 @@
 """The breaker: a run that holds private data and has read somebody else's words asks a
-person before any step that can reach the network, and says why.
+person before any step that can reach the network, and its egress proxy refuses every
+connection made while the run holds both.
 
 A run's *taints* come from facts the host already has; each is a ``taint`` event in the
 signed record (:class:`~stockade.record.events.TaintEvent`) naming its source:
 
 somebody else's words (``untrusted``)
-    ``file_read`` / ``file_list``: a file tool of the run read or listed something (any
-    path); ``skill``: the skill tool gave a skill's instructions or a resource
-    (:meth:`Breaker.words`); ``output``: a step's output came back (its stdout or stderr is
-    not empty); ``network``: a step classed ``network`` ran (what it fetched is words from
-    outside, whether or not it printed them). ``output`` and ``network`` count once per run, at the
-    first step that gave them; a file, a credential or a private path once each.
+    ``file_read`` / ``file_list``: a file tool of the run read or listed something;
+    ``skill``: the skill tool gave a skill's instructions or a resource (:meth:`Breaker.words`);
+    ``output``: a step's output came back; ``network``: a step classed ``network`` ran.
+    ``output`` and ``network`` count once per run.
 private data (``private``)
     ``credential``: a step asked for a credential (:func:`stockade.policy.credentials.used`);
-    ``private-path``: a step named, or a file tool read, a path the profile's ``private``
-    globs match; ``private-file``: ... a file the sidecar marks private
-    (:class:`~stockade.record.taint.PrivateFiles`): an earlier run wrote it holding private data.
+    ``grant``: a step was granted the private paths (:meth:`Breaker.private`: hidden from
+    every other step by its sandbox); ``private-path`` / ``private-file``: a file tool of the
+    run, granted them, read a path the ``private`` globs match or the sidecar marks.
 
-What "names a path" means for a command: each argument (the program too), the value of an
-``--option=value`` or ``name=value`` argument or a short option's glued one (``-Tfile``), and
-what follows a first ``@`` or ``<`` (``curl -d @file``, ``-F f=<file``), taken
-relative to the command's folder (``/proc/self/cwd`` and its like standing for that folder),
-``..`` resolved by its letters, and again with its symlinks resolved when it exists. Such a
-path counts when it is, or is inside, a path a glob matches, or when it is an existing
-folder a glob could match beneath (a glob that begins with a wildcard, such as ``*.pem``,
-can match beneath any folder, so every folder argument counts).
-The command's own folder counts only when it is itself inside a private path: a program that
-reads a folder it was not told about (``grep -r`` with no path) is not seen. Globs follow
-:func:`fnmatch.fnmatchcase` (``*`` matches ``/`` too), against the path relative to the
-workspace, or the absolute path for a glob that starts with ``/``.
+What a step can open decides, never how its argv spells a path: what argv names
+(:func:`stockade.policy.named.named`) is only shown to the person the breaker asks.
 
-The check (:meth:`Breaker.admit`): a step classed ``network``, or run ``danger-full-access``
-(not confined, so it reaches any host), of a run holding both, is decided ``ask`` by
-``breaker`` whatever the policy said (a ``deny`` stays a deny); an approval in advance does
-not answer it (:func:`stockade.policy.decide.decide`). Only the profile's ``breaker =
-"off-allow-exfiltration"`` turns the check off; the taints are recorded all the same.
-
-A step's own taints (its credentials, the private paths it names) count before its decision:
-a step that is then refused or held still counts, since it asked for them. What a run writes
-after it holds private data (file-tool writes; a command's changed files, where its changes
-are watched) is marked in the sidecar, so the next run that reads it holds private data too.
+The checks: :meth:`Breaker.admit` decides ``ask`` by ``breaker`` for a step classed
+``network``, or run ``danger-full-access``, of a run holding both (a ``deny`` stays a deny; an
+approval in advance does not answer it); :meth:`Breaker.at_connection` refuses, at the egress
+proxy, a connection made while the run holds both, unless a person approved that step after
+the run held both. Only the profile's ``breaker = "off-allow-exfiltration"`` turns both off;
+the taints are recorded all the same. What a run writes after it holds private data is
+marked in the sidecar, so the next run must be granted it too.
 """
 
 from __future__ import annotations
@@ -168,10 +154,57 @@ class Breaker:
             Taint("private", "credential", f"{variable} (handle {handle}{hosts.get(variable, '')})")
             for variable, handle in used(spec).items()
         ]
-        taints += self._private(named(spec.argv, spec.cwd), spec.workspace, profile)
-        taints += self._private([os.path.normpath(spec.cwd)], spec.workspace, profile, own=True)
         self._add(taints, spec.action_id, spec.run_id, spec.step)
-        return self.check(spec, classification, agent.profile)
+        tripped = self.check(spec, classification, agent.profile)
+        if tripped is None:
+            return None
+        # Reading argv decides nothing; what it names is shown to the person asked.
+        names = self._private(named(spec.argv, spec.cwd), spec.workspace, profile)
+        if not names:
+            return tripped
+        return Decision("ask", f"{tripped.reason}; this step names {_listed(names)}", by=BY)
+
+    def private(self, spec: ExecSpec, agent: Agent) -> ExecSpec:
+        """``spec`` with the private data it may not open (:mod:`stockade.policy.private`):
+        every path the profile's ``private`` globs match under the workspace root (or
+        absolute), every file the sidecar marks there. A step granted them sees them, and
+        its run holds private data from now on (``grant``, recorded before its decision).
+
+        Raises:
+            UsageError: its working folder is private data it is not granted.
+            RecorderFailed: the taint could not be recorded.
+        """
+        from .private import for_step
+
+        profile = agent.profile
+        marked: list[str] = []
+        if profile.private or self.recording.active:
+            with self._stored():
+                marked = self.files().named(self._realpath(spec.workspace), [""])
+        if not profile.private and not marked:
+            return spec
+        spec, granted = for_step(spec, profile, self._realpath(spec.workspace), marked)
+        if granted is not None:
+            taint = Taint("private", "grant", granted)
+            self._add([taint], spec.action_id, spec.run_id, spec.step)
+        return spec
+
+    def file_read(self, root: str, path: str, profile: Profile, *, granted: bool) -> None:
+        """Before a file tool reads ``path``: refused when it is private data (the globs, the
+        sidecar's marks) and the tool is not ``granted`` it.
+
+        Raises:
+            PolicyDenied: it is private data, not granted.
+        """
+        from .private import find, refuse_read
+
+        if granted:
+            return
+        real, marked = self._realpath(root), []
+        with self._stored():
+            marked = self.files().named(real, [""])
+        if profile.private or marked:
+            refuse_read(real, path, find(real, profile.private, marked))
 
     def check(
         self, spec: ExecSpec, classification: Classification, profile: Profile

@@ -71,12 +71,12 @@ def matches(
         for end in range(len(parts), 0, -1):
             if fnmatch.fnmatchcase("/".join(parts[:end]), glob):
                 return glob
-        if folders and os.path.isdir(path) and _beneath(target, glob):
+        if folders and os.path.isdir(path) and beneath(target, glob):
             return glob
     return None
 
 
-def _beneath(folder: str, glob: str) -> bool:
+def beneath(folder: str, glob: str) -> bool:
     """Whether ``glob`` could match something beneath ``folder``: its letters before the
     first wildcard agree with the folder's path."""
     cut = min((i for i, c in enumerate(glob) if c in _WILD), default=len(glob))

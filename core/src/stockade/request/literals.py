@@ -15,7 +15,9 @@ TaintKind = Literal["private", "untrusted"]
 Enforcement = Literal["full", "partial"]
 LimitName = Literal["memory", "processes", "file_size", "cpu", "quota"]
 ChangeMethod = Literal["inotify", "scan"]
-HiddenKind = Literal["private", "credential-store", "system-secret", "deny-read", "store", "socket"]
+HiddenKind = Literal[
+    "private", "credential-store", "system-secret", "deny-read", "store", "socket", "private-data"
+]
 
 ClassifierRule = Callable[[Sequence[str]], "tuple[Kind, str]"]
 """``rule(args)``: the class of a program's command and why, from the arguments after it."""

@@ -201,6 +201,7 @@ class BubblewrapSandbox(SandboxProvider):
             secrets=spec.system_secrets,
             scan_limit=settings.scan_limit,
             writable_dotfiles=paths.opened(spec.writable_dotfiles),
+            private=spec.private_data,
         )
 
     def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:
