@@ -75,7 +75,7 @@ def test_a_task_admitted_clean_cannot_send_after_the_run_holds_both(
     found = [c for c in connections(host) if not c["allowed"]]
     assert len(found) == 1, connections(host)
     assert str(found[0]["reason"]).startswith("refused at the egress proxy: the breaker")
-    assert "private-path private/notes.txt" in str(found[0]["reason"])
+    assert "grant read-private: private/notes.txt" in str(found[0]["reason"])
 
 
 def test_a_held_step_approved_later_is_decided_again(make_host, box, ws, upstream) -> None:
@@ -83,8 +83,8 @@ def test_a_held_step_approved_later_is_decided_again(make_host, box, ws, upstrea
     argv = ["/usr/bin/curl", "-sS", "--max-time", "20", "-T", "data.txt"]
     argv.append(f"http://allowed.test:{upstream.port}/up")
     (box.ws / "data.txt").write_text("nothing yet\n")
-    with pytest.raises(PolicyHeld) as first:
-        run(host, box, argv)  # the profile asks; the run holds nothing yet
+    with pytest.raises(PolicyHeld) as first:  # granted what it will upload (marked by then)
+        run(host, box, argv, read_private=True)  # the profile asks; no words yet
     step = first.value.details["step"]
     assert host.store.get(host.run_id, step).decision.by != "breaker"
     run(host, box, ["cat", "readme.txt"])

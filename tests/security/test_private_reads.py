@@ -80,7 +80,7 @@ WAYS: dict[str, list[list[str]]] = {
     "sh redirect": [["sh", "-c", "cat < private/notes.txt"]],
     "sh cd": [["sh", "-c", "cd private && cat notes.txt"]],
     "sh glob": [["sh", "-c", "cat p*/n*"]],
-    "python open": [["python3", "-c", "print(open('private/notes.txt').read())"]],
+    "python open": [["/usr/bin/python3", "-c", "print(open('private/notes.txt').read())"]],
     "python os.open by fd": [
         [
             "python3",
@@ -90,7 +90,7 @@ WAYS: dict[str, list[list[str]]] = {
         ]
     ],
     "python shutil copy": [
-        ["python3", "-c", "import shutil; shutil.copy('private/notes.txt', 'out/py.txt')"],
+        ["/usr/bin/python3", "-c", "import shutil; shutil.copy('private/notes.txt', 'out/py.txt')"],
         ["cat", "out/py.txt"],
     ],
     "perl": [["perl", "-ne", "print", "private/notes.txt"]],
@@ -188,7 +188,7 @@ def test_a_file_tool_read_is_refused_without_a_grant(make_host, box, planted) ->
     host.breaker.file_read(str(planted), "private/notes.txt", profile, granted=True)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(
     spelling=st.lists(
         st.sampled_from(["", ".", "..", "private", "notes.txt", "x", "/proc/self/cwd", "@", "="]),
