@@ -83,7 +83,7 @@ WAYS: dict[str, list[list[str]]] = {
     "python open": [["/usr/bin/python3", "-c", "print(open('private/notes.txt').read())"]],
     "python os.open by fd": [
         [
-            "python3",
+            "/usr/bin/python3",
             "-c",
             "import os; fd=os.open('private', 0); "
             "print(open(f'/proc/self/fd/{{fd}}/notes.txt').read())",
