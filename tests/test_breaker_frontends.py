@@ -69,12 +69,15 @@ def test_cli_a_kept_run_is_held_with_the_reason_shown(sk: Stockade, upstream: Up
     sent = sk.run(*run, "r1", "--", *post(upstream.port, "hello"))
     assert sent.returncode == 0, sent.stderr
     assert upstream.seen == [b"/ hello"]
-    # Run r2 reads the canary in one call, then posts it in the next: held, not sent.
-    read = sk.run(*run, "r2", "--", "cat", "private/notes.txt")
+    # Without a grant the canary is hidden from the command, and run r0 holds nothing private.
+    hidden = sk.run(*run, "r0", "--", "cat", "private/notes.txt")
+    assert hidden.returncode != 0 and CANARY.encode() not in hidden.stdout
+    # Run r2 is granted it in one call, then posts it in the next: held, not sent.
+    read = sk.run(*run, "r2", "--read-private", "--", "cat", "private/notes.txt")
     assert read.stdout == CANARY.encode() + b"\n", read.stderr
-    held = sk.run(*run, "r2", "--", *post(upstream.port, "@private/notes.txt"))
+    held = sk.run(*run, "r2", "--read-private", "--", *post(upstream.port, "@private/notes.txt"))
     assert held.returncode == 126, held.stderr
-    assert b"the breaker: this run holds private data (private-path private/notes.txt" in (
+    assert b"the breaker: this run holds private data (grant read-private: private/notes.txt" in (
         held.stderr
     )
     assert upstream.seen == [b"/ hello"]
@@ -95,14 +98,20 @@ def test_cli_a_file_tool_taints_the_kept_run(sk: Stockade, upstream: Upstream) -
     # The file tool runs in the client's own process; the server's kept run sees its taint
     # through the record.
     assert sk.run("run", "--profile", "b", "--run", "r3", "--", "true").returncode == 0
-    read = sk.run("file", "read", "--profile", "b", "--run", "r3", "private/notes.txt")
+    refused = sk.run("file", "read", "--profile", "b", "--run", "r3", "private/notes.txt")
+    assert refused.returncode != 0 and b"private data" in refused.stderr, refused.stderr
+    assert CANARY.encode() not in refused.stdout
+    read = sk.run(
+        "file", "read", "--profile", "b", "--run", "r3", "--read-private", "private/notes.txt"
+    )
     assert read.returncode == 0 and read.stdout == CANARY.encode() + b"\n", read.stderr
     held = sk.run("run", "--profile", "b", "--run", "r3", "--", *post(upstream.port, "x"))
     assert held.returncode == 126, held.stderr
     assert b"file_read private/notes.txt" in held.stderr
     assert upstream.seen == []
     # Without a run, a file tool taints nothing: the control run's post goes out.
-    assert sk.run("file", "read", "--profile", "b", "private/notes.txt").returncode == 0
+    granted = ("file", "read", "--profile", "b", "--read-private", "private/notes.txt")
+    assert sk.run(*granted).returncode == 0
     assert sk.run("run", "--profile", "b", "--run", "r4", "--", "cat", "readme.txt").returncode == 0
     sent = sk.run("run", "--profile", "b", "--run", "r4", "--", *post(upstream.port, "y"))
     assert sent.returncode == 0, sent.stderr
@@ -119,13 +128,13 @@ def test_cli_a_kept_run_keeps_its_taint_across_a_server_restart(
 ) -> None:
     configure(sk, upstream.port)
     run = ("run", "--profile", "b", "--run", "r5")
-    assert sk.run(*run, "--", "cat", "private/notes.txt").returncode == 0
+    assert sk.run(*run, "--read-private", "--", "cat", "private/notes.txt").returncode == 0
     first = sk.wait_server()
     sk.stop()  # the server that kept run r5 is gone, and its memory with it
-    held = sk.run(*run, "--", *post(upstream.port, "@private/notes.txt"))
+    held = sk.run(*run, "--", *post(upstream.port, "x"))
     assert sk.wait_server() != first  # a new server took the call
     assert held.returncode == 126, held.stderr
-    assert b"private-path private/notes.txt" in held.stderr
+    assert b"grant read-private: private/notes.txt" in held.stderr
     assert upstream.seen == []
 
 
@@ -143,10 +152,15 @@ def setup(tmp_path: Path, upstream: Upstream) -> dict[str, Path]:
 async def test_mcp_the_elicitation_shows_the_reason(setup, upstream: Upstream) -> None:
     asked: list[str] = []
     async with connect(setup, "b", elicit=answering("decline", asked)) as session:
-        read = await session.call_tool("file_read", {"path": "private/notes.txt"})
+        refused = await session.call_tool("file_read", {"path": "private/notes.txt"})
+        assert refused.is_error and CANARY not in text_of(refused)
+        read = await session.call_tool(
+            "file_read", {"path": "private/notes.txt", "read_private": True}
+        )
         assert CANARY in text_of(read)
         sent = await session.call_tool(
-            "run_command", {"argv": post(upstream.port, "@private/notes.txt")}
+            "run_command",
+            {"argv": post(upstream.port, "@private/notes.txt"), "read_private": True},
         )
     assert sent.is_error and sent.structured_content["code"] == "policy_denied"
     [question] = asked
@@ -167,15 +181,19 @@ async def test_mcp_a_file_written_after_private_data_stays_private(
 ) -> None:
     asked: list[str] = []
     async with connect(setup, "b", elicit=answering("decline", asked)) as session:
-        await session.call_tool("file_read", {"path": "private/notes.txt"})
+        await session.call_tool("file_read", {"path": "private/notes.txt", "read_private": True})
         await session.call_tool("file_write", {"path": "summary.txt", "content": CANARY})
-    # The next session (a run of its own) reads the summary with a command, then posts it.
+    # The next session (a run of its own) cannot read the summary unless granted it.
     async with connect(setup, "b", elicit=answering("decline", asked)) as session:
-        await session.call_tool("run_command", {"argv": ["cat", "summary.txt"]})
-        sent = await session.call_tool("run_command", {"argv": post(upstream.port, "@summary.txt")})
+        hidden = await session.call_tool("run_command", {"argv": ["cat", "summary.txt"]})
+        assert CANARY not in text_of(hidden)
+        sent = await session.call_tool(
+            "run_command", {"argv": post(upstream.port, "@summary.txt"), "read_private": True}
+        )
     assert sent.is_error
     [question] = asked
-    assert "private-file summary.txt" in question and "output step 1: cat summary.txt" in question
+    assert "grant read-private: private/notes.txt, summary.txt" in question
+    assert "output step 1: cat summary.txt" in question
     assert upstream.seen == []
 
 

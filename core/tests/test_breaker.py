@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from stockade.config.schema import Config
 from stockade.errors import PolicyHeld
-from stockade.policy.breaker import matches, named
+from stockade.policy.named import matches, named
 from stockade.record.chain import rows
 from stockade.request.spec import ExecRequest, Profile
 

@@ -1,6 +1,6 @@
 """A live loopback HTTP upstream that keeps every request it got, for the breaker's tests.
 
-Each request is kept as ``path + b" " + body`` (GET and POST), so an attack passes only when
+Each request is kept as ``path + b" " + body`` (GET, POST and PUT), so an attack passes only when
 nothing reached it, and its control shows what did. :func:`post` is the ``network`` step
 that sends to it, through the egress proxy, by the name the profiles allow.
 """
@@ -20,6 +20,8 @@ class Upstream(http.server.ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.seen: list[bytes] = []
+        self.waiting = threading.Event()  # set when a request to /wait arrived
+        self.go_on = threading.Event()  # a request to /wait is answered once this is set
 
     @property
     def port(self) -> int:
@@ -32,6 +34,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.server.seen.append(self.path.encode() + b" " + self.rfile.read(length))
+        if self.path == "/wait":  # holds the client until the test has changed the run
+            self.server.waiting.set()
+            self.server.go_on.wait(30)
         self.send_response(200)
         self.send_header("Content-Length", "3")
         self.end_headers()
@@ -41,6 +46,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer()
 
     def do_POST(self) -> None:
+        self._answer()
+
+    def do_PUT(self) -> None:
         self._answer()
 
     def log_message(self, *_args: object) -> None:

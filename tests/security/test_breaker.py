@@ -45,6 +45,9 @@ def config(box, port: int, **profile: object) -> Config:
 
 
 def run(host, box, argv: list[str], **kw: object):
+    """Run ``argv`` as agent ``a``; a step that means to read the private folder is granted it
+    (``--read-private``): the grant, not the argv, is what makes its run hold private data."""
+    kw.setdefault("read_private", any("private" in arg for arg in argv))
     return host.run(box.request(argv, profile="a", **kw))
 
 
@@ -75,7 +78,10 @@ def test_a_run_holding_both_is_held_before_the_upstream(make_host, box, ws, upst
         run(host, box, send(upstream.port))
     assert upstream.seen == [b"/ hello"]  # nothing more reached it
     reason = held.value.message
-    assert "the breaker: this run holds private data (private-path private/notes.txt" in reason
+    assert (
+        "the breaker: this run holds private data (grant read-private: private/notes.txt" in reason
+    )
+    assert reason.endswith("this step names private-path private/notes.txt (private/*)")
     assert "somebody else's words (output step 1: cat readme.txt" in reason
     step = held.value.details["step"]
     waiting = host.store.get(host.run_id, step)
@@ -85,7 +91,7 @@ def test_a_run_holding_both_is_held_before_the_upstream(make_host, box, ws, upst
     assert host.resume(host.run_id, step).exit_code == 0
     assert upstream.seen[-1] == b"/ " + box.canary.encode() + b"\n"
     found = taints(host)
-    assert ("private", "private-path", "private/notes.txt (private/*)") in found
+    assert ("private", "grant", "read-private: private/notes.txt") in found
     assert ("untrusted", "output", "step 1: cat readme.txt") in found
     assert any(source == "network" for _, source, _ in found)
 
@@ -164,24 +170,29 @@ def test_a_released_held_step_taints_its_run(make_host, box, ws, upstream) -> No
 
 def test_what_a_private_run_writes_stays_private_to_the_next(make_host, box, ws, upstream) -> None:
     first = make_host(config=config(box, upstream.port))
-    run(first, box, ["cp", "private/notes.txt", "copy.txt"])  # reads private, then writes
-    run(first, box, ["touch", "later.txt"])
+    for folder in ("out", "more", "clean"):  # Landlock: no new file beside a hidden one
+        (box.ws / folder).mkdir()
+    run(first, box, ["cp", "private/notes.txt", "out/copy.txt"])  # granted, then writes
+    run(first, box, ["touch", "more/later.txt"])
     clean = make_host(config=config(box, upstream.port))
-    run(clean, box, ["touch", "clean.txt"])  # a run without private data: not marked
+    run(clean, box, ["touch", "clean/clean.txt"])  # a run without private data: not marked
     marked = first.breaker.files().named(os.path.realpath(box.ws), [""])
-    assert marked == ["copy.txt", "later.txt"]
-    # The next run reads the copy (its name says nothing private) and posts it.
+    assert marked == ["more/later.txt", "out/copy.txt"]
+    # The next run cannot read the copy (its name says nothing private) unless granted it.
     nxt = make_host(config=config(box, upstream.port))
-    assert run(nxt, box, ["cat", "copy.txt"]).stdout.text == box.canary + "\n"
-    with pytest.raises(PolicyHeld, match=r"private-file copy\.txt"):
-        run(nxt, box, send(upstream.port, "@copy.txt"))
+    assert box.canary not in run(nxt, box, ["cat", "out/copy.txt"]).stdout.text
+    assert not [t for t in taints(nxt) if t[0] == "private"]
+    granted = run(nxt, box, ["cat", "out/copy.txt"], read_private=True)
+    assert granted.stdout.text == box.canary + "\n"
+    with pytest.raises(PolicyHeld, match=r"grant read-private: more/later\.txt, out/copy\.txt"):
+        run(nxt, box, send(upstream.port, "@out/copy.txt"))
     assert upstream.seen == []
     control = make_host(config=config(box, upstream.port))
-    run(control, box, ["cat", "clean.txt"])
-    assert run(control, box, send(upstream.port, "@clean.txt")).exit_code == 0
-    # A watched delete drops the mark.
-    run(control, box, ["rm", "copy.txt"], preapproved=True)
-    assert first.breaker.files().named(os.path.realpath(box.ws), [""]) == ["later.txt"]
+    run(control, box, ["cat", "clean/clean.txt"])
+    assert run(control, box, send(upstream.port, "@clean/clean.txt")).exit_code == 0
+    # A watched delete by a granted step drops the mark.
+    run(control, box, ["rm", "out/copy.txt"], preapproved=True, read_private=True)
+    assert first.breaker.files().named(os.path.realpath(box.ws), [""]) == ["more/later.txt"]
 
 
 def test_file_tools_taint_the_run_and_mark_what_it_writes(make_host, box, ws, upstream) -> None:
@@ -217,7 +228,7 @@ def test_a_denied_step_still_counts_what_it_asked_for(make_host, box, ws, upstre
     host = make_host(config=config(box, upstream.port, programs=("cat", "curl")))
     with pytest.raises(PolicyDenied):
         run(host, box, ["cp", "private/notes.txt", "x"])
-    assert taints(host)[0][:2] == ("private", "private-path")
+    assert taints(host)[0][:2] == ("private", "grant")
     run(host, box, ["cat", "readme.txt"])
     with pytest.raises(PolicyHeld, match="the breaker"):
         run(host, box, send(upstream.port, "hi"))

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+import attrs
 import pluggy
 
 from . import caller
@@ -34,7 +35,7 @@ from .errors import StockadeError, UsageError
 from .layers.journal import recover_recorded
 from .plugin.manager import Hooks, get_plugin_manager
 from .policy import credentials, decide, held
-from .policy.breaker import Breaker
+from .policy.breaker import BY, Breaker
 from .policy.enforce import enforce_class
 from .policy.resolve import resolve
 from .record.recording import Recording
@@ -193,6 +194,7 @@ class Host:
         decide.check_roots(spec, self.config, self.environ, self.recording)
         if request.gate is not None:
             decide.gate(spec, classification, request.gate, self.recording)
+        spec = self._private(spec, agent)  # hidden unless granted; a grant taints the run
         tripped = self.breaker.admit(spec, classification, agent)  # the step's own taints
         decision = decide.decide(
             self.hooks,
@@ -203,7 +205,18 @@ class Host:
             hold=lambda pending: self.store.hold(pending),  # noqa: PLW0108 - opened on first use
             breaker=tripped,
         )
-        return self._admitted(spec, classification, decision, agent, secrets)
+        # A person answered the breaker's ask: the run held both when the step was shown.
+        over = tripped is not None and decision.verdict == "allow"
+        return self._admitted(spec, classification, decision, agent, secrets, over_breaker=over)
+
+    def _private(self, spec: ExecSpec, agent: Agent) -> ExecSpec:
+        """``spec`` with the private data its sandbox hides (:meth:`Breaker.private`); an
+        error is recorded (its action already is)."""
+        try:
+            return self.breaker.private(spec, agent)
+        except StockadeError as error:
+            self.recording.error(spec, error)
+            raise
 
     def _admitted(
         self,
@@ -212,8 +225,12 @@ class Host:
         decision: Decision,
         agent: Agent,
         secrets: Mapping[str, str],
+        *,
+        over_breaker: bool,
     ) -> Admission:
         egress = decide.egress_rule(spec, classification, agent.profile, self.config)
+        if egress is not None and over_breaker:
+            egress = attrs.evolve(egress, over_breaker=True)
         step = AdmittedStep(spec, classification, decision, agent, egress=egress)
         return Admission(step, secrets)
 
@@ -223,15 +240,23 @@ class Host:
         Raises:
             SandboxUnavailable: no usable provider can enforce its mode; never unconfined.
         """
-        action_id = admission.spec.action_id
+        action_id, step = admission.spec.action_id, admission.step
         if admission.spec.layer_store is not None and admission.spec.layer_store not in _RECOVERED:
             _RECOVERED.add(admission.spec.layer_store)  # once per store and process
             recover_recorded(admission.spec.layer_store, self.recording.record)
+        over = step.egress is not None and step.egress.over_breaker
+
+        def check() -> str | None:  # the breaker where bytes leave, on every connection
+            return self.breaker.at_connection(
+                step.spec.run_id, step.agent.profile, over_breaker=over
+            )
+
         try:
             return self.doer.prepare(
-                admission.step,
+                step,
                 admission.secrets,
                 on_connection=lambda connection: self.recording.connection(action_id, connection),
+                check=check,
             )
         except StockadeError as error:
             self.recording.error(admission.spec, error)  # admitted, yet it cannot run
@@ -419,6 +444,7 @@ class Host:
         if done is not None:
             return done
         agent = self._agent(found.spec.profile)
+        self._decide_again(found, agent)
         # The workspace first: while another run holds it, the step stays approved.
         with self.doer.hold(found.spec, agent):
             if found.state == "failed" or not self.store.claim(run_id, step):
@@ -435,6 +461,25 @@ class Host:
             self.store.finish(run_id, step, outcome=to_json(result))
         return result
 
+    def _decide_again(self, found: HeldStep, agent: Agent) -> None:
+        """An approved step whose run came to hold private data and somebody else's words
+        after it was shown waits again, asked now by the breaker (its reason kept after).
+
+        Raises:
+            PolicyHeld: it waits again for a person.
+        """
+        if found.state != "approved" or found.decision.by == BY:
+            return
+        tripped = self.breaker.check(found.spec, found.classification, agent.profile)
+        if tripped is None:
+            return
+        decision = Decision(
+            "ask", f"{tripped.reason}; it was shown for: {found.decision.reason}", by=BY
+        )
+        if self.store.hold_again(found.spec.run_id, found.step, decision):
+            self.recording.permission(found.spec, found.classification, decision)
+            raise decide.held_error(found.spec, found.classification, decision)
+
     def _release(
         self,
         found: HeldStep,
@@ -444,6 +489,7 @@ class Host:
     ) -> RunResult:
         """A held step, approved and claimed: checked again, decided, carried out, recorded."""
         spec = held.rehome(found.spec, self._home_for(agent))
+        spec = self._private(spec, agent)  # as the workspace is now
         shown = found.decision
         decision = Decision("allow", f"approved: {shown.reason}", by=found.answered_by or "")
         # Homes and the store may have moved since it was held.
@@ -454,7 +500,10 @@ class Host:
         except StockadeError as error:
             self.recording.error(spec, error)  # its action was recorded when it was held
             raise
-        admission = self._admitted(spec, found.classification, decision, agent, secrets)
+        over = shown.by == BY  # a person approved the breaker's ask
+        admission = self._admitted(
+            spec, found.classification, decision, agent, secrets, over_breaker=over
+        )
         carried = self.carry_out(self.prepare(admission), abort=abort, on_output=on_output)
         return self.breaker.finish(spec, carried, self.recording.result)
 

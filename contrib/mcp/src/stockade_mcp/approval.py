@@ -190,6 +190,9 @@ class Approvals:
             result = await with_progress(
                 ctx, settle_thread(lambda: self.host.resume(run_id, step, abort=token), token)
             )
+        except PolicyHeld as again:  # its run came to hold both kinds since: the breaker asks
+            asked = await self.approve(ctx, again, call)
+            return asked if isinstance(asked, types.CallToolResult) else failure(again)
         finally:
             token.close()
         self.keep(result)

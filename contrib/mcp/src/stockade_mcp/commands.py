@@ -115,6 +115,7 @@ def request(service: Service, arguments: Mapping[str, Any]) -> ExecRequest:
             origin="mcp",
             profile=service.agent,
             workspace=service.root(),
+            read_private=arguments.get("read_private") is True,
         )
     except (TypeError, ValueError) as error:
         raise UsageError(f"the request is malformed: {error}") from None

@@ -44,6 +44,11 @@ async def file_read(
     offset, limit = arguments.get("offset", 0), arguments.get("limit", READ_LIMIT)
     if not isinstance(offset, int) or not isinstance(limit, int):
         raise UsageError("offset and limit must be integers (bytes)")
+    profile = service.host.config.profile(service.agent)
+    granted = arguments.get("read_private") is True
+    await asyncio.to_thread(
+        lambda: service.host.breaker.file_read(service.root(), path, profile, granted=granted)
+    )
     read = await asyncio.to_thread(
         lambda: service.workspace().file_read(path, offset=offset, limit=limit)
     )

@@ -108,6 +108,14 @@ def _annotations(
     )
 
 
+_READ_PRIVATE = {
+    "type": "boolean",
+    "default": False,
+    "description": "show the command the profile's private paths, hidden otherwise; the run "
+    "then holds private data, and a later network step of a run that has read somebody else's "
+    "words waits for a person",
+}
+
 RUNS = {"read_only": False, "destructive": True, "idempotent": False, "open_world": True}
 READS = {"read_only": True, "destructive": False, "idempotent": True, "open_world": False}
 ASKS = (
@@ -123,7 +131,9 @@ def command_tools(config: Config) -> list[types.Tool]:
         {"type": "number", "exclusiveMinimum": 0},
         f"seconds before the command is killed (default {default}, at most {cap})",
     )
-    command = _object({"argv": _ARGV, "cwd": _CWD, "timeout": timeout}, "argv")
+    command = _object(
+        {"argv": _ARGV, "cwd": _CWD, "timeout": timeout, "read_private": _READ_PRIVATE}, "argv"
+    )
     return [
         types.Tool(
             name="run_command",
@@ -216,6 +226,7 @@ FILE_TOOLS = [
         input_schema=_object(
             {
                 "path": _PATH,
+                "read_private": _READ_PRIVATE,
                 "offset": {"type": "integer", "minimum": 0, "default": 0},
                 "limit": {"type": "integer", "minimum": 1, "maximum": READ_LIMIT},
             },

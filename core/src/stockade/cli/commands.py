@@ -72,6 +72,12 @@ def _add_run_options(run: argparse.ArgumentParser) -> None:
         default=[],
         help="make DIR writable for this command only (a one-shot grant; repeatable)",
     )
+    run.add_argument(
+        "--read-private",
+        action="store_true",
+        help="show this command the profile's private paths (hidden otherwise); its run then "
+        "holds private data, for the breaker",
+    )
     run.add_argument("--json", action="store_true", help="print the result as JSON")
     run.add_argument(
         "--dry-run",
@@ -149,6 +155,11 @@ def _add_file_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subp
             "breaker (also STOCKADE_RUN)",
         )
         if tool == "read":
+            sub.add_argument(
+                "--read-private",
+                action="store_true",
+                help="read private data (refused otherwise); the run then holds private data",
+            )
             sub.add_argument("--offset", type=int, default=0, metavar="BYTES")
             sub.add_argument("--limit", type=int, default=256 * 1024, metavar="BYTES")
 

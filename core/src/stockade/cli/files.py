@@ -12,17 +12,42 @@ from .common import report_error
 if TYPE_CHECKING:
     import argparse
 
+    from ..config.schema import Config
+    from ..request.spec import Profile
     from ..workspace.file_types import WriteResult
 
 
 def _root(args: argparse.Namespace) -> tuple[str, int | None]:
-    """The agent profile's workspace (else the current directory) and its quota."""
+    """The agent profile's workspace (else the current directory) and its quota; a read of
+    private data not granted (``--read-private``) is refused here, before anything is read.
+
+    Raises:
+        PolicyDenied: the read names private data.
+    """
     from ..config.load import load_config
     from ..workspace.folders import workspace_of
 
     config = load_config(args.config, environ=os.environ)
     profile = config.profile(args.profile)
-    return workspace_of(config, profile) or os.getcwd(), profile.quota_mb
+    root = workspace_of(config, profile) or os.getcwd()
+    if args.tool == "read" and not getattr(args, "read_private", False):
+        _refuse_private(config, profile, root, args.path)
+    return root, profile.quota_mb
+
+
+def _refuse_private(config: Config, profile: Profile, root: str, path: str) -> None:
+    from ..policy.private import find, refuse_read
+    from ..record.store import open_store
+    from ..record.taint import PrivateFiles
+
+    real = os.path.realpath(root)
+    store = open_store(config)
+    try:
+        marked = PrivateFiles(store).named(real, [""])
+    finally:
+        store.close()
+    if profile.private or marked:
+        refuse_read(real, path, find(real, profile.private, marked))
 
 
 def file_command(args: argparse.Namespace, _parser: object = None) -> int:

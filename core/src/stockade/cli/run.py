@@ -67,6 +67,7 @@ def request_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Exe
         preapproved=args.yes,
         grant_writable=args.grant_write,
         dry_run=args.dry_run,
+        read_private=getattr(args, "read_private", False),
     )
 
 

@@ -231,6 +231,8 @@ def _hint(found: HiddenPath, grant: str | None) -> str:
         return f"{move}, or show its folder to this command with `--grant-write {grant}`"
     if found.kind == "deny-read":
         return f"install it elsewhere, or take {found.folder} out of deny_read"
+    if found.kind == "private-data":
+        return "it is private data: a person grants one command it with `--read-private`"
     return "the sandbox hides that folder on purpose: install or move the program elsewhere"
 
 

@@ -101,6 +101,9 @@ class Proxy:
     may resolve to a loopback or private address. ``on_connection`` is called once per
     attempt, when it ends, on the proxy's thread; exceptions it raises are printed to stderr.
     ``inject``: the credentials it injects (:mod:`stockade.egress.inject`), if any.
+    ``check``: asked on every connection its rules allow, when it is made, on the proxy's
+    thread; a reason refuses it (403, that reason), ``None`` lets it on (the breaker's
+    check where bytes leave: :meth:`stockade.policy.breaker.Breaker.at_connection`).
     """
 
     def __init__(
@@ -110,8 +113,10 @@ class Proxy:
         resolve: Mapping[str, str] = {},
         on_connection: Callable[[Connection], None] | None = None,
         inject: Injector | None = None,
+        check: Callable[[], str | None] | None = None,
     ) -> None:
         self._rules = tuple(rules)
+        self._check = check
         self._inject = inject
         self._resolve: dict[str, IP] = {}
         for name, address in resolve.items():
@@ -335,6 +340,9 @@ class Proxy:
         attempt.reason = reason
         if not allowed:
             raise http.Refusal("403 Forbidden", reason)
+        if self._check is not None and (refused := self._check()) is not None:
+            attempt.reason = refused
+            raise http.Refusal("403 Forbidden", refused)
         screen = self._inject.screen(request, host, port) if self._inject else lambda _: None
         if tunnel:
             await self._tunnel(client, rest, attempt, upstream)
@@ -468,6 +476,7 @@ class CommandProxy:
         *,
         injections: Sequence[Injection] = (),
         upstream_ca: str | None = None,
+        check: Callable[[], str | None] | None = None,
     ) -> None:
         rules = parse_hosts(hosts)
         self.hosts = hosts
@@ -480,7 +489,9 @@ class CommandProxy:
 
                 inject = Injector(injections, self.folder, upstream_ca)
                 self.ca_bundle = inject.authority.bundle
-            self.proxy = Proxy(rules, resolve=resolve, on_connection=record, inject=inject)
+            self.proxy = Proxy(
+                rules, resolve=resolve, on_connection=record, inject=inject, check=check
+            )
             self.socket = os.path.join(self.folder, "proxy.sock")
             self.proxy.serve_unix(self.socket)
             self.port = self.proxy.serve_tcp()

@@ -1,53 +1,37 @@
 """The breaker: a run that holds private data and has read somebody else's words asks a
-person before any step that can reach the network, and says why.
+person before any step that can reach the network, and its egress proxy refuses every
+connection made while the run holds both.
 
 A run's *taints* come from facts the host already has; each is a ``taint`` event in the
 signed record (:class:`~stockade.record.events.TaintEvent`) naming its source:
 
 somebody else's words (``untrusted``)
-    ``file_read`` / ``file_list``: a file tool of the run read or listed something (any
-    path); ``skill``: the skill tool gave a skill's instructions or a resource
-    (:meth:`Breaker.words`); ``output``: a step's output came back (its stdout or stderr is
-    not empty); ``network``: a step classed ``network`` ran (what it fetched is words from
-    outside, whether or not it printed them). ``output`` and ``network`` count once per run, at the
-    first step that gave them; a file, a credential or a private path once each.
+    ``file_read`` / ``file_list``: a file tool of the run read or listed something;
+    ``skill``: the skill tool gave a skill's instructions or a resource (:meth:`Breaker.words`);
+    ``output``: a step's output came back; ``network``: a step classed ``network`` ran.
+    ``output`` and ``network`` count once per run.
 private data (``private``)
     ``credential``: a step asked for a credential (:func:`stockade.policy.credentials.used`);
-    ``private-path``: a step named, or a file tool read, a path the profile's ``private``
-    globs match; ``private-file``: ... a file the sidecar marks private
-    (:class:`~stockade.record.taint.PrivateFiles`): an earlier run wrote it holding private data.
+    ``grant``: a step was granted the private paths (:meth:`Breaker.private`: hidden from
+    every other step by its sandbox); ``private-path`` / ``private-file``: a file tool of the
+    run, granted them, read a path the ``private`` globs match or the sidecar marks.
 
-What "names a path" means for a command: each argument (the program too), the value of an
-``--option=value`` or ``name=value`` argument or a short option's glued one (``-Tfile``), and
-what follows a first ``@`` or ``<`` (``curl -d @file``, ``-F f=<file``), taken
-relative to the command's folder (``/proc/self/cwd`` and its like standing for that folder),
-``..`` resolved by its letters, and again with its symlinks resolved when it exists. Such a
-path counts when it is, or is inside, a path a glob matches, or when it is an existing
-folder a glob could match beneath (a glob that begins with a wildcard, such as ``*.pem``,
-can match beneath any folder, so every folder argument counts).
-The command's own folder counts only when it is itself inside a private path: a program that
-reads a folder it was not told about (``grep -r`` with no path) is not seen. Globs follow
-:func:`fnmatch.fnmatchcase` (``*`` matches ``/`` too), against the path relative to the
-workspace, or the absolute path for a glob that starts with ``/``.
+What a step can open decides, never how its argv spells a path: what argv names
+(:func:`stockade.policy.named.named`) is only shown to the person the breaker asks.
 
-The check (:meth:`Breaker.admit`): a step classed ``network``, or run ``danger-full-access``
-(not confined, so it reaches any host), of a run holding both, is decided ``ask`` by
-``breaker`` whatever the policy said (a ``deny`` stays a deny); an approval in advance does
-not answer it (:func:`stockade.policy.decide.decide`). Only the profile's ``breaker =
-"off-allow-exfiltration"`` turns the check off; the taints are recorded all the same.
-
-A step's own taints (its credentials, the private paths it names) count before its decision:
-a step that is then refused or held still counts, since it asked for them. What a run writes
-after it holds private data (file-tool writes; a command's changed files, where its changes
-are watched) is marked in the sidecar, so the next run that reads it holds private data too.
+The checks: :meth:`Breaker.admit` decides ``ask`` by ``breaker`` for a step classed
+``network``, or run ``danger-full-access``, of a run holding both (a ``deny`` stays a deny; an
+approval in advance does not answer it); :meth:`Breaker.at_connection` refuses, at the egress
+proxy, a connection made while the run holds both, unless a person approved that step after
+the run held both. Only the profile's ``breaker = "off-allow-exfiltration"`` turns both off;
+the taints are recorded all the same. What a run writes after it holds private data is
+marked in the sidecar, so the next run must be granted it too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fnmatch
 import os
-import re
 import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -57,6 +41,7 @@ from attrs import frozen
 
 from ..errors import RecorderFailed
 from ..request.verdict import Decision
+from .named import matches, named, relative_to
 
 if TYPE_CHECKING:
     from ..config.schema import Config
@@ -76,7 +61,6 @@ OPT_OUT = "off-allow-exfiltration"
 """The profile's ``breaker`` setting that turns the check off."""
 SHOWN = 3
 """How many sources of each kind a reason names before it counts the rest."""
-_WILD = "*?["
 
 
 @frozen
@@ -136,25 +120,13 @@ class Breaker:
                     kind: TaintKind = "private" if taint == "private" else "untrusted"
                     found_taint = Taint(kind, source, detail)
                     self._taints.setdefault(key(found_taint), found_taint)
-        with self._lock:
-            taints = list(self._taints.values())
-        return (
-            [t for t in taints if t.taint == "private"],
-            [t for t in taints if t.taint == "untrusted"],
-        )
+        return self._held()
 
     def _holds_private(self, run_id: str | None = None) -> bool:
         """Whether the run (or ``run_id``: a held step of another run this host released)
         holds private data."""
         if run_id is not None and run_id != self.run_id:
-            if not self.recording.active:
-                return False
-            from ..record.taint import recorded
-
-            found: list[tuple[str, str, str]] = []
-            with self._stored():
-                found = recorded(self._store(), run_id)[0]
-            return any(taint == "private" for taint, _, _ in found)
+            return bool(self._of(run_id)[0])
         with self._lock:
             if any(t.taint == "private" for t in self._taints.values()):
                 return True
@@ -182,10 +154,57 @@ class Breaker:
             Taint("private", "credential", f"{variable} (handle {handle}{hosts.get(variable, '')})")
             for variable, handle in used(spec).items()
         ]
-        taints += self._private(named(spec.argv, spec.cwd), spec.workspace, profile)
-        taints += self._private([os.path.normpath(spec.cwd)], spec.workspace, profile, own=True)
         self._add(taints, spec.action_id, spec.run_id, spec.step)
-        return self.check(spec, classification, agent.profile)
+        tripped = self.check(spec, classification, agent.profile)
+        if tripped is None:
+            return None
+        # Reading argv decides nothing; what it names is shown to the person asked.
+        names = self._private(named(spec.argv, spec.cwd), spec.workspace, profile)
+        if not names:
+            return tripped
+        return Decision("ask", f"{tripped.reason}; this step names {_listed(names)}", by=BY)
+
+    def private(self, spec: ExecSpec, agent: Agent) -> ExecSpec:
+        """``spec`` with the private data it may not open (:mod:`stockade.policy.private`):
+        every path the profile's ``private`` globs match under the workspace root (or
+        absolute), every file the sidecar marks there. A step granted them sees them, and
+        its run holds private data from now on (``grant``, recorded before its decision).
+
+        Raises:
+            UsageError: its working folder is private data it is not granted.
+            RecorderFailed: the taint could not be recorded.
+        """
+        from .private import for_step
+
+        profile = agent.profile
+        marked: list[str] = []
+        if profile.private or self.recording.active:
+            with self._stored():
+                marked = self.files().named(self._realpath(spec.workspace), [""])
+        if not profile.private and not marked:
+            return spec
+        spec, granted = for_step(spec, profile, self._realpath(spec.workspace), marked)
+        if granted is not None:
+            taint = Taint("private", "grant", granted)
+            self._add([taint], spec.action_id, spec.run_id, spec.step)
+        return spec
+
+    def file_read(self, root: str, path: str, profile: Profile, *, granted: bool) -> None:
+        """Before a file tool reads ``path``: refused when it is private data (the globs, the
+        sidecar's marks) and the tool is not ``granted`` it.
+
+        Raises:
+            PolicyDenied: it is private data, not granted.
+        """
+        from .private import find, refuse_read
+
+        if granted:
+            return
+        real, marked = self._realpath(root), []
+        with self._stored():
+            marked = self.files().named(real, [""])
+        if profile.private or marked:
+            refuse_read(real, path, find(real, profile.private, marked))
 
     def check(
         self, spec: ExecSpec, classification: Classification, profile: Profile
@@ -196,10 +215,50 @@ class Breaker:
             return None
         if classification.kind != "network" and spec.mode != "danger-full-access":
             return None
-        private, untrusted = self.holds()
+        private, untrusted = self.holds() if spec.run_id == self.run_id else self._of(spec.run_id)
         if not private or not untrusted:
             return None
         return Decision("ask", reason(private, untrusted), by=BY)
+
+    def at_connection(self, run_id: str, profile: Profile, *, over_breaker: bool) -> str | None:
+        """The check where bytes leave, asked by a step's egress proxy on each connection
+        when it is made: the breaker's reason to refuse it when the run (``run_id``: the
+        step's own, which may be a held step of another run this host released) holds
+        private data and somebody else's words now, unless a person approved the step after
+        the run held both (``over_breaker``) or the profile opts out; else ``None``.
+
+        What made the run hold both does not matter here: a task admitted while the run was
+        clean, a program run by a program, a file tool of another process (read back from
+        the record): whatever opens the connection, the run's taint at that moment decides.
+        """
+        if over_breaker or profile.breaker == OPT_OUT:
+            return None
+        if run_id != self.run_id:
+            private, untrusted = self._of(run_id)
+        else:  # this process's count first; the record only when it does not hold both
+            private, untrusted = self._held()
+            if not private or not untrusted:
+                private, untrusted = self.holds()
+        if not private or not untrusted:
+            return None
+        return "refused at the egress proxy: " + reason(private, untrusted)
+
+    def _held(self) -> tuple[list[Taint], list[Taint]]:
+        """What this process has counted of its run, without reading the record."""
+        with self._lock:
+            return _split(list(self._taints.values()))
+
+    def _of(self, run_id: str) -> tuple[list[Taint], list[Taint]]:
+        """The taints of another run, read back from the record."""
+        if not self.recording.active:
+            return [], []
+        from ..record.taint import recorded
+
+        found: list[tuple[str, str, str]] = []
+        with self._stored():
+            found = recorded(self._store(), run_id)[0]
+        taints = [Taint("private" if t == "private" else "untrusted", s, d) for t, s, d in found]
+        return _split(taints)
 
     def finish(
         self, spec: ExecSpec, carried: Carried, record: Callable[[Carried], RunResult]
@@ -332,7 +391,8 @@ class Breaker:
         taints: list[Taint] = []
         inside: dict[str, None] = {}
         for path in paths:
-            relative = next((r for r in (_relative(path, w) for w in roots) if r is not None), None)
+            found = (relative_to(path, w) for w in roots)
+            relative = next((r for r in found if r is not None), None)
             if relative is not None and os.path.lexists(path):  # nothing to read otherwise
                 inside.setdefault(relative, None)
             glob = matches(path, relative, profile.private, folders=not own)
@@ -400,6 +460,13 @@ ONCE = frozenset({"output", "network"})
 a step a thousand steps later that prints again tells the breaker nothing new."""
 
 
+def _split(taints: list[Taint]) -> tuple[list[Taint], list[Taint]]:
+    return (
+        [t for t in taints if t.taint == "private"],
+        [t for t in taints if t.taint == "untrusted"],
+    )
+
+
 def key(taint: Taint) -> tuple[str, ...]:
     """What makes a taint new to a run: a private thing, or a file read or listed, each
     time it differs; output and network once (:data:`ONCE`)."""
@@ -428,73 +495,3 @@ def _shown(argv: Iterable[str]) -> str:
     from ..display import command
 
     return command(argv)
-
-
-def named(argv: Iterable[str], cwd: str) -> list[str]:
-    """The paths a command names (see the module docstring), absolute and normalised: each
-    as written, and again with its symlinks resolved when it exists."""
-    found: dict[str, None] = {}
-    for arg in argv:
-        for written in _candidates(arg):
-            # The command's /proc/self/cwd is its folder; the host's realpath would read its own.
-            text = _PROC_CWD.sub(lambda _: cwd, written, count=1)
-            path = os.path.normpath(os.path.join(cwd, text))
-            found.setdefault(path, None)
-            if os.path.lexists(path):
-                found.setdefault(os.path.realpath(path), None)
-    return list(found)
-
-
-_PROC_CWD = re.compile(r"\A/+proc/+(?:self|thread-self|[0-9]+)(?:/+task/+[0-9]+)?/+cwd(?=/|\Z)")
-
-
-def _candidates(arg: str) -> Iterator[str]:
-    """``arg``, and the paths it may carry: an option's value (``--opt=value``, and a short
-    option's glued one, ``-d@file``, ``-Tfile``), any ``name=value`` (``dd if=file``,
-    ``curl -F name=@file``), and the text after a first ``@`` or ``<`` (a file to read)."""
-    if not arg or "\0" in arg:
-        return
-    values = [arg]
-    if arg.startswith("-") and not arg.startswith("--"):
-        values.append(arg[2:])
-    if "=" in arg:
-        values.append(arg.partition("=")[2])
-    for mark in "@<":
-        if mark in arg:
-            values.append(arg.partition(mark)[2])
-    yield from dict.fromkeys(v for v in values if v)
-
-
-def matches(
-    path: str, relative: str | None, globs: Iterable[str], *, folders: bool = True
-) -> str | None:
-    """The first glob that makes reading ``path`` (absolute; ``relative`` to the workspace,
-    ``None`` outside it, ``""`` the workspace itself) read something private: ``path`` is,
-    or is inside, a match, or (with ``folders``) is a folder a match could be beneath."""
-    for glob in globs:
-        target = path if glob.startswith("/") else relative
-        if target is None:
-            continue
-        parts = target.split("/")
-        for end in range(len(parts), 0, -1):
-            if fnmatch.fnmatchcase("/".join(parts[:end]), glob):
-                return glob
-        if folders and os.path.isdir(path) and _beneath(target, glob):
-            return glob
-    return None
-
-
-def _beneath(folder: str, glob: str) -> bool:
-    """Whether ``glob`` could match something beneath ``folder``: its letters before the
-    first wildcard agree with the folder's path."""
-    cut = min((i for i, c in enumerate(glob) if c in _WILD), default=len(glob))
-    prefix, base = glob[:cut], (folder.rstrip("/") + "/" if folder not in ("", "/") else folder)
-    return base.startswith(prefix) or prefix.startswith(base)
-
-
-def _relative(path: str, workspace: str) -> str | None:
-    if path == workspace:
-        return ""
-    if path.startswith(workspace.rstrip("/") + "/"):
-        return path[len(workspace.rstrip("/")) + 1 :]
-    return None

@@ -123,20 +123,25 @@ def decide(
         )
     if decision.verdict == "ask":
         hold(PendingApproval(spec, classification, decision))
-        run, step = spec.run_id, spec.step
-        raise PolicyHeld(
-            f"held for a person's approval as step {step} of run {run}: {decision.reason}",
-            hint=f"a person runs it with `stockade approve {run} {step}` or refuses it "
-            f"with `stockade decline {run} {step}`; `stockade pending` lists what waits",
-            details={
-                "action_id": spec.action_id,
-                "kind": classification.kind,
-                "run_id": run,
-                "step": step,
-                "argv": list(spec.argv),
-            },
-        )
+        raise held_error(spec, classification, decision)
     return decision
+
+
+def held_error(spec: ExecSpec, classification: Classification, decision: Decision) -> PolicyHeld:
+    """The error that says ``spec`` waits for a person, and how a person answers."""
+    run, step = spec.run_id, spec.step
+    return PolicyHeld(
+        f"held for a person's approval as step {step} of run {run}: {decision.reason}",
+        hint=f"a person runs it with `stockade approve {run} {step}` or refuses it "
+        f"with `stockade decline {run} {step}`; `stockade pending` lists what waits",
+        details={
+            "action_id": spec.action_id,
+            "kind": classification.kind,
+            "run_id": run,
+            "step": step,
+            "argv": list(spec.argv),
+        },
+    )
 
 
 def egress_rule(

@@ -167,6 +167,7 @@ def resolve(
         run_elapsed=run_elapsed,
         grant_writable=grants,
         hidden=_hidden(config),
+        read_private=request.read_private,
         system_secrets=config.system_secrets,
         home=home,
         caches=caches,

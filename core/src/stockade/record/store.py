@@ -256,6 +256,22 @@ class Store:
             )
         return self.get(run_id, step)
 
+    def hold_again(self, run_id: str, step: int, decision: Decision) -> bool:
+        """Put an approved step back to wait for a person, asked now for ``decision`` (the
+        breaker's ask: its run came to hold both kinds after it was shown); ``False`` when
+        it is not (or no longer) approved."""
+        from ..request.wire import to_json
+
+        return self._move(
+            run_id,
+            step,
+            "approved",
+            "held",
+            decision=to_json(decision),
+            answered_by=None,
+            answered_at=None,
+        )
+
     def claim(self, run_id: str, step: int) -> bool:
         """Take an approved step to run it; ``False`` when it is not (or no longer) approved."""
         return self._move(run_id, step, "approved", "running")

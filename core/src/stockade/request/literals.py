@@ -20,7 +20,9 @@ Commit = Literal["always", "on-success", "never"]
 Landed = Literal["landed", "discarded", "over-quota"]
 COMMITS: tuple[Commit, ...] = ("always", "on-success")
 """What a profile's ``commit`` may say (``never`` is a dry run's, per request)."""
-HiddenKind = Literal["private", "credential-store", "system-secret", "deny-read", "store", "socket"]
+HiddenKind = Literal[
+    "private", "credential-store", "system-secret", "deny-read", "store", "socket", "private-data"
+]
 
 ClassifierRule = Callable[[Sequence[str]], "tuple[Kind, str]"]
 """``rule(args)``: the class of a program's command and why, from the arguments after it."""

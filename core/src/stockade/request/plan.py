@@ -24,7 +24,8 @@ class HiddenPath:
         folder: the hidden folder (or file) it lies in, resolved.
         kind: what hides it: ``private`` (the host's ``/tmp``, ``/var/tmp``, ``/run``,
             ``/dev/shm`` or a home's ``.cache``: the sandbox has its own), ``credential-store``,
-            ``system-secret``, ``deny-read``, ``store`` (Stockade's own state) or ``socket``.
+            ``system-secret``, ``deny-read``, ``store`` (Stockade's own state), ``socket`` or
+            ``private-data`` (a ``private`` glob's match or a file the sidecar marks).
     """
 
     path: str
@@ -44,6 +45,7 @@ _HIDDEN_LABELS: dict[str, str] = {
     "deny-read": "deny_read",
     "store": "Stockade's store",
     "socket": "host socket",
+    "private-data": "private data",
 }
 
 

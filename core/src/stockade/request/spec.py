@@ -98,6 +98,9 @@ class ExecRequest:
         preapproved: a person approved in advance what would otherwise ask (``--yes``).
         grant_writable: folders to make writable for this one command beyond its workspace:
             a one-shot widening that always waits for a person and is recorded on its own.
+        read_private: grant this one command the private paths (the profile's ``private``
+            globs, the files the sidecar marks), hidden from it otherwise; its run then holds
+            private data.
         workspace: for a profile with no workspace of its own (a person's ``default``), the
             folder that bounds the command instead of ``cwd`` (which must lie inside it); a
             profile's own workspace always wins, and naming another one is refused.
@@ -122,6 +125,7 @@ class ExecRequest:
     profile: str = field(kw_only=True, default="default")
     preapproved: bool = field(kw_only=True, default=False)
     grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_paths)
+    read_private: bool = field(kw_only=True, default=False)
     workspace: str | None = field(kw_only=True, default=None)
     dry_run: bool = field(kw_only=True, default=False)
     gate: Decision | None = field(kw_only=True, default=None, validator=_gate_verdict)
@@ -180,6 +184,9 @@ class ExecSpec:
         grant_writable: resolved folders writable for this command only, by a person's grant.
         hidden: folders a sandbox must make unreadable: Stockade's own state (the record,
             its signing key, the held steps).
+        read_private: the request asked for the private paths (``--read-private``).
+        private_data: resolved paths of private data the sandbox must hide from this
+            command (:mod:`stockade.policy.private`): empty when it is granted them.
         system_secrets: more system secrets a sandbox must mask besides the built-in
             :data:`stockade.confine.system_secrets.SYSTEM_SECRETS` (the ``system_secrets``
             config key: paths or globs, expanded when the command is confined).
@@ -218,6 +225,8 @@ class ExecSpec:
     run_elapsed: float = field(kw_only=True, default=0.0)
     grant_writable: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     hidden: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    read_private: bool = field(kw_only=True, default=False)
+    private_data: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     system_secrets: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     egress: Egress | None = field(kw_only=True, default=None)
     home: str | None = field(kw_only=True, default=None)
@@ -327,8 +336,11 @@ class Profile:
             ``["*"]`` for all of them (a dotfiles checkout).
         credentials: handle -> where the egress proxy injects it; the command holds only
             a placeholder (:class:`CredentialBinding`).
-        private: globs naming its private paths (relative to the workspace, or absolute):
-            a run that reads one holds private data (:mod:`stockade.policy.breaker`).
+        private: globs naming its private paths (relative to the workspace root, or
+            absolute): hidden from every step not granted them, and a run whose step is
+            granted them holds private data (:mod:`stockade.policy.private`).
+        private_readers: programs (names or absolute paths) whose steps are granted the
+            private paths (and so taint their run), as ``--read-private`` grants one step.
         commit: when a command's layers land (:mod:`stockade.layers`): ``always``, or
             ``on-success`` (a command that failed, timed out or was stopped lands nothing;
             the result says ``landed = "discarded"``).
@@ -355,5 +367,6 @@ class Profile:
     private: tuple[str, ...] = field(
         kw_only=True, default=(), converter=_strings, validator=_private_globs
     )
+    private_readers: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     breaker: BreakerSetting = field(kw_only=True, default="on", validator=_one_of(BREAKER_SETTINGS))
     commit: Commit = field(kw_only=True, default="always", validator=_one_of(COMMITS))

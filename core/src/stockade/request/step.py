@@ -65,12 +65,16 @@ class EgressRule:
         credentials: the command's credentials the proxy injects, by their bindings.
         upstream_ca: a CA file the proxy trusts, besides the system's, for its own TLS
             upstream of an injected host (``network.upstream_ca``: for tests).
+        over_breaker: a person approved the step after its run held private data and
+            somebody else's words (the breaker's ``ask``): the proxy's breaker check lets its
+            connections on. Otherwise a connection made while the run holds both is refused.
     """
 
     hosts: tuple[str, ...] = field(converter=_strings)
     resolve: Mapping[str, str] = field(kw_only=True, factory=dict, converter=_frozen_map)
     credentials: tuple[BoundCredential, ...] = field(kw_only=True, default=())
     upstream_ca: str | None = field(kw_only=True, default=None)
+    over_breaker: bool = field(kw_only=True, default=False)
 
 
 @frozen

@@ -162,8 +162,11 @@ class Doer:
         secrets: Mapping[str, str],
         *,
         on_connection: Callable[[Connection], None] | None = None,
+        check: Callable[[], str | None] | None = None,
     ) -> Prepared:
-        """The provider, the egress proxy and the launch plan for ``step``.
+        """The provider, the egress proxy and the launch plan for ``step``. ``check`` is
+        asked on each connection its proxy would let on, when it is made: a reason refuses
+        it (the breaker's check where bytes leave, from the side that decides).
 
         Raises:
             SandboxUnavailable: no usable provider here can enforce its mode.
@@ -174,7 +177,7 @@ class Doer:
         try:
             provider = self.providers.provider_for(spec)
             if step.egress is not None:
-                proxy = self._proxy(step, refused, on_connection, secrets)
+                proxy = self._proxy(step, refused, on_connection, secrets, check)
                 egress = Egress(
                     proxy.hosts, socket=proxy.socket, port=proxy.port, ca_bundle=proxy.ca_bundle
                 )
@@ -217,6 +220,7 @@ class Doer:
         refused: list[Refusal],
         on_connection: Callable[[Connection], None] | None,
         secrets: Mapping[str, str],
+        check: Callable[[], str | None] | None = None,
     ) -> CommandProxy:
         """The egress proxy of a ``network`` step; each refusal lands in ``refused``.
 
@@ -263,6 +267,7 @@ class Doer:
             seen,
             injections=injections,
             upstream_ca=step.egress.upstream_ca,
+            check=check,
         )
 
     def carry_out(

@@ -73,6 +73,7 @@ def build(
     scan_limit: int = paths.DEFAULT_SCAN_LIMIT,
     writable_dotfiles: frozenset[str] = frozenset(),
     overlays: Mapping[str, tuple[str, str]] | None = None,
+    private: Iterable[str] = (),
 ) -> Layout:
     """The layout for one run.
 
@@ -95,6 +96,8 @@ def build(
         writable_dotfiles: protected dotfiles left writable (the profile's opt-out).
         overlays: writable root -> the upper and work folders of its layer: such a root
             is an overlay (:func:`overlay_args`), not a writable bind.
+        private: resolved paths of private data this command is not granted
+            (:func:`private_masks`), hidden last, over every other mount.
 
     Masks, scratch, binds and protected paths may nest in any order (an agent's workspace,
     home and caches live in Stockade's hidden store; a ``HOME`` may lie in the host's
@@ -151,8 +154,12 @@ def build(
     for mount in laid:
         if mount.kind == MASK_DIR:
             args += ["--remount-ro", mount.path]
+    hid, private_mounts = private_masks(private, laid)
+    args += hid
+    mounts += private_mounts
     args += ["--chdir", chdir]
     masked = (*(p for p in stores if p not in hidden), *(m.path for m in masks if not m.scratch))
+    masked += tuple(m.path for m in private_mounts)
     scanned = survey.scanned if survey is not None else 0
     # The fresh /dev hides the host's but a few devices; then every mount, laid or not.
     veils: list[tuple[str, HiddenKind]] = [("/dev", "private")]
@@ -160,6 +167,28 @@ def build(
     shown = [*DEVICES, *(m.path for m in mounts if m.kind not in (*_EMPTY, MASK_FILE))]
     sight = Hiding(veils, shown)
     return Layout(tuple(args), tuple(writable), tuple(protected), masked, scanned, survey, sight)
+
+
+def private_masks(private: Iterable[str], laid: list[_Mount]) -> tuple[list[str], list[_Mount]]:
+    """The bwrap options that hide private data from a command not granted it, and their
+    mounts: an empty read-only tmpfs over a folder, ``/dev/null`` over a file. They are laid
+    after every other mount (a writable root, whatever its kind), so they win over it; a path
+    a mask or scratch tmpfs laid before already empties is left alone."""
+    args: list[str] = []
+    mounts: list[_Mount] = []
+    for path in private:
+        if not os.path.lexists(path):
+            continue
+        above = _nearest(path, laid)
+        if above is not None and above.kind in (*_EMPTY, MASK_FILE):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+            mounts.append(_Mount(path, MASK_DIR, "private-data"))
+        else:
+            args += ["--ro-bind", "/dev/null", path]
+            mounts.append(_Mount(path, MASK_FILE, "private-data"))
+    return args, mounts
 
 
 def _survey(

@@ -223,6 +223,7 @@ class BubblewrapSandbox(SandboxProvider):
             scan_limit=settings.scan_limit,
             writable_dotfiles=paths.opened(spec.writable_dotfiles),
             overlays={layer.root: (layer.upper, layer.work) for layer in layers},
+            private=spec.private_data,
         )
 
     def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:

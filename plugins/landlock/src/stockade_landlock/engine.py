@@ -355,6 +355,7 @@ class Engine:
         veils: list[tuple[str, HiddenKind]] = [(p, "private") for p in PRIVATE_DIRS]
         veils += [(p, "deny-read") for p in self.settings.deny_read]
         veils += [(p, "store") for p in spec.hidden]
+        veils += [(p, "private-data") for p in spec.private_data]
         veils += [(p, "socket") for p in protected.socket_paths(os.environ)]
         # Every run's scratch: listable, and only a run's own is granted (per run).
         veils.append((self._scratch_parent(), "private"))

@@ -1,0 +1,253 @@
+"""Private data as a capability: the paths a step cannot open unless it is granted them.
+
+A profile's ``private`` globs (relative to the workspace root, whatever folder the step runs
+in; or absolute) and the files the sidecar marks (:class:`~stockade.record.taint.PrivateFiles`)
+are found on disk when a step is decided (:func:`find`), resolved, and handed to the sandbox
+in :attr:`~stockade.request.spec.ExecSpec.private_data`: bubblewrap masks each one, Landlock
+grants no access to it. A step granted them (:func:`grant`: ``--read-private``, MCP's
+``read_private``, the profile's ``private_readers``; ``danger-full-access`` has nothing to
+mask) sees them, and its run holds private data from then on. So whether a run holds private
+data depends on what the kernel let its steps open, never on how their argv spells a path.
+
+Globs follow :func:`fnmatch.fnmatchcase` (``*`` matches ``/`` too). What a glob matches is
+masked whole (a matched folder and everything in it); the walk does not go below a match, and
+goes into a folder only when some glob could match beneath it. A hard link to a private file
+inside the workspace is masked too (another name of the same data), found by its inode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+import re
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import attrs
+from attrs import frozen
+
+from ..errors import UsageError
+from .named import beneath
+
+if TYPE_CHECKING:
+    from ..request.spec import ExecSpec, Profile
+
+__all__ = ["Found", "find", "for_step", "grant", "refuse_read"]
+
+SHOWN = 3
+"""How many private paths a taint's detail names before it counts the rest."""
+
+
+@frozen
+class Found:
+    """The private data a step would see.
+
+    Attributes:
+        paths: resolved paths, each once, outer ones only: what the sandbox must hide.
+        shown: the same, as a person reads them (relative to the workspace when inside it).
+    """
+
+    paths: tuple[str, ...]
+    shown: tuple[str, ...]
+
+
+def find(workspace: str, globs: Iterable[str], marked: Iterable[str] = ()) -> Found:
+    """The private paths of ``workspace`` (its real path) that exist now: what ``globs``
+    match, and ``marked`` (relative paths the sidecar marks), with the hard links inside the
+    workspace to any private file among them."""
+    relative = [g for g in globs if not g.startswith("/")]
+    absolute = [g for g in globs if g.startswith("/")]
+    hits: dict[str, None] = {}
+    if relative:
+        _walk(workspace, "", _matcher(relative), relative, hits)
+    for glob in absolute:
+        start = _literal_folder(glob)
+        if os.path.isdir(start):
+            _walk(
+                start,
+                start.rstrip("/") + "/" if start != "/" else "/",
+                _matcher([glob]),
+                [glob],
+                hits,
+            )
+        elif os.path.lexists(start) and fnmatch.fnmatchcase(start, glob):
+            hits.setdefault(start, None)
+    for name in marked:
+        path = os.path.join(workspace, name)
+        if os.path.lexists(path):
+            hits.setdefault(path, None)
+    real = _resolved(hits)
+    real = _with_links(workspace, real)
+    outer = _outer(real)
+    return Found(tuple(outer), tuple(_show(p, workspace) for p in outer))
+
+
+def for_step(
+    spec: ExecSpec, profile: Profile, workspace: str, marked: Iterable[str]
+) -> tuple[ExecSpec, str | None]:
+    """``spec`` with the private data it must not see (``private_data``), and ``None``; or,
+    granted, ``spec`` as it is and what it was granted, in words (a ``grant`` taint's detail).
+
+    Raises:
+        UsageError: its working folder is private data it is not granted.
+    """
+    found = find(workspace, profile.private, marked)
+    if not found.paths:
+        return spec, None
+    why = grant(
+        spec.argv[0],
+        spec.program,
+        spec.mode,
+        asked=spec.read_private,
+        readers=profile.private_readers,
+    )
+    if why is not None:
+        more = f" and {len(found.shown) - SHOWN} more" if len(found.shown) > SHOWN else ""
+        return spec, f"{why}: {', '.join(found.shown[:SHOWN])}{more}"
+    cwd = os.path.realpath(spec.cwd)
+    inside = [p for p in found.paths if cwd == p or cwd.startswith(p.rstrip("/") + "/")]
+    if inside:
+        raise UsageError(
+            f"the working folder {spec.cwd} is private data ({inside[0]})",
+            hint="work in another folder, or grant this command the private paths with "
+            "--read-private (its run then holds private data)",
+            details={"cwd": spec.cwd, "private": inside[0]},
+        )
+    return attrs.evolve(spec, private_data=found.paths), None
+
+
+def refuse_read(root: str, path: str, found: Found) -> None:
+    """Refuse a file tool's read of ``path`` (relative to ``root``) when it is, or lies in,
+    private data the tool is not granted: by the path resolved, and by the file's identity
+    (another name of the same data).
+
+    Raises:
+        PolicyDenied: it is private data.
+    """
+    from ..errors import PolicyDenied
+
+    target = os.path.realpath(os.path.join(root, path.lstrip("/")))
+    hit = next(
+        (p for p in found.paths if target == p or target.startswith(p.rstrip("/") + "/")), None
+    )
+    if hit is None:
+        try:
+            st = os.stat(target)
+        except OSError:
+            return
+        for private in found.paths:
+            with contextlib.suppress(OSError):
+                other = os.stat(private)
+                if (other.st_dev, other.st_ino) == (st.st_dev, st.st_ino):
+                    hit = private
+                    break
+    if hit is not None:
+        raise PolicyDenied(
+            f"{path} is private data ({_show(hit, root)}): the file tools do not read it "
+            "unless granted",
+            hint="a person grants it with --read-private (MCP: read_private); the run then "
+            "holds private data",
+            details={"path": path, "private": _show(hit, root)},
+        )
+
+
+def grant(
+    argv0: str, program: str, mode: str, *, asked: bool, readers: Iterable[str]
+) -> str | None:
+    """Why a step sees the private data, or ``None`` (it is masked): ``--read-private``
+    (``asked``), a program the profile's ``private_readers`` names (by name or path), or
+    ``danger-full-access`` (nothing is confined, so nothing is masked)."""
+    if mode == "danger-full-access":
+        return "danger-full-access"
+    if asked:
+        return "read-private"
+    names = {argv0, program, os.path.basename(program), os.path.basename(argv0)}
+    for reader in readers:
+        if reader in names:
+            return f"private_readers {reader}"
+    return None
+
+
+def _matcher(globs: list[str]) -> re.Pattern[str]:
+    return re.compile("|".join(fnmatch.translate(g) for g in globs))
+
+
+def _walk(
+    folder: str, prefix: str, matcher: re.Pattern[str], globs: list[str], hits: dict[str, None]
+) -> None:
+    """Each entry below ``folder`` whose name (``prefix`` + its path from ``folder``) a glob
+    matches, without going below a match or into a folder no glob could match beneath."""
+    stack = [(folder, prefix)]
+    while stack:
+        here, shown = stack.pop()
+        try:
+            entries = list(os.scandir(here))
+        except OSError:
+            continue
+        for entry in entries:
+            name = shown + entry.name
+            if matcher.match(name):
+                hits.setdefault(entry.path, None)
+            elif entry.is_dir(follow_symlinks=False) and any(beneath(name, g) for g in globs):
+                stack.append((entry.path, name + "/"))
+
+
+def _literal_folder(glob: str) -> str:
+    """The deepest folder of an absolute glob before its first wildcard."""
+    cut = min((i for i, c in enumerate(glob) if c in "*?["), default=len(glob))
+    if cut == len(glob):
+        return glob
+    return os.path.dirname(glob[:cut]) or "/"
+
+
+def _resolved(hits: Iterable[str]) -> list[str]:
+    """Each path resolved (the data a symlink names is what is private), if it exists."""
+    found: dict[str, None] = {}
+    for path in hits:
+        real = os.path.realpath(path)
+        if os.path.exists(real):
+            found.setdefault(real, None)
+    return list(found)
+
+
+def _with_links(workspace: str, paths: list[str]) -> list[str]:
+    """``paths``, and every other name inside ``workspace`` of a private file that has more
+    than one (a hard link made before: the same data under an innocent name)."""
+    inodes: set[tuple[int, int]] = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if not os.path.isdir(path) and st.st_nlink > 1:
+            inodes.add((st.st_dev, st.st_ino))
+    if not inodes:
+        return paths
+    found = dict.fromkeys(paths)
+    for here, folders, files in os.walk(workspace):
+        for name in files:
+            path = os.path.join(here, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in inodes:
+                found.setdefault(path, None)
+        folders[:] = [f for f in folders if not os.path.islink(os.path.join(here, f))]
+    return list(found)
+
+
+def _outer(paths: Iterable[str]) -> list[str]:
+    """``paths`` sorted, less those inside another (masking the outer one hides them)."""
+    kept: list[str] = []
+    for path in sorted(paths):
+        if not any(path == k or path.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(path)
+    return kept
+
+
+def _show(path: str, workspace: str) -> str:
+    if path.startswith(workspace.rstrip("/") + "/"):
+        return path[len(workspace.rstrip("/")) + 1 :]
+    return path

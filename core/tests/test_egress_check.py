@@ -1,0 +1,85 @@
+"""The egress proxy's per-connection check (the breaker where bytes leave): asked on every
+connection its rules allow, when it is made, for tunnels and forwarded requests alike."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from stockade.egress.proxy import Connection, Proxy, parse_hosts
+
+
+@pytest.fixture
+def listener():
+    """A loopback TCP listener that keeps what every connection sent."""
+    server = socket.create_server(("127.0.0.1", 0))
+    got: list[bytes] = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(0.5)
+                data = b""
+                try:
+                    while chunk := conn.recv(65536):
+                        data += chunk
+                        if b"\r\n\r\n" in data:
+                            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                            break
+                except OSError:
+                    pass
+                got.append(data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1], got
+    server.close()
+
+
+def ask(proxy_port: int, request: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", proxy_port), timeout=5) as sock:
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        chunks = []
+        while data := sock.recv(65536):
+            chunks.append(data)
+    return b"".join(chunks)
+
+
+def test_each_connection_is_checked_when_it_is_made(listener) -> None:
+    port, got = listener
+    answers: list[str | None] = [None, "the breaker: both", None]
+    asked: list[int] = []
+    seen: list[Connection] = []
+
+    def check() -> str | None:
+        asked.append(1)
+        return answers[len(asked) - 1]
+
+    with Proxy(
+        parse_hosts([f"allowed.test:{port}"]),
+        resolve={"allowed.test": "127.0.0.1"},
+        on_connection=seen.append,
+        check=check,
+    ) as proxy:
+        proxy_port = proxy.serve_tcp()
+        forward = f"POST http://allowed.test:{port}/x HTTP/1.1\r\nHost: allowed.test:{port}\r\n"
+        request = (forward + "Content-Length: 6\r\n\r\nsecret").encode()
+        assert ask(proxy_port, request).endswith(b"ok")  # clean: on its way
+        refused = ask(proxy_port, request)  # the run now holds both: refused, nothing sent
+        assert refused.startswith(b"HTTP/1.1 403 Forbidden")
+        assert b"stockade egress proxy: the breaker: both" in refused
+        tunnel = ask(proxy_port, f"CONNECT allowed.test:{port} HTTP/1.1\r\n\r\n".encode())
+        assert tunnel.startswith(b"HTTP/1.1 200 Connection established")
+        elsewhere = ask(proxy_port, b"CONNECT other.test:443 HTTP/1.1\r\n\r\n")
+        assert elsewhere.startswith(b"HTTP/1.1 403")  # the rules refuse first: not asked
+    assert len(asked) == 3
+    assert sorted(c.allowed for c in seen) == [False, False, True, True]  # reported as each ends
+    mine = [c for c in seen if c.reason == "the breaker: both"]
+    assert len(mine) == 1 and (mine[0].allowed, mine[0].bytes_up) == (False, 0)
+    assert sum(b"secret" in data for data in got) == 1
