@@ -26,8 +26,11 @@ import time
 from ..caller import ask_terminal
 from ..server import protocol
 from ..server.paths import Place
+from ..server.trust import folder_problem, listener_problem
 
 TYPE_CHECKING = False  # not typing's: importing typing costs this client ~5 ms
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 START_TIMEOUT = 10.0
 """Seconds to wait for a server this client started to listen."""
@@ -61,8 +64,11 @@ def connect(place: Place, *, op: str, start: bool = True) -> _socket.socket:
     """A connection the server welcomed for ``op``; the server started (or replaced, when
     it speaks another version) if need be.
 
+    Nothing is sent to a server that fails :mod:`stockade.server.trust`'s checks.
+
     Raises:
-        NoServer: none runs and ``start`` is false, or it cannot be started or reached.
+        NoServer: none runs and ``start`` is false, it cannot be started or reached, or it
+            is not to be trusted.
     """
     for _attempt in range(3):
         conn = _open(place)
@@ -82,6 +88,15 @@ def connect(place: Place, *, op: str, start: bool = True) -> _socket.socket:
 
 
 def _open(place: Place) -> _socket.socket | None:
+    """A connection to the server's socket, verified (its folders, then its listener's
+    uid), or ``None`` when nothing listens there.
+
+    Raises:
+        NoServer: the folders or the listener are not this user's alone.
+    """
+    why = folder_problem(place.folder)
+    if why:
+        raise NoServer(f"refused the server at {place.socket}: {why}")
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         address, fd = place.address()
@@ -96,6 +111,10 @@ def _open(place: Place) -> _socket.socket | None:
     finally:
         if fd is not None:
             os.close(fd)
+    why = listener_problem(conn)
+    if why:
+        conn.close()
+        raise NoServer(f"refused the server at {place.socket}: {why}")
     return conn
 
 
@@ -168,6 +187,22 @@ def stop(place: Place, *, drain: bool = False) -> bool:
     return True
 
 
+SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
+"""What makes a name look like a secret: :data:`stockade.policy.resolve.SECRET_PATTERN`'s
+words (a test keeps the two the same; this client cannot pay for importing ``re``)."""
+
+
+def needed_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` a call needs: every variable but those whose names look like
+    secrets, which never reach a command; of those, only ``STOCKADE_*`` ones travel (the
+    built-in broker's ``STOCKADE_SECRET_*`` credentials)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name.startswith("STOCKADE_") or not any(w in name.upper() for w in SECRET_WORDS)
+    }
+
+
 def _terminal() -> bool:
     try:
         if not os.isatty(sys.stdin.fileno()):
@@ -192,7 +227,7 @@ def converse(conn: _socket.socket, argv: list[str]) -> int:
             return  # the server is gone: the loop below says so
 
     call: dict[str, object] = {"type": "call", "argv": argv, "cwd": os.getcwd()}
-    call.update(env=dict(os.environ), tty=_terminal())
+    call.update(env=needed_env(os.environ), tty=_terminal())
     protocol.send(conn, call)
     for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
         _signal.signal(sig, interrupted)
