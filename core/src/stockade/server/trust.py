@@ -39,7 +39,7 @@ def folder_problem(folder: str, *, uid: int | None = None) -> str | None:
     while True:
         try:
             info = os.lstat(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # the folder above says what is wrong
             info = None
         except OSError as error:
             return f"cannot examine {path}: {error.strerror}"
