@@ -66,9 +66,7 @@ def test_a_flood_of_idle_connections_never_stops_the_server(tmp_path: Path) -> N
         pid = sk.wait_server()
         running = sk.popen("run", "--yes", "--mode", FULL, "--json", "--", "sleep", "2")
         assert procs.wait_until(lambda: _calls_running(sk) == 1, WAIT)
-        floods = [_flood(sk.place.socket, 1800)] + [
-            _flood(sk.place.socket, 100) for _ in range(8)
-        ]
+        floods = [_flood(sk.place.socket, 1800)] + [_flood(sk.place.socket, 100) for _ in range(8)]
         try:
             for flood in floods:
                 assert flood.stdout is not None
@@ -97,4 +95,3 @@ def _calls_running(sk: Stockade) -> int:
         return -1
     found: int = json.loads(done.stdout)["calls_running"]
     return found
-

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from . import protocol
+from . import code, protocol
 from .calls import Call, CallError, check_call, route_streams
 from .paths import Place
 from .warm import WarmHosts
@@ -84,6 +84,7 @@ class Server:
         self.environ = dict(environ)
         self.idle = idle
         self.warm = WarmHosts()
+        self.code = code.identity()
         self.secret = secrets.token_hex(32)
         self.started = time.time()
         self._live = 0
@@ -213,7 +214,13 @@ class Server:
         """Make the warm host for the environment the server started with, and load the
         command line's run path (errors are the first call's to report)."""
         with contextlib.suppress(Exception):
-            self.warm.host(None, self.environ, "/").close()
+            host = self.warm.host(None, self.environ, "/")
+            # A server killed before (SIGKILL) left started commands without a result:
+            # opening the store closes their record with an ``aborted`` error now.
+            recorder = host.pm.get_plugin("stockade.builtin.recorder")
+            if recorder is not None:
+                recorder.chain()
+            host.close()
             from ..cli import commands, run  # noqa: F401 - loaded now, not in the first call
 
             commands._parser()
@@ -309,6 +316,10 @@ class Server:
         if hello.get("version") != protocol.VERSION:
             _refuse(conn, "version", f"this server speaks {protocol.VERSION}")
             return
+        now = code.identity()
+        if now != self.code:  # an edit, an upgrade or a reinstall: a new server takes over
+            _refuse(conn, "version", f"this server's code changed ({self.code} -> {now})")
+            return
         protocol.send(conn, {"type": "welcome", "version": protocol.VERSION, "pid": os.getpid()})
         if op == "status":
             protocol.send(conn, self.status())
@@ -359,6 +370,7 @@ class Server:
             "type": "status",
             "pid": os.getpid(),
             "version": protocol.VERSION,
+            "code": self.code,
             "socket": self.place.socket,
             "started": self.started,
             "calls_running": live,
