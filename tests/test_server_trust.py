@@ -13,6 +13,7 @@ would see the breach.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -305,3 +306,39 @@ def test_the_client_words_are_the_filters_pattern() -> None:
     sent = needed_env(dict.fromkeys(names, "v"))
     assert sorted(sent) == ["HOME", "PATH", "STOCKADE_SECRET_X"]
     assert all(SECRET_PATTERN.search(n) for n in set(names) - {"HOME", "PATH"})
+
+
+# --- the server's folder is never a writable root -----------------------------------------
+
+
+def test_the_servers_folder_is_never_a_writable_root(tmp_path: Path) -> None:
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    project = tmp_path / "project"
+    project.mkdir()
+    with stockade_for(tmp_path / "sk") as sk:
+        sk.env["XDG_RUNTIME_DIR"] = str(runtime)
+        first = sk.run("run", "--yes", "--mode", FULL, "--", "true", cwd=project)
+        assert first.returncode == 0, first.stderr
+        pid = sk.wait_server()
+        server = runtime / "stockade"
+        for granted, rule in (
+            (runtime, "holds_server"),
+            (server, "server"),
+            (Path(sk.place.folder), "server"),
+        ):
+            moved = sk.run(
+                "run", "--yes", "--mode", FULL, "--json", "--grant-write", str(granted),
+                "--", "mv", str(server), str(runtime / "moved"),
+                cwd=project,
+            )  # fmt: skip
+            error = json.loads(moved.stdout)["error"]
+            assert (error["code"], error["details"]["rule"]) == ("unsafe_root", rule), error
+            assert Path(sk.place.socket).exists()
+        # the control: the same grant of a project folder is let through, and runs
+        granted = sk.run(
+            "run", "--yes", "--mode", FULL, "--grant-write", str(project), "--", "true",
+            cwd=project,
+        )  # fmt: skip
+        assert granted.returncode == 0, granted.stderr
+        assert sk.server_pid() == pid
