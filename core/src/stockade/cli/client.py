@@ -30,7 +30,7 @@ from ..server.trust import folder_problem, listener_problem
 
 TYPE_CHECKING = False  # not typing's: importing typing costs this client ~5 ms
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
 START_TIMEOUT = 10.0
 """Seconds to wait for a server this client started to listen."""
@@ -56,6 +56,61 @@ def call(argv: list[str]) -> int | None:
         return None
     try:
         return converse(conn, argv)
+    finally:
+        conn.close()
+
+
+def served(
+    argv: list[str],
+    *,
+    environ: Mapping[str, str],
+    cwd: str,
+    out: Callable[[int, str], None],
+    started: Callable[[Callable[[], None]], None] | None = None,
+) -> int | None:
+    """Run ``stockade ARGV`` through the server that runs for ``environ``, if one runs and
+    passes the checks (none is started): its exit status, with its output handed to
+    ``out(fd, text)``; ``None`` when there is no such server. ``started`` is given a
+    function that interrupts the call (as Ctrl-C at a client does). For a program that is
+    not the command line (the run page), so that what it asks is done as ``stockade`` does.
+    ``STOCKADE_NO_SERVER`` in ``environ`` keeps it in-process, as it keeps the command line.
+    """
+    if environ.get(NO_SERVER_ENV, "") not in ("", "0"):
+        return None
+    try:
+        conn = connect(Place(environ), op="call", start=False)
+    except NoServer:
+        return None
+    call = {"type": "call", "argv": argv, "cwd": cwd, "env": needed_env(environ), "tty": False}
+
+    def interrupt() -> None:
+        try:
+            protocol.send(conn, {"type": "signal"})
+        except OSError:
+            return
+
+    try:
+        protocol.send(conn, call)
+        if started is not None:
+            started(interrupt)
+        while True:
+            message = protocol.receive(conn)
+            kind = None if message is None else message.get("type")
+            if message is None or kind in (None, "refused"):
+                why = "went away" if message is None else f"refused: {message.get('message')}"
+                out(2, f"stockade: error[server_lost]: the server {why}\n")
+                return 125
+            if kind == "out":
+                fd = message.get("fd")
+                out(fd if isinstance(fd, int) else 2, str(message.get("text", "")))
+            elif kind == "ask":  # no terminal here: an ask goes unanswered
+                protocol.send(conn, {"type": "answer", "text": ""})
+            elif kind == "exit":
+                status = message.get("status")
+                return status if isinstance(status, int) else 1
+    except (OSError, protocol.ProtocolError) as error:
+        out(2, f"stockade: error[server_lost]: {error}\n")
+        return 125
     finally:
         conn.close()
 
