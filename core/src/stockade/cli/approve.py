@@ -49,7 +49,8 @@ def answer_command(args: argparse.Namespace, *, approve: bool) -> int:
     from ..run.executor import AbortToken
     from .run import exit_status, print_result
 
-    by = f"{user_name()} (stockade {'approve' if approve else 'decline'})"
+    verb = "ui" if getattr(args, "via", "cli") == "ui" else "approve" if approve else "decline"
+    by = f"{user_name()} (stockade {verb})"
     try:
         with make_host(args) as host:
             held = host.answer(args.run, args.step, approve=approve, by=by)

@@ -26,8 +26,11 @@ import time
 from ..caller import ask_terminal
 from ..server import protocol
 from ..server.paths import Place
+from ..server.trust import folder_problem, listener_problem
 
 TYPE_CHECKING = False  # not typing's: importing typing costs this client ~5 ms
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 START_TIMEOUT = 10.0
 """Seconds to wait for a server this client started to listen."""
@@ -57,12 +60,70 @@ def call(argv: list[str]) -> int | None:
         conn.close()
 
 
+def served(
+    argv: list[str],
+    *,
+    environ: Mapping[str, str],
+    cwd: str,
+    out: Callable[[int, str], None],
+    started: Callable[[Callable[[], None]], None] | None = None,
+) -> int | None:
+    """Run ``stockade ARGV`` through the server that runs for ``environ``, if one runs and
+    passes the checks (none is started): its exit status, with its output handed to
+    ``out(fd, text)``; ``None`` when there is no such server. ``started`` is given a
+    function that interrupts the call (as Ctrl-C at a client does). For a program that is
+    not the command line (the run page), so that what it asks is done as ``stockade`` does.
+    ``STOCKADE_NO_SERVER`` in ``environ`` keeps it in-process, as it keeps the command line.
+    """
+    if environ.get(NO_SERVER_ENV, "") not in ("", "0"):
+        return None
+    try:
+        conn = connect(Place(environ), op="call", start=False)
+    except NoServer:
+        return None
+    call = {"type": "call", "argv": argv, "cwd": cwd, "env": needed_env(environ), "tty": False}
+
+    def interrupt() -> None:
+        try:
+            protocol.send(conn, {"type": "signal"})
+        except OSError:
+            return
+
+    try:
+        protocol.send(conn, call)
+        if started is not None:
+            started(interrupt)
+        while True:
+            message = protocol.receive(conn)
+            kind = None if message is None else message.get("type")
+            if message is None or kind in (None, "refused"):
+                why = "went away" if message is None else f"refused: {message.get('message')}"
+                out(2, f"stockade: error[server_lost]: the server {why}\n")
+                return 125
+            if kind == "out":
+                fd = message.get("fd")
+                out(fd if isinstance(fd, int) else 2, str(message.get("text", "")))
+            elif kind == "ask":  # no terminal here: an ask goes unanswered
+                protocol.send(conn, {"type": "answer", "text": ""})
+            elif kind == "exit":
+                status = message.get("status")
+                return status if isinstance(status, int) else 1
+    except (OSError, protocol.ProtocolError) as error:
+        out(2, f"stockade: error[server_lost]: {error}\n")
+        return 125
+    finally:
+        conn.close()
+
+
 def connect(place: Place, *, op: str, start: bool = True) -> _socket.socket:
     """A connection the server welcomed for ``op``; the server started (or replaced, when
     it speaks another version) if need be.
 
+    Nothing is sent to a server that fails :mod:`stockade.server.trust`'s checks.
+
     Raises:
-        NoServer: none runs and ``start`` is false, or it cannot be started or reached.
+        NoServer: none runs and ``start`` is false, it cannot be started or reached, or it
+            is not to be trusted.
     """
     for _attempt in range(3):
         conn = _open(place)
@@ -82,6 +143,15 @@ def connect(place: Place, *, op: str, start: bool = True) -> _socket.socket:
 
 
 def _open(place: Place) -> _socket.socket | None:
+    """A connection to the server's socket, verified (its folders, then its listener's
+    uid), or ``None`` when nothing listens there.
+
+    Raises:
+        NoServer: the folders or the listener are not this user's alone.
+    """
+    why = folder_problem(place.folder)
+    if why:
+        raise NoServer(f"refused the server at {place.socket}: {why}")
     conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         address, fd = place.address()
@@ -96,6 +166,10 @@ def _open(place: Place) -> _socket.socket | None:
     finally:
         if fd is not None:
             os.close(fd)
+    why = listener_problem(conn)
+    if why:
+        conn.close()
+        raise NoServer(f"refused the server at {place.socket}: {why}")
     return conn
 
 
@@ -168,6 +242,22 @@ def stop(place: Place, *, drain: bool = False) -> bool:
     return True
 
 
+SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
+"""What makes a name look like a secret: :data:`stockade.policy.resolve.SECRET_PATTERN`'s
+words (a test keeps the two the same; this client cannot pay for importing ``re``)."""
+
+
+def needed_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` a call needs: every variable but those whose names look like
+    secrets, which never reach a command; of those, only ``STOCKADE_*`` ones travel (the
+    built-in broker's ``STOCKADE_SECRET_*`` credentials)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name.startswith("STOCKADE_") or not any(w in name.upper() for w in SECRET_WORDS)
+    }
+
+
 def _terminal() -> bool:
     try:
         if not os.isatty(sys.stdin.fileno()):
@@ -192,7 +282,7 @@ def converse(conn: _socket.socket, argv: list[str]) -> int:
             return  # the server is gone: the loop below says so
 
     call: dict[str, object] = {"type": "call", "argv": argv, "cwd": os.getcwd()}
-    call.update(env=dict(os.environ), tty=_terminal())
+    call.update(env=needed_env(os.environ), tty=_terminal())
     protocol.send(conn, call)
     for sig in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
         _signal.signal(sig, interrupted)

@@ -212,6 +212,8 @@ def _build() -> tuple[argparse.ArgumentParser, Any]:
         answer.add_argument("run", metavar="RUN", help="the run id the held result named")
         answer.add_argument("step", metavar="STEP", type=int, help="the step number")
         answer.add_argument("--json", action="store_true")
+        # Who answers, as the record names them: the run page answers through the server.
+        answer.add_argument("--via", choices=("cli", "ui"), default="cli", help=argparse.SUPPRESS)
 
     _add_file_commands(commands)
     workspace = commands.add_parser("workspace", help="an agent's workspace: where, how big")

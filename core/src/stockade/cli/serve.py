@@ -21,9 +21,13 @@ def serve_command(args: argparse.Namespace, _parser: object = None) -> int:
     if args.status:
         return _status(place, as_json=args.json)
     if args.stop:
-        from .client import stop
+        from .client import NoServer, stop
 
-        stopped = stop(place)
+        try:
+            stopped = stop(place)
+        except NoServer as why:
+            print(f"stockade serve: {why}", file=sys.stderr)
+            return 1
         if args.json:
             print(json.dumps({"stopped": stopped}))
         else:

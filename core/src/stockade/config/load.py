@@ -29,8 +29,12 @@ def config_path(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def load_config(path: str | None = None, *, environ: Mapping[str, str]) -> Config:
-    """Read the configuration from ``path`` (or where :func:`config_path` finds it).
+def load_config(
+    path: str | None = None, *, environ: Mapping[str, str], cwd: str | None = None
+) -> Config:
+    """Read the configuration from ``path`` (or where :func:`config_path` finds it); a
+    relative path is the caller's, under ``cwd`` (this process's folder when omitted), and
+    messages name it as it was given.
 
     Raises:
         ConfigError: the file is missing, is not TOML, or does not match the schema; the
@@ -40,7 +44,7 @@ def load_config(path: str | None = None, *, environ: Mapping[str, str]) -> Confi
     if path is None:
         return Config()
     try:
-        with open(path, "rb") as handle:
+        with open(os.path.join(cwd, path) if cwd else path, "rb") as handle:
             raw = handle.read()
     except OSError as error:
         raise ConfigError(

@@ -18,7 +18,10 @@ working directory, or an agent's workspace) in ``workspace-write``, every one-sh
   store in one (``~/.ssh``, :data:`stockade.confine.stores.CREDENTIAL_STORES`) or anything in it.
   A home's other subfolders may be: that is where projects live;
 - Stockade's store never, nor a folder that holds it, nor a folder inside it other than
-  an agent's own workspace (``workspaces/NAME``).
+  an agent's own workspace (``workspaces/NAME``);
+- the warm server's folder (``$XDG_RUNTIME_DIR/stockade``, where its socket is) never, nor
+  a folder that holds it, nor one inside it: a command that could move the socket would
+  stop the server and every call it runs (its secret is in the store's folder).
 
 The host applies it before a command is decided, held or run (:func:`check_spec`), so every
 front end (the CLI, the Python API, MCP, skills) gets it; a refusal is
@@ -80,7 +83,8 @@ class RootRefusal:
 
     Attributes:
         rule: which rule it broke: ``root``, ``system``, ``shared``, ``home``,
-            ``holds_home``, ``credentials``, ``store`` or ``holds_store``.
+            ``holds_home``, ``credentials``, ``store``, ``holds_store``, ``server`` or
+            ``holds_server``.
         folder: the folder the rule is about (the system folder, the home, the store).
         reason: the rule in words, for the message.
     """
@@ -98,11 +102,13 @@ class RootRules:
         homes: home directories, resolved: the password database's, ``$HOME``'s.
         own_home: the account's own home from the password database, resolved.
         stores: Stockade's store folders, resolved (the configured one, the default one).
+        servers: the warm server's folders under ``XDG_RUNTIME_DIR``, resolved.
     """
 
     homes: tuple[str, ...]
     own_home: str | None = None
     stores: tuple[str, ...] = ()
+    servers: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -127,8 +133,20 @@ class RootRules:
             from ..config.dirs import state_dir
             from ..config.schema import store_folder
 
-            stores = tuple(dict.fromkeys(_resolved([store_folder(config), state_dir(os.environ)])))
-        return cls(homes, own_home=next(iter(_resolved([own])), None), stores=stores)
+            stores = tuple(
+                dict.fromkeys(
+                    _resolved([store_folder(config), state_dir(environ), state_dir(os.environ)])
+                )
+            )
+        runtimes = [e.get("XDG_RUNTIME_DIR") for e in (environ, os.environ, env or {})]
+        servers = tuple(
+            dict.fromkeys(
+                _resolved([os.path.join(r, "stockade") for r in runtimes if r and r[0] == "/"])
+            )
+        )
+        return cls(
+            homes, own_home=next(iter(_resolved([own])), None), stores=stores, servers=servers
+        )
 
     def refusal(self, real: str) -> RootRefusal | None:
         """Why the resolved folder ``real`` cannot be a writable root, or ``None``.
@@ -136,7 +154,7 @@ class RootRules:
         The rules are tried in the order of the module's list; the first that applies
         is the one named.
         """
-        for rule in (self._system, self._home, self._credentials, self._store):
+        for rule in (self._system, self._home, self._credentials, self._store, self._server):
             found = rule(real)
             if found is not None:
                 return found
@@ -205,6 +223,23 @@ class RootRules:
                 )
         return None
 
+    def _server(self, real: str) -> RootRefusal | None:
+        """The warm server's folder, a folder holding it, or one inside it."""
+        for server in self.servers:
+            if _at_or_beneath(real, server):
+                return RootRefusal(
+                    "server",
+                    server,
+                    f"it is Stockade's warm server's folder ({server})"
+                    if real == server
+                    else f"it lies inside Stockade's warm server's folder ({server})",
+                )
+            if _beneath(server, real):
+                return RootRefusal(
+                    "holds_server", server, f"it holds Stockade's warm server's folder ({server})"
+                )
+        return None
+
     def check(
         self,
         path: str,
@@ -223,7 +258,8 @@ class RootRules:
 
         Raises:
             UnsafeRoot: it is ``/``, a system or shared folder, a home, a folder holding
-                one, a credential store, the store or a folder holding it.
+                one, a credential store, the store or the server's folder or a folder
+                holding either.
         """
         real = resolve_path(path, base, role=role)
         refusal = self.refusal(real)

@@ -205,8 +205,9 @@ def _workspace(
     :func:`stockade.confine.roots.check_spec`,
     once the mode the command runs in is known.
     """
+    base = here or os.getcwd()  # relative paths are the caller's, not this process's
     if request.workspace is not None:
-        named = os.path.realpath(request.workspace)
+        named = os.path.realpath(os.path.join(base, request.workspace))
         if workspace is not None and named != os.path.realpath(workspace):
             raise UsageError(
                 f"agent {profile.name!r} works in {workspace}; a request cannot name {named}",
@@ -214,8 +215,8 @@ def _workspace(
                 details={"workspace": workspace, "requested": named},
             )
         workspace = named
-    default = workspace if workspace is not None else (here or os.getcwd())
-    cwd = os.path.abspath(request.cwd if request.cwd is not None else default)
+    default = workspace if workspace is not None else base
+    cwd = os.path.abspath(os.path.join(base, request.cwd) if request.cwd is not None else default)
     if not os.path.isdir(cwd):
         what = "is not a directory" if os.path.exists(cwd) else "does not exist"
         raise BadCwd(

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from attrs import frozen
 
 from .blobs import put_blob, put_blob_file
+from .live import track
 from .store import Store, StoreError
 
 if TYPE_CHECKING:
@@ -169,10 +170,28 @@ class Chain:
         """
         return self.append_many((event,))[-1]
 
-    def append_many(self, events: Sequence[Event]) -> list[int]:
+    def close_orphans(self) -> list[int]:
+        """Close the record of every started command whose process went away (killed
+        mid-command): an ``error`` event of code ``aborted`` that says why
+        (:mod:`stockade.record.live`). Their sequence numbers.
+
+        Raises:
+            StoreError: they could not be written (then none of them is).
+        """
+        from . import live
+        from .events import ErrorEvent
+
+        with self.store.locked():
+            found = live.orphans(self.store.connection)
+        closing = [ErrorEvent(action_id, live.ABORTED, message=why) for action_id, why in found]
+        return self.append_many(closing, still_live=True)
+
+    def append_many(self, events: Sequence[Event], *, still_live: bool = False) -> list[int]:
         """Add ``events`` at the end of the chain, in order, in one transaction (one lock,
         one commit, one head write): each is linked and signed as :meth:`append` would.
-        Their sequence numbers.
+        Their sequence numbers. With ``still_live``, an event whose command is no longer
+        in the ``live`` table when the transaction starts is left out (another process
+        closed it first).
 
         Raises:
             StoreError: they could not be written (then none of them is).
@@ -197,7 +216,10 @@ class Chain:
                         "SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1"
                     ).fetchone()
                     seq, prev = (last[0], last[1]) if last else (0, GENESIS)
+                    if still_live:
+                        staged = [s for s in staged if _live(db, s[0].action_id)]
                     for event, run_id, step, body in staged:
+                        track(db, event)
                         seq += 1
                         digest = link(prev, seq, body, run_id, step)
                         signature = self.key.sign(bytes.fromhex(digest))
@@ -223,7 +245,8 @@ class Chain:
                     db.execute("ROLLBACK")
                     self._pinned = False  # a pin in the rolled-back transaction is gone too
                     raise
-                self._write_head(seq, digest, signature)
+                if seqs:
+                    self._write_head(seq, prev, signature)
         except sqlite3.Error as error:
             raise StoreError(
                 f"cannot record the {staged[0][0].kind} event in {self.store.path}: {error}",
@@ -309,6 +332,10 @@ class Chain:
             os.close(self._head_fd)
             self._head_fd = None
         self.store.close()
+
+
+def _live(db: sqlite3.Connection, action_id: str) -> bool:
+    return db.execute("SELECT 1 FROM live WHERE action_id=?", (action_id,)).fetchone() is not None
 
 
 # --- reading and verifying ----------------------------------------------------------------

@@ -41,14 +41,19 @@ class Recorder:
         self._local = threading.local()
 
     def chain(self) -> Chain:
-        """The chain of the configured store, opened on first use (and after a failure)."""
+        """The chain of the configured store, opened on first use (and after a failure).
+        Opening it closes the record of every command whose process was killed before its
+        result was recorded (:meth:`~stockade.record.chain.Chain.close_orphans`)."""
         if self._chain is None:
             from .chain import Chain
-            from .store import open_store
+            from .store import StoreError, open_store
 
             with self._lock:
                 if self._chain is None:
-                    self._chain = Chain(open_store(self.config), self.config.store.redact)
+                    chain = Chain(open_store(self.config), self.config.store.redact)
+                    with contextlib.suppress(StoreError):  # the next append says what is wrong
+                        chain.close_orphans()
+                    self._chain = chain
         return self._chain
 
     @hookimpl

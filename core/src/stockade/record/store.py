@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_step ON events (run_id, step);
 CREATE INDEX IF NOT EXISTS events_action ON events (action_id);
+CREATE TABLE IF NOT EXISTS live (action_id TEXT PRIMARY KEY, owner TEXT NOT NULL);
 """
 
 

@@ -1,12 +1,12 @@
 """Where one user's server lives: its socket, the secret a client presents, its log.
 
-One server serves one state directory (one store) for one user. Its socket sits in a 0700
-folder under ``$XDG_RUNTIME_DIR/stockade/`` (named by a digest of the state directory and
-home, so two state directories never share a server), else in ``<state>/server/``. The
-secret, the pid file and the log are always in ``<state>/server/`` (0700; named with the same
-digest when the socket is under ``XDG_RUNTIME_DIR``, so that a client without that variable
-gets a server of its own rather than another's secret): the state directory is hidden from
-every sandboxed command, so no command can read the secret.
+One server serves one state directory (one store) for one user and one installation. Its
+socket sits in a 0700 folder named by a digest of the uid, the state directory, home, the
+interpreter's prefix, where this code lives and the runtime folder (so two state
+directories, two checkouts or two venvs never share a server), under
+``$XDG_RUNTIME_DIR/stockade/``, else under ``<state>/server/``. The secret, the pid file and
+the log are always in ``<state>/server/`` (0700), named with the same digest: the state
+directory is hidden from every sandboxed command, so no command can read the secret.
 
 Standard library only (the thin client imports it).
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 
 from ..config.dirs import state_dir
 
@@ -36,16 +37,20 @@ class Place:
         state = os.path.realpath(state_dir(environ))
         self.private = os.path.join(state, "server")
         runtime = environ.get("XDG_RUNTIME_DIR")
-        suffix = ""
-        if runtime and os.path.isabs(runtime) and _owned_dir(runtime):
-            key = f"{os.getuid()}\0{state}\0{environ.get('HOME', '')}"
-            digest = _sha256(key.encode("utf-8", "surrogateescape"))[:16]
-            self.folder = os.path.join(runtime, "stockade", digest)
-            # A client without XDG_RUNTIME_DIR on the same state has a server of its own:
-            # the two must not share (and overwrite) one secret and pid file.
-            suffix = f"-{digest}"
-        else:
-            self.folder = self.private
+        # One server per user, state, home and installation (the interpreter's prefix and
+        # where this code lives): two checkouts or venvs never share one.
+        # A client without XDG_RUNTIME_DIR on the same state has a server of its own too:
+        # the two must not share (and overwrite) one secret and pid file.
+        if not (runtime and os.path.isabs(runtime) and _owned_dir(runtime)):
+            runtime = None
+        code = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+        key = "\0".join(
+            (str(os.getuid()), state, environ.get("HOME", ""), sys.prefix, code, runtime or "")
+        )
+        digest = _sha256(key.encode("utf-8", "surrogateescape"))[:16]
+        base = self.private if runtime is None else os.path.join(runtime, "stockade")
+        self.folder = os.path.join(base, digest)
+        suffix = f"-{digest}"
         self.socket = os.path.join(self.folder, SOCKET)
         self.token = os.path.join(self.private, TOKEN + suffix)
         self.pid = os.path.join(self.private, PID + suffix)

@@ -15,6 +15,7 @@ ties them to it), so nothing outlives the server.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hmac
 import os
 import secrets
@@ -26,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
-from . import protocol
+from . import code, protocol
 from .calls import Call, CallError, check_call, route_streams
 from .paths import Place
 from .warm import WarmHosts
@@ -37,14 +38,37 @@ HELLO_TIMEOUT = 10.0
 DEFAULT_IDLE = 15 * 60.0
 """Seconds with no call running after which the server exits."""
 
+PER_PEER = 32
+"""Connections one process may hold open at once; past it, more are refused (``busy``)."""
+
+MAX_CONNECTIONS = 1024
+"""Connections open at once, all peers together (fewer when descriptors are scarcer)."""
+
 _PEERCRED = struct.Struct("3i")
+
+
+def peer(conn: socket.socket) -> tuple[int, int]:
+    """The pid and uid of the process at the other end, as the kernel recorded them at
+    ``connect()``."""
+    data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    pid, uid, _gid = _PEERCRED.unpack(data)
+    return int(pid), int(uid)
 
 
 def peer_uid(conn: socket.socket) -> int:
     """The uid of the process at the other end, as the kernel recorded it at connect."""
-    data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-    _pid, uid, _gid = _PEERCRED.unpack(data)
-    return int(uid)
+    return peer(conn)[1]
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit; the soft limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 class Server:
@@ -60,6 +84,7 @@ class Server:
         self.environ = dict(environ)
         self.idle = idle
         self.warm = WarmHosts()
+        self.code = code.identity()
         self.secret = secrets.token_hex(32)
         self.started = time.time()
         self._live = 0
@@ -70,6 +95,9 @@ class Server:
         self._calls: set[Call] = set()
         self._listener: socket.socket | None = None
         self._inode = -1
+        self._peers: dict[int, int] = {}  # pid -> connections open now
+        self._open = 0
+        self.max_connections = MAX_CONNECTIONS
         self.draining = False
 
     # --- starting -------------------------------------------------------------------------
@@ -116,30 +144,83 @@ class Server:
                 try:
                     conn, _ = listener.accept()
                 except TimeoutError:
-                    self.warm.sweep()  # warm hosts and kept watches unused for a while
-                    if self._idle_for() > self.idle:
-                        print("stockade serve: idle, exiting", flush=True)
+                    if self._quiet_second():
                         break
-                    if not self._still_here():
-                        print("stockade serve: its socket or secret is gone, exiting", flush=True)
-                        break
-                    continue
-                except OSError:
+                except OSError as error:
                     if self._stop.is_set():
                         break
-                    raise
-                threading.Thread(
-                    target=self._serve, args=(conn,), name="stockade-serve", daemon=True
-                ).start()
+                    # Out of descriptors (a flood, say), or a peer gone before accept():
+                    # back-pressure, never an exit. Descriptors come back as calls end and
+                    # idle peers time out.
+                    if error.errno not in _SCARCE:
+                        print(f"stockade serve: accept failed: {error}", flush=True)
+                    time.sleep(0.05)
+                else:
+                    self._admit(conn)
         finally:
             self.close()
         return 0
+
+    def _quiet_second(self) -> bool:
+        """A second with no client connecting: sweep; whether it is time to exit."""
+        self.warm.sweep()  # warm hosts and kept watches unused for a while
+        if self._idle_for() > self.idle:
+            print("stockade serve: idle, exiting", flush=True)
+            return True
+        if not self._still_here():
+            print("stockade serve: its socket or secret is gone, exiting", flush=True)
+            return True
+        return False
+
+    def _admit(self, conn: socket.socket) -> None:
+        """Serve ``conn`` on a thread of its own, unless its process holds :data:`PER_PEER`
+        connections already, or the server :attr:`max_connections` (``busy``: the client
+        runs the call in-process)."""
+        try:
+            pid, _uid = peer(conn)
+        except OSError:
+            conn.close()
+            return
+        with self._lock:
+            held = self._peers.get(pid, 0)
+            busy = held >= PER_PEER or self._open >= self.max_connections
+            if not busy:
+                self._peers[pid] = held + 1
+                self._open += 1
+        if busy:
+            conn.settimeout(1.0)
+            _refuse(conn, "busy", "too many connections at once; try again, or run in-process")
+            conn.close()
+            return
+        try:
+            threading.Thread(
+                target=self._serve, args=(conn, pid), name="stockade-serve", daemon=True
+            ).start()
+        except RuntimeError:  # no thread to be had: as busy
+            self._let_go(pid)
+            _refuse(conn, "busy", "the server cannot start a thread now; try again")
+            conn.close()
+
+    def _let_go(self, pid: int) -> None:
+        with self._lock:
+            self._open -= 1
+            left = self._peers.get(pid, 1) - 1
+            if left:
+                self._peers[pid] = left
+            else:
+                self._peers.pop(pid, None)
 
     def prewarm(self) -> None:
         """Make the warm host for the environment the server started with, and load the
         command line's run path (errors are the first call's to report)."""
         with contextlib.suppress(Exception):
-            self.warm.host(None, self.environ, "/").close()
+            host = self.warm.host(None, self.environ, "/")
+            # A server killed before (SIGKILL) left started commands without a result:
+            # opening the store closes their record with an ``aborted`` error now.
+            recorder = host.pm.get_plugin("stockade.builtin.recorder")
+            if recorder is not None:
+                recorder.chain()
+            host.close()
             from ..cli import commands, run  # noqa: F401 - loaded now, not in the first call
 
             commands._parser()
@@ -202,7 +283,7 @@ class Server:
 
     # --- one connection -------------------------------------------------------------------
 
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, conn: socket.socket, pid: int) -> None:
         try:
             self._converse(conn)
         except protocol.ProtocolError as error:
@@ -213,6 +294,7 @@ class Server:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)  # wakes the call's listener, blocked reading
             conn.close()
+            self._let_go(pid)
 
     def _converse(self, conn: socket.socket) -> None:  # noqa: PLR0911 - a return per refusal
         if peer_uid(conn) != os.getuid():
@@ -233,6 +315,10 @@ class Server:
             return
         if hello.get("version") != protocol.VERSION:
             _refuse(conn, "version", f"this server speaks {protocol.VERSION}")
+            return
+        now = code.identity()
+        if now != self.code:  # an edit, an upgrade or a reinstall: a new server takes over
+            _refuse(conn, "version", f"this server's code changed ({self.code} -> {now})")
             return
         protocol.send(conn, {"type": "welcome", "version": protocol.VERSION, "pid": os.getpid()})
         if op == "status":
@@ -284,6 +370,7 @@ class Server:
             "type": "status",
             "pid": os.getpid(),
             "version": protocol.VERSION,
+            "code": self.code,
             "socket": self.place.socket,
             "started": self.started,
             "calls_running": live,
@@ -293,6 +380,9 @@ class Server:
             "warm_hosts": len(self.warm.hosts()),
             "watched": sorted(self.warm.watches.watched()),
         }
+
+
+_SCARCE = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 def _internal(error: Exception) -> dict[str, object]:
@@ -362,6 +452,9 @@ def serve(environ: Mapping[str, str], *, idle: float = DEFAULT_IDLE, warm: bool 
     """Run the server in this process until it is stopped or idle; its exit status.
     ``warm``: make the default configuration's host as soon as it listens."""
     server = Server(environ, idle=idle)
+    limit = raise_descriptor_limit()
+    # Room for calls beyond the connections: each call opens pipes, pidfds, the store.
+    server.max_connections = max(16, min(MAX_CONNECTIONS, limit // 4))
     try:
         server.bind()
     except OSError as error:

@@ -86,11 +86,11 @@ class WarmHosts:
         from ..host import Host
 
         path = config if config is not None else config_path(environ)
-        key = _key(path, environ)
+        key = _key(path, environ, cwd)
         with self._lock:
             warm = self._hosts.get(key)
             if warm is None:
-                host = Host(load_config(path, environ=environ), environ=environ)
+                host = Host(load_config(path, environ=environ, cwd=cwd), environ=environ)
                 host.doer.watches = self.watches
                 warm = self._hosts[key] = _Warm(host)
             if run is None:
@@ -176,9 +176,10 @@ def _close(hosts: list[Host]) -> None:
         host.close()
 
 
-def _key(path: str | None, environ: Mapping[str, str]) -> tuple[object, ...]:
+def _key(path: str | None, environ: Mapping[str, str], cwd: str) -> tuple[object, ...]:
     identity: tuple[object, ...] = (None,)
     if path is not None:
+        path = os.path.join(cwd, path)  # a relative --config is the caller's
         try:
             info = os.stat(path)
             identity = (os.path.realpath(path), info.st_size, info.st_mtime_ns, info.st_ino)

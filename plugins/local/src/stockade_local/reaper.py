@@ -147,6 +147,55 @@ def _zombie_group(pid: int) -> int | None:
     return int(fields[2])
 
 
+def _nested(pid: int) -> bool:
+    """Whether the child ``pid`` lives in a pid namespace below this process's.
+
+    Such a child was never forked by this process (``fork`` keeps a child in its parent's
+    namespace): it is an orphan the kernel handed to this subreaper, such as the init that
+    bubblewrap's outer process leaves behind when it exits first. It has a session of its
+    own, so the run's process group does not find it, and its environment (the mark) is
+    unreadable from outside its user namespace. Nobody here will ever wait for it, and the
+    run it came from has ended (its outer process, which held it, is gone).
+    """
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return False
+    return _levels(status) > _own_levels()
+
+
+def _levels(status: bytes) -> int:
+    """How many pid namespaces a ``/proc/PID/status`` says its process is seen in."""
+    for line in status.splitlines():
+        if line.startswith(b"NSpid:"):
+            return len(line.split()) - 1
+    return 1
+
+
+_own: list[int] = []
+
+
+def _own_levels() -> int:
+    if not _own:
+        with open("/proc/self/status", "rb") as f:
+            _own.append(_levels(f.read()))
+    return _own[0]
+
+
+def reap_adopted() -> int:
+    """Reap every zombie child of this process that it never forked itself (see
+    :func:`_nested`); how many. Safe to call at any time from any thread: no code
+    of this process waits for such a child."""
+    reaped = 0
+    for pid in own_children():
+        if _zombie_group(pid) is not None and _nested(pid):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+                reaped += 1
+    return reaped
+
+
 def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
     """Kill and reap everything left of run ``run_id``; the number of processes killed.
 
@@ -156,8 +205,9 @@ def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
     itself (a host running inside a Stockade run) marks its own children, never leftovers.
 
     A zombie has no readable environment, so no mark: a zombie child is reaped when it is in
-    the run's process group. The group's ID cannot be reused while a zombie still holds it,
-    so it cannot be the embedding program's child.
+    the run's process group (the group's ID cannot be reused while a zombie still holds it,
+    so it cannot be the embedding program's child), or when it lives in a pid namespace below
+    this process's (an adopted orphan: :func:`_nested`), which is killed first if it lives.
 
     Args:
         run_id: the finished run.
@@ -176,8 +226,10 @@ def sweep(run_id: str, pgid: int, exclude: Collection[int]) -> int:
                 continue
             mark = run_mark(pid)
             if mark is None:
-                if _zombie_group(pid) == pgid:
+                zombie = _zombie_group(pid)
+                if zombie == pgid or _nested(pid):
                     targets.append(pid)
+                    living = living or zombie is None
                 continue
             if mark == inherited and mark != run_id:
                 continue
