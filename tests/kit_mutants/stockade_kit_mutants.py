@@ -158,7 +158,7 @@ class BwrapSslPrivate(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-ssl-private"
     BREAKS = Promise.SYSTEM_SECRETS
-    SELECT = "test_system_secrets"
+    SELECT = "test_every_system_secret"
 
     def patches(self) -> list[Patch]:
         return [(bwrap_layout, "system_secrets", _without_secret("/etc/ssl/private"))]
@@ -169,7 +169,7 @@ class BwrapPreCommit(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-pre-commit"
     BREAKS = Promise.PROTECTED_NAMES
-    SELECT = "test_persistence or test_filesystem"
+    SELECT = "test_every_protected_name"
 
     def patches(self) -> list[Patch]:
         return [(bwrap_layout, "paths", _survey_without(".pre-commit-config.yaml"))]
@@ -214,7 +214,7 @@ class BwrapHomeCache(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-home-cache"
     BREAKS = Promise.PRIVATE_SCRATCH
-    SELECT = "test_scratch or test_filesystem"
+    SELECT = "test_every_scratch_folder"
 
     def patches(self) -> list[Patch]:
         real = bwrap_layout._masks  # noqa: SLF001 - the mistake is made there
@@ -389,7 +389,7 @@ class LandlockSslPrivate(Mutant, LandlockSandbox):
 
     PLUGIN_NAME = "mutant-landlock-ssl-private"
     BREAKS = Promise.SYSTEM_SECRETS
-    SELECT = "test_system_secrets"
+    SELECT = "test_every_system_secret"
 
     def patches(self) -> list[Patch]:
         return [(ll_engine, "system_secrets", _without_secret("/etc/ssl/private"))]
@@ -400,7 +400,7 @@ class LandlockPreCommit(Mutant, LandlockSandbox):
 
     PLUGIN_NAME = "mutant-landlock-pre-commit"
     BREAKS = Promise.PROTECTED_NAMES
-    SELECT = "test_persistence or test_filesystem"
+    SELECT = "test_every_protected_name"
 
     def patches(self) -> list[Patch]:
         return [(ll_engine, "protected", _survey_without(".pre-commit-config.yaml"))]
@@ -438,7 +438,7 @@ class LandlockHomeCache(Mutant, LandlockSandbox):
 
     PLUGIN_NAME = "mutant-landlock-home-cache"
     BREAKS = Promise.PRIVATE_SCRATCH
-    SELECT = "test_scratch or test_filesystem"
+    SELECT = "test_every_scratch_folder"
 
     def patches(self) -> list[Patch]:
         real = ll_engine.Engine._veils  # noqa: SLF001 - the mistake is made there
@@ -454,7 +454,7 @@ class LandlockTruncate(Mutant, LandlockSandbox):
 
     PLUGIN_NAME = "mutant-landlock-truncate"
     BREAKS = Promise.WRITES_CONFINED
-    SELECT = "test_filesystem"
+    SELECT = "test_every_kind_of_write"
 
     def patches(self) -> list[Patch]:
         def fs_rights(level: int) -> int:
