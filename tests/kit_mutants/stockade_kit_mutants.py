@@ -468,7 +468,7 @@ class LandlockBind(Mutant, LandlockSandbox):
 
     PLUGIN_NAME = "mutant-landlock-bind"
     BREAKS = Promise.EGRESS_PROXY
-    SELECT = "test_egress or test_sockets"
+    SELECT = "test_listen"
 
     def patches(self) -> list[Patch]:
         def net_rights(level: int) -> int:
