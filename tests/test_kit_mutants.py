@@ -24,7 +24,10 @@ sys.path.insert(0, str(HERE))
 
 import stockade_kit_mutants as mutants  # noqa: E402 - found through the path above
 
+from stockade.conformance.ground import REFUSED  # noqa: E402
+
 ROOT = os.geteuid() == 0
+
 WORKERS = 2
 
 
@@ -32,7 +35,9 @@ def _dist(folder: Path) -> None:
     """The mutants' distribution metadata, as ``pip install`` would leave it."""
     info = folder / "stockade_kit_mutants-0.dist-info"
     info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: stockade-kit-mutants\nVersion: 0\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: stockade-kit-mutants\nVersion: 0\n"
+    )
     (info / "entry_points.txt").write_text("[stockade]\nkit-mutants = stockade_kit_mutants\n")
 
 
@@ -89,6 +94,10 @@ def test_the_kit_fails_the_mutant_naming_the_promise_it_breaks(cls, verdicts):
     if cls.ROOT and not ROOT:
         pytest.skip("only root can see this mistake's harm")
     status, table, output = verdicts[cls.PLUGIN_NAME].result()
+    if cls.CONFINES_NOTHING and ROOT:  # the kit refuses before any attack
+        assert status == REFUSED, output
+        assert f"refusing to attack {cls.PLUGIN_NAME} as root" in output, output
+        return
     assert table, output  # the kit ran and judged it
     row = _row(table, cls.BREAKS.value)
     assert status == 1, f"{cls.PLUGIN_NAME} passed the kit:\n{table}\n{output}"
@@ -102,7 +111,7 @@ def test_every_promise_has_a_mutant():
     from stockade.confine.promises import Promise
 
     without = {
-        Promise.ORDINARY_WORK: "a provider too strict for ordinary work fails other promises' controls first",
+        Promise.ORDINARY_WORK: "a provider too strict for it fails other promises' controls",
         Promise.QUOTA: "the host keeps the quota (stockade.run.quota), not the provider",
         Promise.SWAP_SAFE: "bubblewrap pins it; a Landlock mutant needs a path-following rule",
         Promise.NOTHING_OUTLIVES: "the executor's sweep and bwrap's init keep it, not one option",

@@ -45,7 +45,7 @@ class Shim:
         self._module = module
         self.__dict__.update(overrides)
 
-    def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - whatever the module holds
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._module, name)
 
 
@@ -60,6 +60,7 @@ class Mutant(SandboxProvider):
     BREAKS: ClassVar[Promise]
     SELECT: ClassVar[str]
     ROOT: ClassVar[bool] = False
+    CONFINES_NOTHING: ClassVar[bool] = False  # as root the kit must refuse to attack it
 
     def patches(self) -> list[Patch]:
         return []
@@ -101,7 +102,7 @@ class Mutant(SandboxProvider):
 def _without_secret(prefix: str) -> Shim:
     real = system_secrets.system_secrets
 
-    def found(homes: Any, extra: Any = ()) -> list[str]:  # noqa: ANN401
+    def found(homes: Any, extra: Any = ()) -> list[str]:
         return [p for p in real(homes, extra) if not p.startswith(prefix)]
 
     return Shim(system_secrets, system_secrets=found)
@@ -110,7 +111,7 @@ def _without_secret(prefix: str) -> Shim:
 def _survey_without(name: str) -> Shim:
     real = protected.survey
 
-    def survey(*args: Any, **kw: Any) -> protected.Survey:  # noqa: ANN401
+    def survey(*args: Any, **kw: Any) -> protected.Survey:
         found = real(*args, **kw)
         kept = tuple(p for p in found.read_only if os.path.basename(p) != name)
         return attrs.evolve(found, read_only=kept)
@@ -151,6 +152,18 @@ def _rebind(args: list[str], paths: set[str], old: str, new: str) -> list[str]:
 
 
 # --- bubblewrap -------------------------------------------------------------------------------
+
+
+class BwrapBindRoot(Mutant, BubblewrapSandbox):
+    """``--bind / /`` where ``--ro-bind / /`` was meant: the whole machine writable."""
+
+    PLUGIN_NAME = "mutant-bwrap-bind-root"
+    BREAKS = Promise.WRITES_CONFINED
+    SELECT = "test_every_kind_of_write"
+    CONFINES_NOTHING = True
+
+    def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
+        return _bwrap_args(plan, lambda a: _rebind(a, {"/"}, "--ro-bind", "--bind"))
 
 
 class BwrapSslPrivate(Mutant, BubblewrapSandbox):
@@ -217,9 +230,9 @@ class BwrapHomeCache(Mutant, BubblewrapSandbox):
     SELECT = "test_every_scratch_folder"
 
     def patches(self) -> list[Patch]:
-        real = bwrap_layout._masks  # noqa: SLF001 - the mistake is made there
+        real = bwrap_layout._masks
 
-        def masks(*args: Any, **kw: Any) -> list[Any]:  # noqa: ANN401
+        def masks(*args: Any, **kw: Any) -> list[Any]:
             return [m for m in real(*args, **kw) if not m.scratch]
 
         return [(bwrap_layout, "_masks", masks)]
@@ -291,14 +304,18 @@ class BwrapNoHides(Mutant, BubblewrapSandbox):
 
 
 class BwrapShareNet(Mutant, BubblewrapSandbox):
-    """``--share-net``: the host's network namespace."""
+    """``--share-net`` (after ``--unshare-all``): the host's network namespace."""
 
     PLUGIN_NAME = "mutant-bwrap-share-net"
-    BREAKS = Promise.NO_HOST_SOCKETS
-    SELECT = "test_network"
+    BREAKS = Promise.EGRESS_PROXY
+    SELECT = "test_listen or test_only_loopback"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
-        return _bwrap_args(plan, lambda a: ["--share-net", *a])
+        def share(args: list[str]) -> list[str]:
+            at = args.index("--unshare-all") + 1  # (bwrap reads its options in order)
+            return [*args[:at], "--share-net", *args[at:]]
+
+        return _bwrap_args(plan, share)
 
 
 class BwrapSharePid(Mutant, BubblewrapSandbox):
@@ -363,7 +380,7 @@ class BwrapHomeReadOnly(Mutant, BubblewrapSandbox):
     def patches(self) -> list[Patch]:
         real = bwrap_layout.build
 
-        def build(**kw: Any) -> bwrap_layout.Layout:  # noqa: ANN401
+        def build(**kw: Any) -> bwrap_layout.Layout:
             return real(**{**kw, "scratch": ()})
 
         return [(bwrap_layout, "build", build)]
@@ -441,9 +458,9 @@ class LandlockHomeCache(Mutant, LandlockSandbox):
     SELECT = "test_every_scratch_folder"
 
     def patches(self) -> list[Patch]:
-        real = ll_engine.Engine._veils  # noqa: SLF001 - the mistake is made there
+        real = ll_engine.Engine._veils
 
-        def veils(engine: ll_engine.Engine, *args: Any) -> list[tuple[str, Any]]:  # noqa: ANN401
+        def veils(engine: ll_engine.Engine, *args: Any) -> list[tuple[str, Any]]:
             return [(p, k) for p, k in real(engine, *args) if not p.endswith("/.cache")]
 
         return [(ll_engine.Engine, "_veils", veils)]
@@ -488,7 +505,7 @@ class LandlockCapabilities(Mutant, LandlockSandbox):
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         old = plan.restrict.__self__  # type: ignore[union-attr]
         new = _KeepCapabilities(old.ruleset, old.program, old.scratch, old.rules)
-        self.engine._prepared[old.ruleset] = new  # noqa: SLF001 - so release finds it
+        self.engine._prepared[old.ruleset] = new
         return attrs.evolve(plan, restrict=new.restrict)
 
 
@@ -496,7 +513,7 @@ class LandlockCapabilities(Mutant, LandlockSandbox):
 class _KeepCapabilities(ll_engine.Prepared):
     def restrict(self) -> None:
         abi.restrict_self(self.ruleset)
-        ll_engine._load_filter(self.program)  # noqa: SLF001 - the provider's own step
+        ll_engine._load_filter(self.program)
 
 
 MUTANTS: tuple[type[Mutant], ...] = tuple(
