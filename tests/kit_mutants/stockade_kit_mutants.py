@@ -61,6 +61,7 @@ class Mutant(SandboxProvider):
     SELECT: ClassVar[str]
     ROOT: ClassVar[bool] = False
     CONFINES_NOTHING: ClassVar[bool] = False  # as root the kit must refuse to attack it
+    ALSO: ClassVar[frozenset[Promise]] = frozenset()  # more promises it must name
 
     def patches(self) -> list[Patch]:
         return []
@@ -309,6 +310,7 @@ class BwrapShareNet(Mutant, BubblewrapSandbox):
     PLUGIN_NAME = "mutant-bwrap-share-net"
     BREAKS = Promise.EGRESS_PROXY
     SELECT = "test_listen or test_only_loopback"
+    ALSO = frozenset({Promise.NETWORK_NAMESPACE})
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         def share(args: list[str]) -> list[str]:
@@ -396,6 +398,19 @@ class BwrapCachesWritable(Mutant, BubblewrapSandbox):
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         caches = {os.path.realpath(c) for c in spec.caches}
         return _bwrap_args(plan, lambda a: _rebind(a, caches, "--ro-bind", "--bind"))
+
+
+class BwrapHostTmp(Mutant, BubblewrapSandbox):
+    """The scratch list copied without ``/tmp``: the host's ``/tmp`` shows (read-only)."""
+
+    PLUGIN_NAME = "mutant-bwrap-host-tmp"
+    BREAKS = Promise.PRIVATE_VIEW
+    SELECT = "test_private_tmp or test_every_scratch_folder"
+    ALSO = frozenset({Promise.PRIVATE_SCRATCH})
+
+    def patches(self) -> list[Patch]:
+        kept = tuple(d for d in bwrap_layout.PRIVATE_DIRS if d != "/tmp")
+        return [(bwrap_layout, "PRIVATE_DIRS", kept)]
 
 
 # --- Landlock ---------------------------------------------------------------------------------
@@ -492,6 +507,34 @@ class LandlockBind(Mutant, LandlockSandbox):
             return abi.net_rights(level) & ~abi.NET_BIND_TCP
 
         return [(ll_rules, "abi", Shim(abi, net_rights=net_rights))]
+
+
+class LandlockUnixSockets(Mutant, LandlockSandbox):
+    """The seccomp filter built with ``socket(AF_UNIX)`` allowed (a tool needed it), which
+    Landlock does not hold to the sandbox for pathname sockets."""
+
+    PLUGIN_NAME = "mutant-landlock-unix-sockets"
+    BREAKS = Promise.NO_HOST_SOCKETS
+    SELECT = "test_no_socket_reaches_the_host"
+
+    def patches(self) -> list[Patch]:
+        real = seccomp.required
+
+        def required(**kw: Any) -> bytes:
+            return real(**{**kw, "unix": True})
+
+        return [(ll_engine, "seccomp", Shim(seccomp, required=required))]
+
+
+class LandlockNoScopes(Mutant, LandlockSandbox):
+    """The ruleset made without Landlock's scopes (ABI 6): signals reach host processes."""
+
+    PLUGIN_NAME = "mutant-landlock-no-scopes"
+    BREAKS = Promise.PROCESS_ISOLATION
+    SELECT = "test_host_processes_cannot_be_signalled"
+
+    def patches(self) -> list[Patch]:
+        return [(ll_rules, "abi", Shim(abi, scopes=lambda level: 0))]
 
 
 class LandlockCapabilities(Mutant, LandlockSandbox):
