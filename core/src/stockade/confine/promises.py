@@ -105,6 +105,24 @@ class Promise(enum.StrEnum):
     (the host's abort reaches every process it started), and the caller's abort still stops
     a command under a quota."""
 
+    ENVIRONMENT = "environment"
+    """The command's environment is the spec's ``env`` and the provider's own additions
+    (``TMPDIR``, the proxy's variables): nothing of the host's own environment reaches it."""
+
+    CREDENTIALS_OFF_COMMAND_LINE = "credentials-off-command-line"
+    """No part of the command's environment (credentials included) is ever on a process's
+    command line: ``/proc/PID/cmdline`` is readable by every user of the machine."""
+
+    CALLER_SESSION = "caller-session"
+    """The command runs in a session of its own: it cannot take the caller's terminal
+    (``/dev/tty``) to read what the person types or to write to it."""
+
+    HOST_INSTALLATION = "host-installation"
+    """The host's own installation (the Python prefix that runs Stockade, the seccomp
+    filter's cache) stays read-only even when a writable root holds it: a ``.pth`` planted
+    there would run in the host itself."""
+
+
     PID_NAMESPACE = "pid-namespace"
     """Host processes are not even listed (a PID namespace of the run's own)."""
 
@@ -148,6 +166,10 @@ CORE: frozenset[Promise] = frozenset(
         Promise.CACHES,
         Promise.QUOTA,
         Promise.SWAP_SAFE,
+        Promise.ENVIRONMENT,
+        Promise.CREDENTIALS_OFF_COMMAND_LINE,
+        Promise.CALLER_SESSION,
+        Promise.HOST_INSTALLATION,
     }
 )
 """What ``enforcement="full"`` certifies in ``read-only`` and ``workspace-write``."""

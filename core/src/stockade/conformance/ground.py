@@ -34,6 +34,9 @@ PYTHON = "/usr/bin/python3"
 MODES: tuple[Mode, ...] = ("read-only", "workspace-write")
 """The confining modes the kit attacks (those of them the provider enforces)."""
 
+REFUSED = 6
+"""The kit's exit status when it refuses to attack a provider as root (pytest uses 0-5)."""
+
 REFUSALS = ("Permission denied", "Operation not permitted", "Read-only file system")
 """How a refused write may read: ``EACCES``, ``EPERM`` or ``EROFS``."""
 

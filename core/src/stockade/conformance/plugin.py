@@ -23,11 +23,14 @@ from ..config.schema import Config
 from ..confine.promises import Promise
 from ..confine.provider import SandboxProvider
 from ..host import Host
+from ..request.literals import Mode
+from ..testing import AllowAll
 from . import ground
 from .table import PINNED, Outcomes, render
 
 _OUTCOMES = pytest.StashKey[Outcomes]()
 _PROVIDERS = pytest.StashKey[Mapping[str, type[SandboxProvider]]]()
+_CONTAINED = pytest.StashKey[dict[str, str | None]]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -165,7 +168,48 @@ def sandbox_provider(request: pytest.FixtureRequest, sandbox: str) -> type[Sandb
     missing = ground.incapable(cls)
     if missing:
         pytest.fail(missing, pytrace=False)
+    if os.geteuid() == 0:
+        _refuse_if_uncontained(request.config, sandbox, cls)
     return cls
+
+
+def _refuse_if_uncontained(config: pytest.Config, sandbox: str, cls: type[SandboxProvider]) -> None:
+    """As root, stop the whole run before any attack when ``sandbox`` fails the first
+    containment probe (a write outside the workspace): a provider that confines nothing
+    would let the attacks damage the machine running the kit."""
+    seen = config.stash.setdefault(_CONTAINED, {})
+    if sandbox not in seen:
+        seen[sandbox] = _first_probe(sandbox, cls)
+    breach = seen[sandbox]
+    if breach is not None:
+        pytest.exit(
+            f"refusing to attack {sandbox} as root: {breach}. Run the kit of a provider you "
+            "do not trust as an ordinary user, in a throwaway account or container",
+            returncode=ground.REFUSED,
+        )
+
+
+def _first_probe(sandbox: str, cls: type[SandboxProvider]) -> str | None:
+    """What the first containment probe got through (``None``: it held): a command in the
+    workspace writes a file beside it, with a file in the workspace as its control."""
+    base = Path.home() / ".stockade-tests"
+    base.mkdir(mode=0o700, exist_ok=True)
+    root = Path(tempfile.mkdtemp(dir=base, prefix="probe-"))
+    made = ground.Box(root, sandbox, cls)
+    mode: Mode = "workspace-write" if "workspace-write" in cls.MODES else "read-only"
+    beside = made.outside / ("probe-" + made.canary)
+    source = "import sys\ntry:\n    open(sys.argv[1], 'x').write('x')\nexcept OSError:\n    pass\n"
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("XDG_STATE_HOME", str(root / "state"))
+            host = Host(Config(sandbox=sandbox), plugins=[AllowAll()])
+            try:
+                host.run(made.py(source, str(beside), mode=mode))
+            finally:
+                host.close()
+        return f"its first probe wrote {beside} outside the workspace" if beside.exists() else None
+    finally:
+        made.remove()
 
 
 @pytest.fixture

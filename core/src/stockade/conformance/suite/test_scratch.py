@@ -9,6 +9,7 @@ attacker must not change the other run's folder either.
 from __future__ import annotations
 
 import os
+import secrets
 import time
 
 import pytest
@@ -104,18 +105,19 @@ def test_the_scratch_parent_lists_but_grants_nothing_else(host, box):
     """The folder of a run's scratch takes no new entry: a shared parent is only listable
     (EACCES), a private ``/tmp`` lies in a read-only root (EROFS)."""
     probe = (
-        "import os\n"
+        "import os, sys\n"
         "mine = os.environ.get('TMPDIR') or '/tmp'\n"
         "parent = os.path.dirname(mine)\n"
         "try:\n"
-        "    os.mkdir(os.path.join(parent, 'squat'))\n"
+        "    os.mkdir(os.path.join(parent, sys.argv[1]))\n"
         "    print('made')\n"
         "except OSError as e:\n"
         "    print('refused', e.errno)\n"
         "open(os.path.join(mine, 'f'), 'w').write('x')\n"
         "print('own', open(os.path.join(mine, 'f')).read())\n"
     )
-    result = host.run(box.py(probe))
+    # A name of its own: a fixed one may exist there already (and be refused as EEXIST).
+    result = host.run(box.py(probe, "kit-" + secrets.token_hex(6)))
     assert result.exit_code == 0, result.stderr.text
     first, second = result.stdout.text.splitlines()
     assert first in ("refused 1", "refused 13", "refused 30"), first
