@@ -736,6 +736,12 @@ def test_the_seccomp_page_lists_every_denied_syscall_with_its_reason():
     assert rows == seccomp.DENIED
 
 
+def test_the_seccomp_page_lists_every_sysv_call_with_its_reason():
+    body = section(SECCOMP_PAGE, "### System V IPC")
+    rows = dict(re.findall(r"^\| `([a-z0-9_]+)` \| (.+?) \|$", body, flags=re.M))
+    assert rows == seccomp.SYSV_IPC
+
+
 @pytest.mark.parametrize(
     "name",
     [
