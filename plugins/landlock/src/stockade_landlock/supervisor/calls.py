@@ -1,0 +1,200 @@
+"""Each notified call, performed by the supervisor for its caller, or refused.
+
+A handler reads the call's paths once, resolves them as the kernel would for the caller
+(:mod:`.resolve`), refuses what :class:`~.rules.Rules` refuses (``EROFS``), and otherwise
+makes the call itself, on the folder it resolved and the last name: never by the path
+again, so nothing the caller changes after the check is looked at. An open hands back a
+descriptor (``SECCOMP_IOCTL_NOTIF_ADDFD``). The supervisor runs in the caller's Landlock
+domain, so its own call gets exactly the caller's rights: whatever Landlock refuses the
+caller, it refuses the supervisor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import stat
+from collections.abc import Callable
+
+from . import kernel
+from .resolve import AT_FDCWD, Caller, where
+from .rules import REFUSED, Rules
+
+O_TMPFILE_BIT = 0o20000000
+AT_SYMLINK_NOFOLLOW, AT_REMOVEDIR, AT_SYMLINK_FOLLOW, AT_EMPTY_PATH = 0x100, 0x200, 0x400, 0x1000
+RENAME_EXCHANGE = 2
+_MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one walk
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Answer(Exception):
+    """The call's result: ``value``, or a descriptor to hand over."""
+
+    def __init__(self, value: int = 0, fd: int | None = None, cloexec: bool = False) -> None:
+        super().__init__(value)
+        self.value, self.fd, self.cloexec = value, fd, cloexec
+
+
+def refuse_if(rules: Rules, path: str) -> None:
+    """Raise ``EROFS`` when ``rules`` keep ``path``."""
+    if rules.refuses(path):
+        raise OSError(REFUSED, "protected", path)
+
+
+def open_path(
+    caller: Caller, rules: Rules, dirfd: int, path: bytes, flags: int, mode: int, resolve: int = 0
+) -> Answer:
+    """``openat`` (and ``open``, ``creat``, ``openat2``) for writing or creating."""
+    cloexec = bool(flags & os.O_CLOEXEC)
+    anchored = bool(resolve & (kernel.RESOLVE_BENEATH | kernel.RESOLVE_IN_ROOT))
+    own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
+    if own is not None:
+        return Answer(fd=_reopen(rules, own, flags), cloexec=cloexec)
+    base = caller.base(dirfd, path, anchored)
+    exclusive = flags & os.O_CREAT and flags & os.O_EXCL
+    follow = not (flags & os.O_NOFOLLOW or exclusive or resolve & kernel.RESOLVE_NO_SYMLINKS)
+    for _ in range(_MAX_LINKS):
+        try:
+            found = caller.walk(base, path, 0 if follow else os.O_NOFOLLOW, resolve)
+        except FileNotFoundError:
+            found = None
+        if found is not None:
+            if exclusive:
+                raise FileExistsError(errno.EEXIST, "exists")
+            if stat.S_ISLNK(os.fstat(found).st_mode):
+                raise OSError(errno.ELOOP, "a symlink, not followed")
+            if flags & os.O_DIRECTORY and not stat.S_ISDIR(os.fstat(found).st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a folder")
+            return Answer(fd=_reopen(rules, found, flags, caller), cloexec=cloexec)
+        if not flags & os.O_CREAT:
+            raise FileNotFoundError(errno.ENOENT, "no such file")
+        if resolve & kernel.RESOLVE_CACHED:
+            raise BlockingIOError(errno.EAGAIN, "not cached")
+        folder, last, target = caller.parent(base, path, resolve)
+        try:
+            info = os.lstat(last, dir_fd=folder)
+        except FileNotFoundError:
+            info = None
+        if info is not None and stat.S_ISLNK(info.st_mode) and follow:
+            if anchored:  # a dangling link under BENEATH or IN_ROOT: not followed here
+                raise OSError(errno.EXDEV, "a dangling symlink beneath the root")
+            path, base = os.readlink(last, dir_fd=folder), folder  # creates what it names
+            continue
+        if info is not None:
+            continue  # it appeared since the walk: look again
+        refuse_if(rules, target)
+        made = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(last, made, mode & 0o7777 & ~caller.umask(), dir_fd=folder)
+        except FileExistsError:
+            if exclusive:
+                raise
+            continue
+        return Answer(fd=fd, cloexec=cloexec)
+    raise OSError(errno.ELOOP, "too many symlinks")
+
+
+def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) -> int:
+    """Open the object of the ``O_PATH`` descriptor ``found`` with ``flags``, once checked:
+    its own path is judged, never a name that could since lead elsewhere."""
+    info = os.fstat(found)
+    if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
+        refuse_if(rules, where(found))
+    if stat.S_ISDIR(info.st_mode) and flags & os.O_CREAT:
+        raise IsADirectoryError(errno.EISDIR, "a folder")
+    if flags & O_TMPFILE_BIT:
+        mode = 0o600 if caller is None else 0o666 & ~caller.umask()
+        return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=found)
+    reopen = flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_NOFOLLOW) | os.O_CLOEXEC
+    if stat.S_ISFIFO(info.st_mode) and not flags & os.O_NONBLOCK:
+        reopen |= os.O_NONBLOCK  # never wait here for a reader: the whole run would wait
+    fd = os.open(f"/proc/self/fd/{found}", reopen)
+    try:
+        if stat.S_ISFIFO(info.st_mode) and not flags & os.O_NONBLOCK:
+            os.set_blocking(fd, True)
+        if flags & os.O_TRUNC and stat.S_ISREG(info.st_mode):
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make(
+    caller: Caller, rules: Rules, dirfd: int, path: bytes, do: Callable[[int, bytes], None]
+) -> Answer:
+    """A call that makes or removes the last name of ``path`` (``mkdir``, ``mknod``,
+    ``symlink``, ``unlink``, ``rmdir``): ``do(folder, name)`` once the name is allowed."""
+    base = caller.base(dirfd, path)
+    folder, last, target = caller.parent(base, path)
+    refuse_if(rules, target)
+    do(folder, last)
+    return Answer()
+
+
+def link(
+    caller: Caller, rules: Rules, old: tuple[int, bytes], new: tuple[int, bytes], flags: int
+) -> Answer:
+    """``linkat``: neither a protected file may gain a name nor a protected name a file."""
+    (olddir, oldpath), (newdir, newpath) = old, new
+    if flags & ~(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH):
+        raise OSError(errno.EINVAL, "bad flags")
+    own = caller.own_fd(oldpath) if flags & AT_SYMLINK_FOLLOW else None
+    if own is None and flags & AT_EMPTY_PATH and not oldpath:
+        own = caller.base(olddir, b"")
+    source: tuple[int, bytes] | None = None
+    if own is not None:
+        refuse_if(rules, where(own).removesuffix(" (deleted)"))
+    elif flags & AT_SYMLINK_FOLLOW:
+        own = caller.walk(caller.base(olddir, oldpath), oldpath, 0)
+        refuse_if(rules, where(own))
+    else:
+        folder, last, target = caller.parent(caller.base(olddir, oldpath), oldpath)
+        refuse_if(rules, target)
+        source = (folder, last)
+    folder, last, target = caller.parent(caller.base(newdir, newpath), newpath)
+    refuse_if(rules, target)
+    if source is None:
+        os.link(f"/proc/self/fd/{own}", last, dst_dir_fd=folder, follow_symlinks=True)
+    else:
+        os.link(source[1], last, src_dir_fd=source[0], dst_dir_fd=folder, follow_symlinks=False)
+    return Answer()
+
+
+def rename(
+    caller: Caller, rules: Rules, old: tuple[int, bytes], new: tuple[int, bytes], flags: int
+) -> Answer:
+    """``renameat2``: nothing protected moves, and nothing moves onto a protected name."""
+    ofolder, olast, otarget = caller.parent(caller.base(*old), old[1])
+    nfolder, nlast, ntarget = caller.parent(caller.base(*new), new[1])
+    for target in (otarget, ntarget):
+        if rules.holds(target):
+            raise OSError(REFUSED, "protected", target)
+    if _libc.renameat2(ofolder, olast, nfolder, nlast, ctypes.c_uint(flags)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return Answer()
+
+
+def truncate(caller: Caller, rules: Rules, path: bytes, length: int) -> Answer:
+    """``truncate``: the file it leads to (symlinks followed), judged by its own path."""
+    own = caller.own_fd(path) if path.startswith(b"/") else None
+    found = own if own is not None else caller.walk(caller.base(AT_FDCWD, path), path, 0)
+    fd = _reopen(rules, found, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, ctypes.c_int64(length).value)
+    finally:
+        os.close(fd)
+    return Answer()
+
+
+def unlink(folder: int, last: bytes, flags: int) -> None:
+    """``unlinkat(folder, last, flags)``."""
+    if flags & ~AT_REMOVEDIR:
+        raise OSError(errno.EINVAL, "bad flags")
+    if flags & AT_REMOVEDIR:
+        os.rmdir(last, dir_fd=folder)
+    else:
+        os.unlink(last, dir_fd=folder)
+
