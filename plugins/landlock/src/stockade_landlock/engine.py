@@ -49,6 +49,8 @@ from . import abi, supervisor
 from .loading import load_filter as _load_filter
 from .rules import Rule, build, expand
 from .settings import Settings
+from .supervisor.rules import Rules
+from .supervisor.serve import Supervisor
 
 # The host's scratch and socket directories: unreadable; a private TMPDIR replaces them.
 # /dev too: only the devices below are granted (no disks, no terminals, no /dev/shm).
@@ -106,7 +108,7 @@ class Prepared:
     program: bytes
     scratch: str
     rules: tuple[Rule, ...]
-    supervisor: supervisor.Supervisor | None = None
+    supervisor: Supervisor | None = None
 
     def restrict(self) -> None:
         """Confine the calling thread for good: no capabilities, ``no_new_privs``, the
@@ -230,7 +232,7 @@ class Engine:
             raise
         guard = None
         if survey is not None and survey.held:
-            guard = supervisor.Supervisor(supervisor.Rules.of(survey))
+            guard = Supervisor(Rules.of(survey))
         prepared = Prepared(ruleset, program, scratch, base.rules, guard)
         self._prepared[prepared.ruleset] = prepared
         env = {**spec.env, "TMPDIR": scratch, "XDG_CACHE_HOME": os.path.join(scratch, "cache")}
@@ -296,7 +298,7 @@ class Engine:
         )
         return attrs.evolve(
             found,
-            held=supervisor.unavailable() is None,
+            held=settings.supervise and supervisor.unavailable() is None,
             snapshot_limit=settings.snapshot_limit_mb << 20,
             snapshot_setting="plugins.settings.landlock.snapshot_limit_mb",
         )

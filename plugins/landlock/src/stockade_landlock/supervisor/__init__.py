@@ -13,20 +13,32 @@ from __future__ import annotations
 import functools
 import os
 import platform
-from collections.abc import Callable
 
-from . import bpf, kernel
-from .rules import Rules
-from .serve import Supervisor as _Serving
-
-__all__ = ["Rules", "Supervisor", "unavailable"]
+__all__ = ["declared", "unavailable"]
 
 MIN_KERNEL = (5, 14)  # SECCOMP_ADDFD_FLAG_SEND
+
+
+def declared() -> bool:
+    """Whether this machine's kernel and architecture have what the supervisor needs, by
+    their names alone (cheap: read when the provider's class is made)."""
+    return _version_gap() is None
 
 
 @functools.cache
 def unavailable() -> str | None:
     """Why the supervisor cannot run on this kernel, or ``None`` when it can."""
+    gap = _version_gap()
+    if gap is not None:
+        return gap
+    from . import kernel  # ctypes and the C library: only when a run or a probe asks
+
+    if not kernel.sizes_match():
+        return "this kernel's seccomp notification structures differ from the supervisor's"
+    return None
+
+
+def _version_gap() -> str | None:
     if platform.machine() != "x86_64":
         return f"the supervisor's filter is written for x86_64, not {platform.machine()}"
     release = os.uname().release.split("-")[0].split(".")
@@ -36,23 +48,4 @@ def unavailable() -> str | None:
         return f"cannot read the kernel's version from {os.uname().release!r}"
     if version < MIN_KERNEL:
         return f"Linux {version[0]}.{version[1]} has no SECCOMP_ADDFD_FLAG_SEND (needs 5.14)"
-    if not kernel.sizes_match():
-        return "this kernel's seccomp notification structures differ from the supervisor's"
     return None
-
-
-class Supervisor(_Serving):
-    """A run's supervisor, armed by the thread that spawns the command."""
-
-    def arm(self, load_policy: Callable[[], None]) -> None:
-        """On the spawning thread, Landlock applied: start serving (the thread takes this
-        Landlock domain and no filter), load the shared policy, then the notifying filter,
-        and hand its listener over. Raises ``OSError`` when a filter cannot be loaded."""
-        self.start()
-        load_policy()
-        self.attach(kernel.install_listener(_program()))
-
-
-@functools.cache
-def _program() -> bytes:
-    return bpf.program()

@@ -4,9 +4,11 @@ A filter sees a call's registers, never the memory they point at. So it can tell
 ``open`` for writing from one for reading (the flags are a register) but not where a path
 leads. What it sends to the supervisor (:data:`NOTIFIED`, and ``open``/``openat`` whose
 flags can write, create or truncate: :data:`WRITE_FLAGS`) is every call that creates,
-opens for writing, truncates, renames, links or removes a path; ``openat2`` always, since
-its flags are in memory. Everything else passes this filter untouched (the shared policy,
-a second filter, still judges it), so a plain read costs nothing. The filter is stacked on
+opens for writing, truncates, renames, links or removes a path, or changes a file's mode
+or owner (by path or by descriptor: a descriptor opened for reading can still be
+``fchmod``-ed); ``openat2`` always, since its flags are in memory. Everything else passes
+this filter untouched (the shared policy, a second filter, still judges it), so a plain
+read costs nothing. The filter is stacked on
 the shared policy: the kernel takes the strictest answer, and an ``EPERM`` of the policy
 wins over a notification.
 """
@@ -39,6 +41,14 @@ NOTIFIED: dict[str, int] = {
     "renameat": 264,
     "renameat2": 316,
     "truncate": 76,
+    "chmod": 90,
+    "fchmod": 91,
+    "fchmodat": 268,
+    "fchmodat2": 452,
+    "chown": 92,
+    "fchown": 93,
+    "lchown": 94,
+    "fchownat": 260,
 }
 # ``open`` and ``openat``, decided by their flags: number -> index of the flags argument.
 OPENS: dict[str, tuple[int, int]] = {"open": (2, 1), "openat": (257, 2)}

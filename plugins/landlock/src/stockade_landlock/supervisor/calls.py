@@ -31,7 +31,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 class Answer(Exception):
     """The call's result: ``value``, or a descriptor to hand over."""
 
-    def __init__(self, value: int = 0, fd: int | None = None, cloexec: bool = False) -> None:
+    def __init__(self, value: int = 0, fd: int | None = None, *, cloexec: bool = False) -> None:
         super().__init__(value)
         self.value, self.fd, self.cloexec = value, fd, cloexec
 
@@ -42,16 +42,24 @@ def refuse_if(rules: Rules, path: str) -> None:
         raise OSError(REFUSED, "protected", path)
 
 
-def open_path(
-    caller: Caller, rules: Rules, dirfd: int, path: bytes, flags: int, mode: int, resolve: int = 0
+def open_path(  # noqa: PLR0912 - one branch per case of open(2)
+    caller: Caller,
+    rules: Rules,
+    at: tuple[int, bytes],
+    flags: int,
+    mode: int,
+    *,
+    resolve: int = 0,
 ) -> Answer:
-    """``openat`` (and ``open``, ``creat``, ``openat2``) for writing or creating."""
+    """``openat`` (and ``open``, ``creat``, ``openat2``) for writing or creating, of
+    ``at`` (the caller's descriptor and path)."""
+    dirfd, path = at
     cloexec = bool(flags & os.O_CLOEXEC)
     anchored = bool(resolve & (kernel.RESOLVE_BENEATH | kernel.RESOLVE_IN_ROOT))
     own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
     if own is not None:
         return Answer(fd=_reopen(rules, own, flags), cloexec=cloexec)
-    base = caller.base(dirfd, path, anchored)
+    base = caller.base(dirfd, path, anchored=anchored)
     exclusive = flags & os.O_CREAT and flags & os.O_EXCL
     follow = not (flags & os.O_NOFOLLOW or exclusive or resolve & kernel.RESOLVE_NO_SYMLINKS)
     for _ in range(_MAX_LINKS):
@@ -198,3 +206,26 @@ def unlink(folder: int, last: bytes, flags: int) -> None:
     else:
         os.unlink(last, dir_fd=folder)
 
+
+def attributes(
+    caller: Caller,
+    rules: Rules,
+    at: tuple[int, bytes],
+    flags: int,
+    change: Callable[[str], None],
+) -> Answer:
+    """``chmod`` and ``chown`` in all their forms: ``change(path)`` on the object ``at``
+    leads to (symlinks followed unless ``AT_SYMLINK_NOFOLLOW``; the descriptor itself for
+    an empty path with ``AT_EMPTY_PATH``), once its own path is allowed."""
+    dirfd, path = at
+    if flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH):
+        raise OSError(errno.EINVAL, "bad flags")
+    if not path and flags & AT_EMPTY_PATH:
+        found = caller.base(dirfd, b"")
+    else:
+        own = caller.own_fd(path) if path.startswith(b"/") else None
+        nofollow = os.O_NOFOLLOW if flags & AT_SYMLINK_NOFOLLOW else 0
+        found = own if own is not None else caller.walk(caller.base(dirfd, path), path, nofollow)
+    refuse_if(rules, where(found).removesuffix(" (deleted)"))
+    change(f"/proc/self/fd/{found}")
+    return Answer()

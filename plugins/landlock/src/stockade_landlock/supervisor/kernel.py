@@ -153,10 +153,10 @@ def send(listener: int, ident: int, value: int = 0, error: int = 0) -> None:
 def valid(listener: int, ident: int) -> bool:
     """Whether call ``ident`` still waits (its caller, and so its pid, is still the same)."""
     value = ctypes.c_uint64(ident)
-    return _ioctl(listener, ctypes.c_ulong(NOTIF_ID_VALID), ctypes.byref(value)) == 0
+    return bool(_ioctl(listener, ctypes.c_ulong(NOTIF_ID_VALID), ctypes.byref(value)) == 0)
 
 
-def send_fd(listener: int, ident: int, fd: int, cloexec: bool) -> None:
+def send_fd(listener: int, ident: int, fd: int, *, cloexec: bool) -> None:
     """Put ``fd`` into the caller and answer call ``ident`` with its number, at once."""
     add = AddFd(ident, SECCOMP_ADDFD_FLAG_SEND, fd, 0, os.O_CLOEXEC if cloexec else 0)
     if _ioctl(listener, ctypes.c_ulong(NOTIF_ADDFD), ctypes.byref(add)) < 0:
@@ -185,9 +185,7 @@ def read_memory(pid: int, address: int, size: int) -> bytes:
 def openat2(dirfd: int, path: bytes, flags: int, mode: int = 0, resolve: int = 0) -> int:
     """``openat2(2)``; raises ``OSError`` with the kernel's errno."""
     how = OpenHow(flags, mode, resolve)
-    fd = _syscall(
-        SYS_OPENAT2, dirfd, ctypes.c_char_p(path), ctypes.byref(how), ctypes.sizeof(how)
-    )
+    fd = _syscall(SYS_OPENAT2, dirfd, ctypes.c_char_p(path), ctypes.byref(how), ctypes.sizeof(how))
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

@@ -89,7 +89,7 @@ class Caller:
             try:
                 data = kernel.read_memory(self.tid, address, want)
             except OSError as error:
-                raise OSError(errno.EFAULT if error.errno == errno.EFAULT else error.errno) from None
+                raise OSError(error.errno or errno.EFAULT, "cannot read the path") from None
             end = data.find(b"\0")
             if end >= 0:
                 return out + data[:end]
@@ -114,7 +114,7 @@ class Caller:
                     return int(line.split()[1], 8)
         return 0o022
 
-    def base(self, dirfd: int, path: bytes, anchored: bool = False) -> int:
+    def base(self, dirfd: int, path: bytes, *, anchored: bool = False) -> int:
         """Where the walk of ``path`` starts: ``AT_FDCWD`` (meaning ``/``) for an absolute
         path, else the caller's working directory or its descriptor ``dirfd`` (opened
         ``O_PATH`` here, closed with the call). ``anchored``: ``openat2``'s
@@ -164,7 +164,11 @@ class Caller:
         """``openat2(base, path, O_PATH | flags)`` without magic links; refused on /proc."""
         fd = self.keep(
             kernel.openat2(
-                base, path, os.O_PATH | os.O_CLOEXEC | flags, 0, resolve | kernel.RESOLVE_NO_MAGICLINKS
+                base,
+                path,
+                os.O_PATH | os.O_CLOEXEC | flags,
+                0,
+                resolve | kernel.RESOLVE_NO_MAGICLINKS,
             )
         )
         if on_proc(fd):

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import select
 import threading
+from collections.abc import Callable, Sequence
 
 from . import calls, kernel
-from .bpf import NOTIFIED, OPENS
+from .bpf import NOTIFIED, OPENS, program
 from .calls import Answer
-from .resolve import Caller
+from .resolve import Caller, signed
 from .rules import Rules
 
 _BY_NUMBER = {nr: name for name, nr in NOTIFIED.items()} | {
@@ -49,6 +51,14 @@ class Supervisor:
         """Start the serving thread (it takes the caller's Landlock domain, no filter)."""
         self._thread = threading.Thread(target=self._serve, name="stockade-supervisor", daemon=True)
         self._thread.start()
+
+    def arm(self, load_policy: Callable[[], None]) -> None:
+        """On the spawning thread, Landlock applied: start serving (the thread takes this
+        Landlock domain and no filter), load the shared policy, then the notifying filter,
+        and hand its listener over. Raises ``OSError`` when a filter cannot be loaded."""
+        self.start()
+        load_policy()
+        self.attach(kernel.install_listener(_program()))
 
     def attach(self, listener: int) -> None:
         """Hand over the listener of the filter just installed."""
@@ -110,7 +120,7 @@ class Supervisor:
             self.served += 1
             try:
                 if answer.fd is not None:
-                    kernel.send_fd(listener, notif.id, answer.fd, answer.cloexec)
+                    kernel.send_fd(listener, notif.id, answer.fd, cloexec=answer.cloexec)
                 elif answer.value < 0:
                     kernel.send(listener, notif.id, 0, -answer.value)
                 else:
@@ -124,19 +134,19 @@ class Supervisor:
         finally:
             caller.close()
 
-    def _decide(self, caller: Caller, data: kernel.SeccompData) -> Answer:  # noqa: PLR0911 - one branch per call
+    def _decide(self, caller: Caller, data: kernel.SeccompData) -> Answer:  # noqa: PLR0911, PLR0912 - a branch per call
         name = _BY_NUMBER.get(data.nr)
         a = data.args
         rules = self.rules
         path = caller.read_path
         at = -100
         if name == "open":
-            return calls.open_path(caller, rules, at, path(a[0]), a[1] & 0xFFFFFFFF, a[2])
+            return calls.open_path(caller, rules, (at, path(a[0])), a[1] & 0xFFFFFFFF, a[2])
         if name == "openat":
-            return calls.open_path(caller, rules, a[0], path(a[1]), a[2] & 0xFFFFFFFF, a[3])
+            return calls.open_path(caller, rules, (a[0], path(a[1])), a[2] & 0xFFFFFFFF, a[3])
         if name == "creat":
             flags = os.O_CREAT | os.O_WRONLY | os.O_TRUNC
-            return calls.open_path(caller, rules, at, path(a[0]), flags, a[1])
+            return calls.open_path(caller, rules, (at, path(a[0])), flags, a[1])
         if name == "openat2":
             return self._openat2(caller, data)
         if name in ("mkdir", "mkdirat"):
@@ -161,11 +171,10 @@ class Supervisor:
                 caller, rules, dirfd, path(p), lambda d, n: os.symlink(target, n, dir_fd=d)
             )
         if name in ("unlink", "rmdir", "unlinkat"):
-            dirfd, p, flags = (a[0], a[1], a[2] & 0xFFFFFFFF) if name == "unlinkat" else (at, a[0], 0)
+            unlinkat = name == "unlinkat"
+            dirfd, p, flags = (a[0], a[1], a[2] & 0xFFFFFFFF) if unlinkat else (at, a[0], 0)
             flags = calls.AT_REMOVEDIR if name == "rmdir" else flags
-            return calls.make(
-                caller, rules, dirfd, path(p), lambda d, n: calls.unlink(d, n, flags)
-            )
+            return calls.make(caller, rules, dirfd, path(p), lambda d, n: calls.unlink(d, n, flags))
         if name in ("link", "linkat"):
             if name == "link":
                 return calls.link(caller, rules, (at, path(a[0])), (at, path(a[1])), 0)
@@ -178,6 +187,36 @@ class Supervisor:
             return calls.rename(caller, rules, (a[0], path(a[1])), (a[2], path(a[3])), flags)
         if name == "truncate":
             return calls.truncate(caller, rules, path(a[0]), a[1])
+        return self._attributes(caller, name, a)
+
+    def _attributes(self, caller: Caller, name: str | None, a: Sequence[int]) -> Answer:
+        """``chmod``, ``fchmod``, ``fchmodat(2)``, ``chown``, ``fchown``, ``lchown``,
+        ``fchownat``: the object, then the change through the supervisor's own descriptor."""
+        at, empty, nofollow = -100, calls.AT_EMPTY_PATH, calls.AT_SYMLINK_NOFOLLOW
+        where: tuple[int, bytes]
+        if name in ("chmod", "fchmod", "fchmodat", "fchmodat2"):
+            if name == "chmod":
+                where, mode, flags = (at, caller.read_path(a[0])), a[1], 0
+            elif name == "fchmod":
+                where, mode, flags = (a[0], b""), a[1], empty
+            else:
+                flags = a[3] & 0xFFFFFFFF if name == "fchmodat2" else 0
+                where, mode = (a[0], caller.read_path(a[1])), a[2]
+            return calls.attributes(
+                caller, self.rules, where, flags, lambda p: os.chmod(p, mode & 0o7777)
+            )
+        if name in ("chown", "lchown", "fchown", "fchownat"):
+            if name == "fchown":
+                where, ids, flags = (a[0], b""), a[1:3], empty
+            elif name == "fchownat":
+                where, ids, flags = (a[0], caller.read_path(a[1])), a[2:4], a[4] & 0xFFFFFFFF
+            else:
+                where, ids = (at, caller.read_path(a[0])), a[1:3]
+                flags = nofollow if name == "lchown" else 0
+            uid, gid = (signed(i) for i in ids)
+            return calls.attributes(
+                caller, self.rules, where, flags, lambda p: os.chown(p, uid, gid)
+            )
         return Answer(-errno.ENOSYS)
 
     def _openat2(self, caller: Caller, data: kernel.SeccompData) -> Answer:
@@ -198,4 +237,11 @@ class Supervisor:
         if how.resolve & both == both:
             raise OSError(errno.EINVAL, "RESOLVE_BENEATH with RESOLVE_IN_ROOT")
         path = caller.read_path(a[1])
-        return calls.open_path(caller, self.rules, a[0], path, how.flags, how.mode, how.resolve)
+        return calls.open_path(
+            caller, self.rules, (a[0], path), how.flags, how.mode, resolve=how.resolve
+        )
+
+
+@functools.cache
+def _program() -> bytes:
+    return program()
