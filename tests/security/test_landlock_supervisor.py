@@ -69,6 +69,8 @@ attempt("symlink_append", write("l_file", flags=os.O_WRONLY | os.O_APPEND))
 attempt("proc_fd_dotdot", write(f"/proc/self/fd/{hooks}/../config"))
 attempt("proc_fd_new", write(f"/proc/self/fd/{hooks}/pre-commit"))
 attempt("proc_cwd", write("/proc/self/cwd/.git/config"))
+attempt("proc_root", write(f"/proc/self/root{ws}/.git/config"))
+attempt("dev_fd_dotdot", write(f"/dev/fd/{hooks}/../config"))
 attempt("proc_thread_cwd", write("/proc/thread-self/cwd/.bashrc"))
 attempt("proc_pid_cwd", write(f"/proc/{os.getpid()}/cwd/.bashrc"))
 attempt("proc_reopen", write(f"/proc/self/fd/{cfg}", flags=os.O_WRONLY))
@@ -112,6 +114,8 @@ attempt("outside_root", write("/etc/stockade-supervisor-test"))
 attempt("system_secret", write("/etc/shadow", flags=os.O_WRONLY))
 # controls: the same spellings to what is not protected
 attempt("control_symlink", write("l_okfile", "ok\n"))
+attempt("control_proc_root", write(f"/proc/self/root{ws}/ok.txt", "ok\n"))
+attempt("control_proc_fd_dir", write(f"/proc/self/fd/{hooks}/../../ok.txt", "ok\n"))
 attempt("control_symlink_dir", write("l_ok/new", "ok\n"))
 attempt("control_dev_stdout", write("/dev/stdout", "", flags=os.O_WRONLY))
 attempt("control_proc_reopen", write(f"/proc/self/fd/{okfd}", "ok\n", flags=os.O_WRONLY))
@@ -158,7 +162,7 @@ def test_every_spelling_of_a_protected_path_is_refused_while_it_runs(host, box):
     assert (box.ws / "sw2" / "config").read_text() == "PWNED\n"
     for name in ("outside_root", "system_secret"):  # Landlock refuses the supervisor too
         assert out[name] == "Permission denied", (name, out[name])
-    for name in ("symlink_file", "rename_over_bashrc", "link", "chmod", "truncate"):
+    for name in ("symlink_file", "rename_over_bashrc", "link", "chmod", "truncate", "proc_root"):
         assert out[name] == "Read-only file system", (name, out[name])  # as bubblewrap says
     _unchanged(box, before)
     assert not result.restored  # nothing to put back: nothing changed

@@ -11,6 +11,7 @@ caller, it refuses the supervisor.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -59,17 +60,15 @@ def open_path(  # noqa: PLR0912 - one branch per case of open(2)
     own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
     if own is not None:
         return Answer(fd=_reopen(rules, own, flags), cloexec=cloexec)
-    base = caller.base(dirfd, path, anchored=anchored)
+    base, path = caller.start(dirfd, path, anchored=anchored)
     exclusive = flags & os.O_CREAT and flags & os.O_EXCL
     follow = not (flags & os.O_NOFOLLOW or exclusive or resolve & kernel.RESOLVE_NO_SYMLINKS)
     for _ in range(_MAX_LINKS):
-        try:
-            found = caller.walk(base, path, 0 if follow else os.O_NOFOLLOW, resolve)
-        except FileNotFoundError:
-            found = None
+        found = None
+        if not exclusive:  # O_CREAT | O_EXCL makes a new name or fails: no object to find
+            with contextlib.suppress(FileNotFoundError):
+                found = caller.walk(base, path, 0 if follow else os.O_NOFOLLOW, resolve)
         if found is not None:
-            if exclusive:
-                raise FileExistsError(errno.EEXIST, "exists")
             if stat.S_ISLNK(os.fstat(found).st_mode):
                 raise OSError(errno.ELOOP, "a symlink, not followed")
             if flags & os.O_DIRECTORY and not stat.S_ISDIR(os.fstat(found).st_mode):
@@ -90,6 +89,8 @@ def open_path(  # noqa: PLR0912 - one branch per case of open(2)
             path, base = os.readlink(last, dir_fd=folder), folder  # creates what it names
             continue
         if info is not None:
+            if exclusive:
+                raise FileExistsError(errno.EEXIST, "exists")
             continue  # it appeared since the walk: look again
         refuse_if(rules, target)
         made = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -134,8 +135,7 @@ def make(
 ) -> Answer:
     """A call that makes or removes the last name of ``path`` (``mkdir``, ``mknod``,
     ``symlink``, ``unlink``, ``rmdir``): ``do(folder, name)`` once the name is allowed."""
-    base = caller.base(dirfd, path)
-    folder, last, target = caller.parent(base, path)
+    folder, last, target = caller.parent(*caller.start(dirfd, path))
     refuse_if(rules, target)
     do(folder, last)
     return Answer()
@@ -150,18 +150,18 @@ def link(
         raise OSError(errno.EINVAL, "bad flags")
     own = caller.own_fd(oldpath) if flags & AT_SYMLINK_FOLLOW else None
     if own is None and flags & AT_EMPTY_PATH and not oldpath:
-        own = caller.base(olddir, b"")
+        own = caller.start(olddir, b"")[0]
     source: tuple[int, bytes] | None = None
     if own is not None:
         refuse_if(rules, where(own).removesuffix(" (deleted)"))
     elif flags & AT_SYMLINK_FOLLOW:
-        own = caller.walk(caller.base(olddir, oldpath), oldpath, 0)
+        own = caller.walk(*caller.start(olddir, oldpath), 0)
         refuse_if(rules, where(own))
     else:
-        folder, last, target = caller.parent(caller.base(olddir, oldpath), oldpath)
+        folder, last, target = caller.parent(*caller.start(olddir, oldpath))
         refuse_if(rules, target)
         source = (folder, last)
-    folder, last, target = caller.parent(caller.base(newdir, newpath), newpath)
+    folder, last, target = caller.parent(*caller.start(newdir, newpath))
     refuse_if(rules, target)
     if source is None:
         os.link(f"/proc/self/fd/{own}", last, dst_dir_fd=folder, follow_symlinks=True)
@@ -174,8 +174,8 @@ def rename(
     caller: Caller, rules: Rules, old: tuple[int, bytes], new: tuple[int, bytes], flags: int
 ) -> Answer:
     """``renameat2``: nothing protected moves, and nothing moves onto a protected name."""
-    ofolder, olast, otarget = caller.parent(caller.base(*old), old[1])
-    nfolder, nlast, ntarget = caller.parent(caller.base(*new), new[1])
+    ofolder, olast, otarget = caller.parent(*caller.start(*old))
+    nfolder, nlast, ntarget = caller.parent(*caller.start(*new))
     for target in (otarget, ntarget):
         if rules.holds(target):
             raise OSError(REFUSED, "protected", target)
@@ -188,7 +188,7 @@ def rename(
 def truncate(caller: Caller, rules: Rules, path: bytes, length: int) -> Answer:
     """``truncate``: the file it leads to (symlinks followed), judged by its own path."""
     own = caller.own_fd(path) if path.startswith(b"/") else None
-    found = own if own is not None else caller.walk(caller.base(AT_FDCWD, path), path, 0)
+    found = own if own is not None else caller.walk(*caller.start(AT_FDCWD, path), 0)
     fd = _reopen(rules, found, os.O_WRONLY)
     try:
         os.ftruncate(fd, ctypes.c_int64(length).value)
@@ -221,11 +221,11 @@ def attributes(
     if flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH):
         raise OSError(errno.EINVAL, "bad flags")
     if not path and flags & AT_EMPTY_PATH:
-        found = caller.base(dirfd, b"")
+        found = caller.start(dirfd, b"")[0]
     else:
         own = caller.own_fd(path) if path.startswith(b"/") else None
         nofollow = os.O_NOFOLLOW if flags & AT_SYMLINK_NOFOLLOW else 0
-        found = own if own is not None else caller.walk(caller.base(dirfd, path), path, nofollow)
+        found = own if own is not None else caller.walk(*caller.start(dirfd, path), nofollow)
     refuse_if(rules, where(found).removesuffix(" (deleted)"))
     change(f"/proc/self/fd/{found}")
     return Answer()

@@ -26,6 +26,10 @@ AT_FDCWD = -100
 PROC_SUPER_MAGIC = 0x9FA0
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _OWN_FD = re.compile(rb"^/proc/(self|thread-self|\d+)/fd/(\d+)$|^/dev/fd/(\d+)$")
+# A path through one of the caller's own magic links, with something after it.
+_THROUGH = re.compile(
+    rb"^/proc/(self|thread-self|\d+)/(root|cwd|fd/(\d+))(/.*)$|^/dev/fd/(\d+)(/.*)$"
+)
 _STD = {b"/dev/stdin": 0, b"/dev/stdout": 1, b"/dev/stderr": 2}
 O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -114,19 +118,35 @@ class Caller:
                     return int(line.split()[1], 8)
         return 0o022
 
-    def base(self, dirfd: int, path: bytes, *, anchored: bool = False) -> int:
-        """Where the walk of ``path`` starts: ``AT_FDCWD`` (meaning ``/``) for an absolute
-        path, else the caller's working directory or its descriptor ``dirfd`` (opened
-        ``O_PATH`` here, closed with the call). ``anchored``: ``openat2``'s
-        ``RESOLVE_BENEATH`` or ``RESOLVE_IN_ROOT``, where even an absolute path starts there."""
+    def start(self, dirfd: int, path: bytes, *, anchored: bool = False) -> tuple[int, bytes]:
+        """Where the walk of ``path`` starts, and what is left to walk: ``AT_FDCWD``
+        (meaning ``/``) for an absolute path, else the caller's working directory or its
+        descriptor ``dirfd`` (opened ``O_PATH`` here, closed with the call). A path through
+        the caller's own ``/proc/self/{root,cwd,fd/N}`` starts at what that link names for
+        the caller. ``anchored``: ``openat2``'s ``RESOLVE_BENEATH`` or ``RESOLVE_IN_ROOT``,
+        where even an absolute path starts at ``dirfd``."""
         if path.startswith(b"/") and not anchored:
-            return AT_FDCWD
+            through = _THROUGH.match(path)
+            if through is None:
+                return AT_FDCWD, path
+            who, link, number, rest, dev_fd, dev_rest = through.groups()
+            if dev_fd is not None:
+                return self._opened(f"fd/{int(dev_fd)}"), b"." + dev_rest
+            if who not in (b"self", b"thread-self") and not self._own(who):
+                return AT_FDCWD, path  # another process's: walked here, refused on /proc
+            if link == b"root":  # chroot is refused: the caller's root is the supervisor's
+                return AT_FDCWD, rest
+            where_ = "cwd" if link == b"cwd" else f"fd/{int(number)}"
+            return self._opened(where_), b"." + rest
         number = signed(dirfd)
-        where_ = f"/proc/{self.tid}/cwd" if number == AT_FDCWD else f"/proc/{self.tid}/fd/{number}"
         if number != AT_FDCWD and number < 0:
             raise OSError(errno.EBADF, "bad descriptor")
+        return self._opened("cwd" if number == AT_FDCWD else f"fd/{number}"), path
+
+    def _opened(self, link: str) -> int:
+        """``/proc/TID/LINK`` (``cwd`` or ``fd/N``) opened ``O_PATH``: the object itself."""
         try:
-            fd = self.keep(os.open(where_, os.O_PATH | os.O_CLOEXEC))
+            fd = self.keep(os.open(f"/proc/{self.tid}/{link}", os.O_PATH | os.O_CLOEXEC))
         except FileNotFoundError:
             raise OSError(errno.EBADF, "bad descriptor") from None
         self.still()
