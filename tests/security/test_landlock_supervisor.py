@@ -322,3 +322,37 @@ def test_a_supervisor_that_dies_fails_the_command_closed(tmp_path):
     done.set()
     assert "Function not implemented" in out, out
     assert len(os.listdir(tmp_path)) <= made + 1  # at most the one in flight at the stop
+
+
+def test_the_result_the_record_and_doctor_say_which_guarantee_a_command_got(
+    make_host, event_log, box
+):
+    from stockade_landlock.provider import LandlockSandbox
+
+    from stockade.config.schema import Config, PluginsConfig
+    from stockade.record.events import ResultEvent
+    from stockade.request import wire
+
+    before = _plant(box)
+    off = PluginsConfig(settings={"landlock": {"supervise": False}})
+    write = PRELUDE + "attempt('bashrc', write('.bashrc'))\nprint(json.dumps(out))\n"
+    seen = {}
+    for name, config in (
+        ("on", Config(sandbox="landlock")),
+        ("off", Config(sandbox="landlock", plugins=off)),
+    ):
+        host = make_host(allow_all=True, plugins=[event_log], config=config)
+        result = host.run(box.py(write))
+        seen[name] = (result, json.loads(result.stdout.text)["bashrc"])
+    (held, held_out), (back, back_out) = seen["on"], seen["off"]
+    assert held.sandbox.protection == "read-only" and held_out == "Read-only file system"
+    assert back.sandbox.protection == "put-back" and back_out == "done"  # then put back
+    assert back.restored == (str(box.ws / ".bashrc"),)
+    _unchanged(box, before)
+    recorded = [e.result for e in event_log.events if isinstance(e, ResultEvent)]
+    assert [r.sandbox.protection for r in recorded] == ["read-only", "put-back"]
+    assert '"protection": "read-only"' in json.dumps(wire.converter().unstructure(held))
+    # a read-only command has no writable root to survey: nothing to say
+    quiet = make_host(allow_all=True).run(box.py("pass", mode="read-only"))
+    assert quiet.sandbox.protection is None
+    assert "supervisor: protected paths read-only" in LandlockSandbox.probe().detail

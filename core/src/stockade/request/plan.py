@@ -10,7 +10,7 @@ from attrs import field, frozen
 if TYPE_CHECKING:
     from ..confine.protected import Survey
 from .checks import _frozen_map, _ints, _strings
-from .literals import Enforcement, HiddenKind, Mode
+from .literals import Enforcement, HiddenKind, Mode, Protection
 from .spec import ExecSpec, Limits
 
 
@@ -63,6 +63,9 @@ class SandboxFacts:
         missing: what ``partial`` enforcement leaves out (empty when ``full``).
         hidden: arguments of a failed run that name a path the sandbox hides (each also
             sets ``denied``); empty when the run succeeded.
+        protection: how the protected paths of the writable roots were kept, when the
+            provider says: ``read-only`` while the command ran, or ``put-back`` by the host
+            after it (Landlock without its supervisor); ``None`` when none were surveyed.
     """
 
     provider: str
@@ -72,6 +75,7 @@ class SandboxFacts:
     runner_failed: bool = field(kw_only=True, default=False)
     missing: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     hidden: tuple[HiddenPath, ...] = field(kw_only=True, default=(), converter=_hidden_paths)
+    protection: Protection | None = field(kw_only=True, default=None)
 
 
 @frozen

@@ -183,7 +183,13 @@ class Engine:
             if missing
             else ""
         )
-        return Probe(True, f"Landlock ABI {level}{gaps}")
+        why = supervisor.unavailable()
+        held = (
+            "; supervisor: protected paths read-only while a command runs"
+            if why is None
+            else f"; no supervisor ({why}): protected paths are put back after each run"
+        )
+        return Probe(True, f"Landlock ABI {level}{gaps}{held}")
 
     def level(self) -> int:
         """The ABI in use: the kernel's, capped by the ``max_abi`` setting."""
@@ -243,6 +249,7 @@ class Engine:
             spec.mode,
             enforcement="partial" if missing else "full",
             missing=missing,
+            protection=None if survey is None else ("read-only" if survey.held else "put-back"),
         )
         return LaunchPlan.from_spec(
             spec, facts, env=env, restrict=prepared.restrict, new_session=True, protection=survey
