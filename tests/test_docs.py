@@ -650,6 +650,7 @@ def test_cli_json_result_keys(cli):
         "hidden",
         "missing",
         "mode",
+        "protection",
         "provider",
         "runner_failed",
     ]
@@ -910,6 +911,7 @@ unix_sockets = false                # socket(AF_UNIX) stays refused (the default
 accept_partial = false              # refuse an ABI that cannot enforce everything (the default)
 max_abi = 6                         # behave as on a kernel with ABI 6, the first that has it all
 snapshot_limit_mb = 256             # a .git (less its objects) of up to 256 MiB is kept
+supervise = true                    # protected paths read-only while a command runs (the default)
 # --8<-- [end:landlock-toml]
 """
 
@@ -925,7 +927,10 @@ def test_the_landlock_config_example_sets_every_setting_and_runs(make_host, tmp_
     host = make_host(allow_all=True, config=attrs.evolve(config, sandbox="landlock"))
     result = host.run(ExecRequest(["touch", "made"], str(tmp_path), mode="workspace-write"))
     assert result.ok
-    assert result.sandbox == SandboxFacts("landlock", "workspace-write", enforcement="full")
+    expected = SandboxFacts(
+        "landlock", "workspace-write", enforcement="full", protection="read-only"
+    )
+    assert result.sandbox == expected
     assert (tmp_path / "made").exists()
 
 
