@@ -90,9 +90,7 @@ def bench_supervisor(runs: int, warmup: int, files_runs: int = 5) -> dict[str, A
         shutil.rmtree(scratch, ignore_errors=True)
     true_over = true["supervised"]["median"] - true["unsupervised"]["median"]
     files_ratio = files["supervised"]["median"] / files["unsupervised"]["median"]
-    per_call_us = (
-        (files["supervised"]["median"] - files["unsupervised"]["median"]) / FILES * 1000
-    )
+    per_call_us = (files["supervised"]["median"] - files["unsupervised"]["median"]) / FILES * 1000
     return {
         "runs": runs,
         "files_runs": files_runs,
