@@ -356,3 +356,12 @@ def test_the_result_the_record_and_doctor_say_which_guarantee_a_command_got(
     quiet = make_host(allow_all=True).run(box.py("pass", mode="read-only"))
     assert quiet.sandbox.protection is None
     assert "supervisor: protected paths read-only" in LandlockSandbox.probe().detail
+
+
+def test_a_fifo_opened_for_writing_waits_for_its_reader_without_stalling_the_others(host, box):
+    """The writer opens first and must wait (the kernel's answer), not fail with ENXIO;
+    meanwhile the run's other calls are answered (the reader's own file is written)."""
+    script = "mkfifo p; (sleep 0.5; echo side > side.txt; cat p) & echo hi > p; wait; cat side.txt"
+    result = host.run(box.request(["sh", "-c", script]))
+    assert result.exit_code == 0, result.stderr.text
+    assert result.stdout.text == "hi\nside\n"

@@ -16,6 +16,7 @@ import ctypes
 import errno
 import os
 import stat
+import time
 from collections.abc import Callable
 
 from . import kernel
@@ -35,6 +36,34 @@ class Answer(Exception):
     def __init__(self, value: int = 0, fd: int | None = None, *, cloexec: bool = False) -> None:
         super().__init__(value)
         self.value, self.fd, self.cloexec = value, fd, cloexec
+
+
+class Waiting(Exception):
+    """A FIFO opened for writing has no reader yet: the caller waits for one, on a thread
+    of its own, while the supervisor answers the others. ``fd`` (``O_PATH``) is the FIFO,
+    owned by the waiter; ``flags`` open it without blocking."""
+
+    def __init__(self, fd: int, flags: int, *, cloexec: bool) -> None:
+        super().__init__(fd)
+        self.fd, self.flags, self.cloexec = fd, flags, cloexec
+
+    def wait(self, still: Callable[[], bool]) -> Answer | None:
+        """Try again every 10 ms while ``still()``; the answer, or ``None`` once the caller
+        is gone or the supervisor stopped."""
+        try:
+            while still():
+                try:
+                    fd = os.open(f"/proc/self/fd/{self.fd}", self.flags)
+                except OSError as error:
+                    if error.errno != errno.ENXIO:
+                        return Answer(-(error.errno or errno.EPERM))
+                    time.sleep(0.01)
+                    continue
+                os.set_blocking(fd, True)
+                return Answer(fd=fd, cloexec=self.cloexec)
+            return None
+        finally:
+            os.close(self.fd)
 
 
 def refuse_if(rules: Rules, path: str) -> None:
@@ -116,11 +145,17 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
         mode = 0o600 if caller is None else 0o666 & ~caller.umask()
         return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=found)
     reopen = flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_NOFOLLOW) | os.O_CLOEXEC
-    if stat.S_ISFIFO(info.st_mode) and not flags & os.O_NONBLOCK:
+    fifo = stat.S_ISFIFO(info.st_mode) and not flags & os.O_NONBLOCK
+    if fifo:
         reopen |= os.O_NONBLOCK  # never wait here for a reader: the whole run would wait
-    fd = os.open(f"/proc/self/fd/{found}", reopen)
     try:
-        if stat.S_ISFIFO(info.st_mode) and not flags & os.O_NONBLOCK:
+        fd = os.open(f"/proc/self/fd/{found}", reopen)
+    except OSError as error:
+        if fifo and error.errno == errno.ENXIO:  # no reader yet: the caller waits, not us
+            raise Waiting(os.dup(found), reopen, cloexec=bool(flags & os.O_CLOEXEC)) from None
+        raise
+    try:
+        if fifo:
             os.set_blocking(fd, True)
         if flags & os.O_TRUNC and stat.S_ISREG(info.st_mode):
             os.ftruncate(fd, 0)
@@ -189,7 +224,11 @@ def truncate(caller: Caller, rules: Rules, path: bytes, length: int) -> Answer:
     """``truncate``: the file it leads to (symlinks followed), judged by its own path."""
     own = caller.own_fd(path) if path.startswith(b"/") else None
     found = own if own is not None else caller.walk(*caller.start(AT_FDCWD, path), 0)
-    fd = _reopen(rules, found, os.O_WRONLY)
+    try:
+        fd = _reopen(rules, found, os.O_WRONLY)
+    except Waiting as fifo:
+        os.close(fifo.fd)
+        raise OSError(errno.EINVAL, "not a file") from None
     try:
         os.ftruncate(fd, ctypes.c_int64(length).value)
     finally:

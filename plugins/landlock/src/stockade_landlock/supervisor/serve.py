@@ -46,6 +46,8 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._closed = False
+        self._sending = threading.Lock()
 
     def start(self) -> None:
         """Start the serving thread (it takes the caller's Landlock domain, no filter)."""
@@ -106,33 +108,60 @@ class Supervisor:
                     raise
                 self._answer(listener, notif)
         finally:
-            os.close(listener)
+            with self._sending:
+                self._closed = True
+                os.close(listener)
 
     def _answer(self, listener: int, notif: kernel.Notif) -> None:
         caller = Caller(listener, notif.id, notif.pid)
         try:
             try:
                 answer = self._decide(caller, notif.data)
+            except calls.Waiting as waiting:
+                self._wait(listener, notif.id, waiting)
+                return
             except OSError as error:
                 answer = Answer(-(error.errno or errno.EPERM))
             except Exception:  # noqa: BLE001 - any fault refuses the call, never allows it
                 answer = Answer(-errno.EPERM)
-            self.served += 1
-            try:
-                if answer.fd is not None:
-                    kernel.send_fd(listener, notif.id, answer.fd, cloexec=answer.cloexec)
-                elif answer.value < 0:
-                    kernel.send(listener, notif.id, 0, -answer.value)
-                else:
-                    kernel.send(listener, notif.id, answer.value)
-            except OSError as error:
-                if error.errno != errno.ENOENT:  # ENOENT: the caller is gone
-                    raise
-            finally:
-                if answer.fd is not None:
-                    os.close(answer.fd)
+            self._send(listener, notif.id, answer)
         finally:
             caller.close()
+
+    def _wait(self, listener: int, ident: int, waiting: calls.Waiting) -> None:
+        """Answer a call that waits for a FIFO's reader from a thread of its own (it keeps
+        this Landlock domain), so the others are answered meanwhile."""
+
+        def still() -> bool:
+            return not self._stopped and kernel.valid(listener, ident)
+
+        def run() -> None:
+            answer = waiting.wait(still)
+            if answer is not None:
+                self._send(listener, ident, answer)
+
+        threading.Thread(target=run, name="stockade-supervisor-fifo", daemon=True).start()
+
+    def _send(self, listener: int, ident: int, answer: Answer) -> None:
+        """Send ``answer`` to call ``ident`` (its descriptor is closed here)."""
+        self.served += 1
+        try:
+            with self._sending:  # never on a listener closed (its number reused) meanwhile
+                if self._closed:
+                    return
+                try:
+                    if answer.fd is not None:
+                        kernel.send_fd(listener, ident, answer.fd, cloexec=answer.cloexec)
+                    elif answer.value < 0:
+                        kernel.send(listener, ident, 0, -answer.value)
+                    else:
+                        kernel.send(listener, ident, answer.value)
+                except OSError as error:
+                    if error.errno != errno.ENOENT:  # ENOENT: the caller is gone
+                        raise
+        finally:
+            if answer.fd is not None:
+                os.close(answer.fd)
 
     def _decide(self, caller: Caller, data: kernel.SeccompData) -> Answer:  # noqa: PLR0911, PLR0912 - a branch per call
         name = _BY_NUMBER.get(data.nr)
