@@ -60,6 +60,17 @@ def signed(value: int) -> int:
     return value - (1 << 32) if value & 0x80000000 else value
 
 
+def split(path: bytes) -> tuple[bytes, bytes]:
+    """``path`` (not empty) as the folder to walk to and the last name in it, with any
+    trailing slash kept on the name for the kernel to judge (``a/b/`` is ``a/``, ``b/``;
+    ``/`` is ``/``, ``.``; ``b`` is ``.``, ``b``)."""
+    stripped = path.rstrip(b"/")
+    if not stripped:
+        return b"/", b"."
+    cut = stripped.rfind(b"/")
+    return (path[: cut + 1] if cut >= 0 else b"."), path[cut + 1 :]
+
+
 class Caller:
     """The thread whose call waits: its memory, working directory and descriptors."""
 
@@ -200,10 +211,7 @@ class Caller:
         any trailing slash, for the kernel to judge), and the path it names."""
         if not path:
             raise FileNotFoundError(errno.ENOENT, "an empty path")
-        stripped = path.rstrip(b"/")
-        cut = stripped.rfind(b"/")
-        head = b"/" if not stripped else (path[: cut + 1] if cut >= 0 else b".")
-        last = b"." if not stripped else path[cut + 1 :]
+        head, last = split(path)
         folder = self.walk(base, head, os.O_DIRECTORY, resolve)
         name = os.fsdecode(last.rstrip(b"/") or b".")
         return folder, last, os.path.normpath(os.path.join(where(folder), name))
