@@ -80,16 +80,13 @@ class Supervisor:
             os.close(fd)
 
     def _serve(self) -> None:
-        try:
-            kernel.own_fs()  # a umask of its own: the command's is applied to each create
-            os.umask(0)
-        except OSError:
-            return  # never attached: the spawner fails to load the filter without it
         self._ready.wait()
         listener = self._listener
         if listener is None:
             return
-        try:
+        try:  # any failure closes the listener: the command's next call fails (ENOSYS)
+            kernel.own_fs()  # a umask of its own (never the host's): the command's is
+            os.umask(0)  # applied to each create
             poller = select.poll()
             poller.register(listener, select.POLLIN)
             poller.register(self._wake_r, select.POLLIN)
