@@ -261,21 +261,22 @@ print(n)
 
 
 def test_a_flood_of_calls_never_stalls_the_host(host, box):
+    """While one command floods its supervisor (8 s of refused opens), another run starts,
+    runs and ends: it is not queued behind the flood (it ends while the flood goes on)."""
     before = _plant(box)
     flood: dict[str, object] = {}
-    thread = threading.Thread(target=lambda: flood.update(r=host.run(box.py(PRELUDE + FLOOD, "4"))))
+    thread = threading.Thread(target=lambda: flood.update(r=host.run(box.py(PRELUDE + FLOOD, "8"))))
     thread.start()
     deadline = time.monotonic() + 30
     while not (box.ws / "started").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
-    start = time.monotonic()
     other = host.run(box.request(["true"]))  # another run, and the host's own threads
-    took = time.monotonic() - start
+    flooding = thread.is_alive()
     thread.join()
-    assert other.exit_code == 0 and took < 3.0, took
+    assert other.exit_code == 0 and flooding, "the other run waited for the flood to end"
     result = flood["r"]
     assert result.exit_code == 0, result.stderr.text  # type: ignore[attr-defined]
-    assert int(result.stdout.text) > 1000  # type: ignore[attr-defined] - it flooded
+    assert int(result.stdout.text) > 100  # type: ignore[attr-defined] - it flooded
     _unchanged(box, before)
 
 
