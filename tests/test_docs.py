@@ -652,6 +652,7 @@ def test_cli_json_result_keys(cli):
         "hidden",
         "missing",
         "mode",
+        "protection",
         "provider",
         "runner_failed",
         "writes",
@@ -737,6 +738,12 @@ def test_the_seccomp_page_lists_every_denied_syscall_with_its_reason():
     missing = [name for name in seccomp.DENIED if name not in rows]
     assert not missing, f"docs/seccomp.md lacks rows for {missing}"
     assert rows == seccomp.DENIED
+
+
+def test_the_seccomp_page_lists_every_sysv_call_with_its_reason():
+    body = section(SECCOMP_PAGE, "### System V IPC")
+    rows = dict(re.findall(r"^\| `([a-z0-9_]+)` \| (.+?) \|$", body, flags=re.M))
+    assert rows == seccomp.SYSV_IPC
 
 
 @pytest.mark.parametrize(
@@ -910,6 +917,7 @@ unix_sockets = false                # socket(AF_UNIX) stays refused (the default
 accept_partial = false              # refuse an ABI that cannot enforce everything (the default)
 max_abi = 6                         # behave as on a kernel with ABI 6, the first that has it all
 snapshot_limit_mb = 256             # a .git (less its objects) of up to 256 MiB is kept
+supervise = true                    # protected paths read-only while a command runs (the default)
 # --8<-- [end:landlock-toml]
 """
 
@@ -925,7 +933,10 @@ def test_the_landlock_config_example_sets_every_setting_and_runs(make_host, tmp_
     host = make_host(allow_all=True, config=attrs.evolve(config, sandbox="landlock"))
     result = host.run(ExecRequest(["touch", "made"], str(tmp_path), mode="workspace-write"))
     assert result.ok
-    assert result.sandbox == SandboxFacts("landlock", "workspace-write", enforcement="full")
+    expected = SandboxFacts(
+        "landlock", "workspace-write", enforcement="full", protection="read-only"
+    )
+    assert result.sandbox == expected
     assert (tmp_path / "made").exists()
 
 

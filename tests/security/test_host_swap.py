@@ -31,6 +31,14 @@ def host(make_host, sandbox, box):
     return make_host(allow_all=True, config=Config(sandbox=sandbox, plugins=off))
 
 
+@pytest.fixture
+def unsupervised(host_with):
+    """A Landlock host without the supervisor: the host puts protected paths back (the
+    fallback where the kernel lacks what the supervisor needs)."""
+    off = PluginsConfig(settings={"landlock": {"supervise": False}})
+    return host_with(Config(sandbox="landlock", plugins=off))
+
+
 def _swap(box):
     """``ws/sub`` becomes a relative symlink to the planted home (``../home``)."""
     os.rename(box.ws / "sub", box.ws / "sub.old")
@@ -102,7 +110,10 @@ def test_new_protected_name_swapped_after_listing_leaves_home_alone(host, box, m
 
 
 @pytest.mark.sandboxes("landlock")
-def test_put_back_does_not_write_through_a_folder_the_command_swapped(host, box, monkeypatch):
+def test_put_back_does_not_write_through_a_folder_the_command_swapped(
+    unsupervised, box, monkeypatch
+):
+    host = unsupervised
     """Landlock: ``sub/.bashrc`` is put back after the run. The command swaps ``sub`` for a
     link to the home; the host must neither quarantine the home's ``.bashrc`` nor write the
     workspace's ``.bashrc`` there."""
@@ -189,12 +200,13 @@ def test_a_background_task_looping_the_swap_never_leads_the_host_out(host, box, 
 
 @pytest.mark.sandboxes("landlock")
 def test_the_snapshot_before_a_run_reads_nothing_beyond_a_folder_swapped_while_read(
-    host, box, monkeypatch
+    unsupervised, box, monkeypatch
 ):
     """Landlock snapshots ``sub/.git`` before the run, to put it back after. ``sub`` is
     swapped for a link to a folder outside holding a ``.git`` of secrets while the snapshot
     walks it: the run is refused, and no byte from outside is kept (to be written back into
     the workspace later)."""
+    host = unsupervised
     git = box.ws / "sub" / ".git"
     (git / "hooks").mkdir(parents=True)
     (git / "HEAD").write_text("ref: refs/heads/main\n")
@@ -294,9 +306,10 @@ def test_beneath_reaches_a_root_and_what_is_in_it_and_refuses_a_link_on_the_way(
 
 
 @pytest.mark.sandboxes("landlock")
-def test_a_root_inside_a_protected_path_is_still_put_back_whole(host, box):
+def test_a_root_inside_a_protected_path_is_still_put_back_whole(host, unsupervised, box):
     """A writable root that lies inside a protected path (here ``.vscode``) is protected
-    whole: the descriptor walk reaches the root itself from its parent."""
+    whole: the descriptor walk reaches the root itself from its parent (without the
+    supervisor), or the supervisor refuses both writes while it runs."""
     import attrs
 
     root = box.ws / ".vscode"
@@ -304,7 +317,11 @@ def test_a_root_inside_a_protected_path_is_still_put_back_whole(host, box):
     (root / "tasks.json").write_text("{}")
     script = "echo evil > tasks.json; echo x > new"
     request = attrs.evolve(box.request(["sh", "-c", script]), cwd=str(root))
-    result = host.run(request)
+    result = unsupervised.run(request)
     assert (root / "tasks.json").read_text() == "{}", result
     assert not (root / "new").exists()
     assert str(root / "new") in result.quarantined, result
+    held = host.run(request)  # the supervisor: refused while it runs, nothing to put back
+    assert held.stderr.text.count("Read-only file system") == 2, held.stderr.text
+    assert (root / "tasks.json").read_text() == "{}" and not (root / "new").exists()
+    assert not held.quarantined and not held.restored

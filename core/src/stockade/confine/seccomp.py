@@ -36,6 +36,7 @@ __all__ = [
     "DENIED",
     "DENIED_IOCTLS",
     "PERSONA_FLAGS",
+    "SYSV_IPC",
     "allowed_families",
     "bpf_program",
     "cache_path",
@@ -117,10 +118,29 @@ PERSONA_FLAGS = {
     "ADDR_LIMIT_3GB": 0x8000000,
 }
 
+# System V IPC: refused (EPERM) unless the provider gives each command an IPC namespace of
+# its own (``sysv_ipc=True``). Without one (Landlock), a segment, queue or semaphore set of
+# any host process of the same user is one key or id away: neither Landlock's rules nor its
+# scopes cover SysV IPC. ``ipc`` is the multiplexer of the 32-bit tables (absent on x86_64).
+SYSV_IPC: dict[str, str] = {
+    "shmget": "find or make a SysV shared memory segment (the host's, without an IPC namespace)",
+    "shmat": "map a SysV shared memory segment: read or write another process's memory",
+    "shmctl": "read, change or remove a SysV shared memory segment",
+    "msgget": "find or make a SysV message queue",
+    "msgsnd": "send to a SysV message queue (another process's)",
+    "msgrcv": "take messages from a SysV message queue (another process's)",
+    "msgctl": "read, change or remove a SysV message queue",
+    "semget": "find or make a SysV semaphore set",
+    "semop": "change a SysV semaphore (another process's: a deadlock)",
+    "semtimedop": "change a SysV semaphore (another process's: a deadlock)",
+    "semctl": "read, change or remove a SysV semaphore set",
+    "ipc": "the SysV IPC multiplexer of the 32-bit tables",
+}
+
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 
 _lock = threading.Lock()
-_compiled: dict[tuple[bool, bool, str | None], bytes] = {}
+_compiled: dict[tuple[bool, bool, bool, str | None], bytes] = {}
 
 
 def allowed_families(*, network: bool, unix: bool = False) -> tuple[int, ...]:
@@ -140,11 +160,12 @@ def allowed_families(*, network: bool, unix: bool = False) -> tuple[int, ...]:
 
 
 @functools.cache
-def policy_digest(*, network: bool, unix: bool = False) -> str:
+def policy_digest(*, network: bool, unix: bool = False, sysv_ipc: bool = False) -> str:
     """A digest of the policy as data, with the machine and this module's version."""
     text = repr(
         (
             sorted(DENIED),
+            [] if sysv_ipc else sorted(SYSV_IPC),
             sorted(DENIED_IOCTLS),
             sorted(CLONE_NAMESPACE_FLAGS.values()),
             sorted(PERSONA_FLAGS.values()),
@@ -152,14 +173,18 @@ def policy_digest(*, network: bool, unix: bool = False) -> str:
             platform.machine(),
             TCP_PROTOCOLS,
             "prlimit64 on others",
-            6,  # bump when the compiler below changes
+            7,  # bump when the compiler below changes
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def compile_bpf(*, network: bool, unix: bool = False) -> bytes:
-    """Compile the policy with libseccomp; the raw BPF program."""
+def compile_bpf(*, network: bool, unix: bool = False, sysv_ipc: bool = False) -> bytes:
+    """Compile the policy with libseccomp; the raw BPF program.
+
+    ``sysv_ipc`` lets the SysV IPC calls (:data:`SYSV_IPC`) through: only for a provider
+    that gives each command an IPC namespace of its own (bubblewrap).
+    """
     import pyseccomp as sc  # type: ignore[import-untyped]
 
     f = sc.SyscallFilter(sc.ALLOW)
@@ -170,7 +195,7 @@ def compile_bpf(*, network: bool, unix: bool = False) -> bytes:
     with contextlib.suppress(RuntimeError, OSError, ValueError):
         f.set_attr(sc.Attr.CTL_OPTIMIZE, 2)
     eperm = sc.ERRNO(errno.EPERM)
-    for name in DENIED:
+    for name in [*DENIED, *(() if sysv_ipc else SYSV_IPC)]:
         try:
             f.add_rule(eperm, name)
         except (OSError, RuntimeError, ValueError):
@@ -260,22 +285,24 @@ def _deny_personas(f: Any, sc: Any) -> None:  # noqa: ANN401 - pyseccomp is unty
                 f.add_rule(action, "personality", sc.Arg(0, sc.MASKED_EQ, mask, flag))
 
 
-def bpf_program(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> bytes:
+def bpf_program(
+    *, network: bool, unix: bool = False, sysv_ipc: bool = False, cache_dir: str | None = None
+) -> bytes:
     """The compiled policy: from memory, then the disk cache, then libseccomp.
 
     Raises:
         ImportError: pyseccomp is not installed (and nothing is cached).
         OSError: libseccomp cannot be loaded.
     """
-    path = cache_path(network=network, unix=unix, cache_dir=cache_dir)
-    key = (network, unix, path)
+    path = cache_path(network=network, unix=unix, sysv_ipc=sysv_ipc, cache_dir=cache_dir)
+    key = (network, unix, sysv_ipc, path)
     with _lock:
         program = _compiled.get(key)
         if program is not None:
             return program
         program = _read_cache(path) if path else None
         if program is None:
-            program = compile_bpf(network=network, unix=unix)
+            program = compile_bpf(network=network, unix=unix, sysv_ipc=sysv_ipc)
             if path:
                 _write_cache(path, program)
         _compiled[key] = program
@@ -296,10 +323,12 @@ def unavailable(cache_dir: str | None = None) -> str | None:
     return None
 
 
-def required(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> bytes:
+def required(
+    *, network: bool, unix: bool = False, sysv_ipc: bool = False, cache_dir: str | None = None
+) -> bytes:
     """:func:`bpf_program`, or ``SandboxUnavailable`` saying what is missing."""
     try:
-        return bpf_program(network=network, unix=unix, cache_dir=cache_dir)
+        return bpf_program(network=network, unix=unix, sysv_ipc=sysv_ipc, cache_dir=cache_dir)
     except (ImportError, OSError) as error:
         raise SandboxUnavailable(
             f"the seccomp filter cannot be built: {_missing(error)}",
@@ -313,11 +342,13 @@ def _missing(error: ImportError | OSError) -> str:
     return f"libseccomp cannot be loaded ({error})"
 
 
-def program_fd(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> int:
+def program_fd(
+    *, network: bool, unix: bool = False, sysv_ipc: bool = False, cache_dir: str | None = None
+) -> int:
     """A fresh sealed descriptor (offset 0) holding the BPF program, for one runner to read:
     bwrap's ``--seccomp FD``, or :func:`stockade.confine.seccomp_exec.launcher` for a runner
     that cannot load a filter itself. The plan owns it: list it in ``pass_fds``."""
-    program = bpf_program(network=network, unix=unix, cache_dir=cache_dir)
+    program = bpf_program(network=network, unix=unix, sysv_ipc=sysv_ipc, cache_dir=cache_dir)
     return sealed_memfd("stockade-seccomp", program)
 
 
@@ -327,7 +358,9 @@ def default_cache_dir() -> str:
     return os.path.join(base, "stockade", "seccomp")
 
 
-def cache_path(*, network: bool, unix: bool = False, cache_dir: str | None = None) -> str | None:
+def cache_path(
+    *, network: bool, unix: bool = False, sysv_ipc: bool = False, cache_dir: str | None = None
+) -> str | None:
     """Where the program for this policy is cached (``None``: ``cache_dir`` is ``""``).
 
     A sandbox provider must keep this file's directory read-only inside every sandbox whose
@@ -337,7 +370,7 @@ def cache_path(*, network: bool, unix: bool = False, cache_dir: str | None = Non
     directory = cache_dir if cache_dir is not None else default_cache_dir()
     if not directory:
         return None
-    digest = policy_digest(network=network, unix=unix)
+    digest = policy_digest(network=network, unix=unix, sysv_ipc=sysv_ipc)
     return os.path.join(os.path.abspath(directory), f"{digest}.bpf")
 
 

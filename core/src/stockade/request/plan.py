@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from ..confine.protected import Survey
     from ..layers.place import Layer
 from .checks import _frozen_map, _ints, _strings
-from .literals import Enforcement, HiddenKind, Mode, Writes
+from .literals import Enforcement, HiddenKind, Mode, Protection, Writes
 from .spec import ExecSpec, Limits
 
 
@@ -70,6 +70,9 @@ class SandboxFacts:
             a layer of its own, landed by the host after its checks: :mod:`stockade.layers`)
             or ``direct`` (into the real folders, protected names quarantined after it);
             ``None`` when it writes nothing there (``read-only``) or runs unconfined.
+        protection: how the protected paths of the writable roots were kept, when the
+            provider says: ``read-only`` while the command ran, or ``put-back`` by the host
+            after it (Landlock without its supervisor); ``None`` when none were surveyed.
     """
 
     provider: str
@@ -80,6 +83,7 @@ class SandboxFacts:
     missing: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     hidden: tuple[HiddenPath, ...] = field(kw_only=True, default=(), converter=_hidden_paths)
     writes: Writes | None = field(kw_only=True, default=None)
+    protection: Protection | None = field(kw_only=True, default=None)
 
 
 @frozen

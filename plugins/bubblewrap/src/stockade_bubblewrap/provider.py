@@ -112,14 +112,21 @@ class BubblewrapSandbox(SandboxProvider):
         # forwarder there hands its connections to the host's egress proxy.
         network = spec.egress is not None
         # The filter first: its cache directory then exists, and is kept read-only below.
+        # SysV IPC stays: the command's IPC namespace holds only its own segments.
         program = seccomp.required(
-            network=network, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
+            network=network,
+            unix=settings.unix_sockets,
+            sysv_ipc=True,
+            cache_dir=settings.seccomp_cache,
         )
         filter_fd = sealed_memfd("stockade-seccomp", program)
         bridge = None
         try:
             cache = seccomp.cache_path(
-                network=network, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
+                network=network,
+                unix=settings.unix_sockets,
+                sysv_ipc=True,
+                cache_dir=settings.seccomp_cache,
             )
             keep = _resolved(
                 sys.prefix,

@@ -23,7 +23,7 @@ parts are listed, and the run happens only when ``accept_partial`` is set.
 from __future__ import annotations
 
 import contextlib
-import ctypes
+import functools
 import os
 import shutil
 import sys
@@ -45,9 +45,12 @@ from stockade.request.plan import LaunchPlan, Probe, SandboxFacts
 from stockade.request.result import ProcessOutcome
 from stockade.request.spec import ExecSpec
 
-from . import abi
+from . import abi, supervisor
+from .loading import load_filter as _load_filter
 from .rules import Rule, build, expand
 from .settings import Settings
+from .supervisor.rules import Rules
+from .supervisor.serve import Supervisor
 
 # The host's scratch and socket directories: unreadable; a private TMPDIR replaces them.
 # /dev too: only the devices below are granted (no disks, no terminals, no /dev/shm).
@@ -64,8 +67,6 @@ DEVICES = {
 # directory above it without taking it from everything there), nothing else.
 MASKED_KEEPS = abi.FS_READ_DIR
 FULL_ABI = 6  # scopes for signals and abstract sockets: nothing left to seccomp's care
-_SECCOMP_SET_MODE_FILTER = 1
-_SYS_SECCOMP = 317  # x86_64; the shared policy is x86_64-only too
 _MAX_BASES = 16  # cached rule expansions per provider (one per workspace and mode, mostly)
 _MAX_SPARE = 8  # emptied scratch directories kept for the next runs
 
@@ -99,19 +100,26 @@ class Prepared:
         program: the seccomp BPF program.
         scratch: the private scratch directory (removed by ``release``).
         rules: the shared rules, without the scratch rule (for the tests and the docs).
+        supervisor: the run's supervisor, or ``None`` (nothing to protect, or no kernel
+            support: the host puts the protected paths back after the run instead).
     """
 
     ruleset: int
     program: bytes
     scratch: str
     rules: tuple[Rule, ...]
+    supervisor: Supervisor | None = None
 
     def restrict(self) -> None:
         """Confine the calling thread for good: no capabilities, ``no_new_privs``, the
-        ruleset, then seccomp."""
+        ruleset, then seccomp (and the supervisor's filter, with the supervisor started in
+        between: in this Landlock domain, without the filters)."""
         abi.drop_capabilities()
         abi.restrict_self(self.ruleset)
-        _load_filter(self.program)
+        if self.supervisor is None:
+            _load_filter(self.program)
+        else:
+            self.supervisor.arm(functools.partial(_load_filter, self.program))
 
 
 @frozen
@@ -175,7 +183,13 @@ class Engine:
             if missing
             else ""
         )
-        return Probe(True, f"Landlock ABI {level}{gaps}")
+        why = supervisor.unavailable()
+        held = (
+            "; supervisor: protected paths read-only while a command runs"
+            if why is None
+            else f"; no supervisor ({why}): protected paths are put back after each run"
+        )
+        return Probe(True, f"Landlock ABI {level}{gaps}{held}")
 
     def level(self) -> int:
         """The ABI in use: the kernel's, capped by the ``max_abi`` setting."""
@@ -222,7 +236,10 @@ class Engine:
         except BaseException:
             self._give_back(scratch)
             raise
-        prepared = Prepared(ruleset, program, scratch, base.rules)
+        guard = None
+        if survey is not None and survey.held:
+            guard = Supervisor(Rules.of(survey))
+        prepared = Prepared(ruleset, program, scratch, base.rules, guard)
         self._prepared[prepared.ruleset] = prepared
         env = {**spec.env, "TMPDIR": scratch, "XDG_CACHE_HOME": os.path.join(scratch, "cache")}
         if port is not None:
@@ -232,6 +249,7 @@ class Engine:
             spec.mode,
             enforcement="partial" if missing else "full",
             missing=missing,
+            protection=None if survey is None else ("read-only" if survey.held else "put-back"),
         )
         return LaunchPlan.from_spec(
             spec, facts, env=env, restrict=prepared.restrict, new_session=True, protection=survey
@@ -248,6 +266,8 @@ class Engine:
         restrict = plan.restrict
         owner = getattr(restrict, "__self__", None)
         if isinstance(owner, Prepared) and self._prepared.pop(owner.ruleset, None) is owner:
+            if owner.supervisor is not None:
+                owner.supervisor.stop()
             with contextlib.suppress(OSError):
                 os.close(owner.ruleset)
             self._give_back(owner.scratch)
@@ -285,7 +305,7 @@ class Engine:
         )
         return attrs.evolve(
             found,
-            held=False,
+            held=settings.supervise and supervisor.unavailable() is None,
             snapshot_limit=settings.snapshot_limit_mb << 20,
             snapshot_setting="plugins.settings.landlock.snapshot_limit_mb",
         )
@@ -449,36 +469,6 @@ def _mtime(directory: str) -> int:
         return os.stat(directory).st_mtime_ns
     except OSError:
         return -1
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
-
-
-class _Filter:
-    """A BPF program laid out for ``seccomp(2)`` once, so installing it costs one call."""
-
-    def __init__(self, program: bytes) -> None:
-        self._buffer = ctypes.create_string_buffer(program, len(program))
-        self._prog = _SockFprog(len(program) // 8, ctypes.cast(self._buffer, ctypes.c_void_p))
-
-    def load(self) -> None:
-        """Install it on the calling thread (``no_new_privs`` must be set)."""
-        rc = abi.libc().syscall(_SYS_SECCOMP, _SECCOMP_SET_MODE_FILTER, 0, ctypes.byref(self._prog))
-        if rc != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"seccomp(SET_MODE_FILTER): {os.strerror(err)}")
-
-
-_filters: dict[bytes, _Filter] = {}
-
-
-def _load_filter(program: bytes) -> None:
-    """Install the BPF ``program`` on the calling thread (``no_new_privs`` must be set)."""
-    loaded = _filters.get(program)
-    if loaded is None:
-        loaded = _filters.setdefault(program, _Filter(program))
-    loaded.load()
 
 
 def _trust(spec: ExecSpec, scratch: str) -> str | None:

@@ -19,6 +19,8 @@ from stockade.request.plan import HiddenPath, LaunchPlan, Probe, SandboxFacts
 from stockade.request.result import ProcessOutcome
 from stockade.request.spec import ExecSpec
 
+from . import supervisor
+
 if TYPE_CHECKING:
     from .engine import Engine
 
@@ -32,7 +34,11 @@ class LandlockSandbox(SandboxProvider):
     PLUGIN_NAME = "landlock"
     MODES: ClassVar[frozenset[Mode]] = frozenset({"read-only", "workspace-write"})
     PRIORITY = 50  # below bubblewrap: namespaces hide more (other processes, host /tmp)
-    PROMISES: ClassVar[frozenset[Promise]] = CORE
+    # Protected paths read-only while the command runs: the supervisor, where the kernel has
+    # what it needs; elsewhere the host puts them back after the run.
+    PROMISES: ClassVar[frozenset[Promise]] = CORE | (
+        {Promise.PROTECTED_READ_ONLY} if supervisor.declared() else set()
+    )
     GAPS: ClassVar[tuple[Gap, ...]] = (
         Gap(
             Promise.PID_NAMESPACE, "no PID namespace: host PIDs are listed (not their environments)"

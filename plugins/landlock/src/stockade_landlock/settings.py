@@ -19,6 +19,7 @@ CHECKS: dict[str, check.Check] = {
     "accept_partial": check.flag,
     "max_abi": check.whole,
     "snapshot_limit_mb": check.whole,
+    "supervise": check.flag,
 }
 
 
@@ -41,6 +42,8 @@ class Settings:
         snapshot_limit_mb: MiB the protected paths of the writable roots (``.git`` less
             its objects, agent config, dotfiles) may hold: they are read before each run
             and put back after it; past this the run is refused.
+        supervise: keep the protected paths read-only while the command runs (the
+            supervisor), where the kernel allows; off, they are put back after it.
     """
 
     writable_roots: tuple[str, ...] = ()
@@ -51,6 +54,7 @@ class Settings:
     accept_partial: bool = False
     max_abi: int | None = None
     snapshot_limit_mb: int = DEFAULT_SNAPSHOT_LIMIT_MB
+    supervise: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Settings:

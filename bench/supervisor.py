@@ -1,0 +1,143 @@
+"""The Landlock supervisor's price: ``true``, and a build's shape (10,000 new files).
+
+Each case runs the same request through two hosts in the same process, interleaved: one
+with the supervisor (the default) and one with ``supervise = false``, today's behaviour
+without it (the host snapshots the protected paths before the run and puts them back
+after it). The workspace is the bench's planted repository, so both have real protected
+paths to keep. Targets: ``true`` at most +1 ms over the run without the supervisor; 10,000
+files created at most 1.5x its time.
+
+Run alone: ``uv run python bench/supervisor.py [--runs N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import confined  # bench/confined.py: the planted workspace
+import timing  # bench/timing.py
+
+TRUE_TARGET_MS = 1.0  # ``true`` with the supervisor, over the run without it
+FILES_TARGET_RATIO = 1.5  # creating FILES files with the supervisor, against without it
+FILES = 10_000
+MAKE = f"""
+import os
+out = os.path.join("out", str(os.getpid()))
+os.makedirs(out)
+for i in range({FILES}):
+    os.close(os.open(os.path.join(out, f"f{{i}}"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+"""
+
+
+def bench_supervisor(runs: int, warmup: int, files_runs: int = 5) -> dict[str, Any]:
+    """``true`` and :data:`FILES` creates, with and without the supervisor."""
+    from stockade_landlock import supervisor
+    from stockade_landlock.provider import LandlockSandbox
+
+    from stockade.config.schema import Config, PluginsConfig
+    from stockade.host import Host
+    from stockade.request.spec import ExecRequest
+    from stockade.testing import AllowAll  # the bench's own python -c is not a person's call
+
+    probe = LandlockSandbox.probe()
+    if not probe.usable:
+        return {"skipped": f"Landlock is not usable here: {probe.detail}"}
+    why = supervisor.unavailable()
+    if why is not None:
+        return {"skipped": f"no supervisor here: {why}"}
+    scratch = Path(tempfile.mkdtemp(prefix="stockade-bench-supervisor-"))
+    off = PluginsConfig(settings={"landlock": {"supervise": False}})
+    hosts = {
+        "supervised": Host(Config(sandbox="landlock"), plugins=[AllowAll()]),
+        "unsupervised": Host(Config(sandbox="landlock", plugins=off), plugins=[AllowAll()]),
+    }
+    try:
+        ws = confined.plant_workspace(scratch)
+
+        def case(host: Any, argv: list[str]) -> Any:  # noqa: ANN401 - lazy types
+            request = ExecRequest(argv, str(ws), mode=confined.MODE, origin="cli", timeout=600)
+
+            def call() -> int:
+                result = host.run(request)
+                return result.exit_code if result.exit_code is not None else -1
+
+            return call
+
+        true = timing.interleaved(
+            {name: case(host, ["true"]) for name, host in hosts.items()}, runs, warmup
+        )
+        make = [sys.executable, "-S", "-c", MAKE]
+        files = timing.interleaved(
+            {name: case(host, make) for name, host in hosts.items()},
+            files_runs,
+            1,
+            after=lambda: shutil.rmtree(ws / "out", ignore_errors=True),
+        )
+        python = timing.interleaved(  # the interpreter's own start, for scale
+            {"python": case(hosts["supervised"], [sys.executable, "-S", "-c", "pass"])},
+            files_runs,
+            1,
+        )
+    finally:
+        for host in hosts.values():
+            host.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+    true_over = true["supervised"]["median"] - true["unsupervised"]["median"]
+    files_ratio = files["supervised"]["median"] / files["unsupervised"]["median"]
+    per_call_us = (files["supervised"]["median"] - files["unsupervised"]["median"]) / FILES * 1000
+    return {
+        "runs": runs,
+        "files_runs": files_runs,
+        "true": true,
+        "files": files,
+        "python": python["python"],
+        "true_overhead_ms": true_over,
+        "files_ratio": files_ratio,
+        "per_create_us": per_call_us,
+        "true_target_ms": TRUE_TARGET_MS,
+        "files_target_ratio": FILES_TARGET_RATIO,
+    }
+
+
+def report(found: dict[str, Any]) -> None:
+    """Print the section's table."""
+    if "skipped" in found:
+        print(f"\nLandlock supervisor: skipped, {found['skipped']}")
+        return
+    print(f"\nLandlock supervisor ({found['runs']} runs of true, {found['files_runs']} of files)")
+    print(timing.HEAD)
+    for name in ("supervised", "unsupervised"):
+        print(timing.row(f"true, {name}", found["true"][name]))
+    for name in ("supervised", "unsupervised"):
+        print(timing.row(f"{FILES} files created, {name}", found["files"][name]))
+    print(timing.row("python -S -c pass, supervised (for scale)", found["python"]))
+    over, ratio = found["true_overhead_ms"], found["files_ratio"]
+    print(
+        f"  true: {over:+.2f} ms (target +{TRUE_TARGET_MS} ms: "
+        f"{'met' if over <= TRUE_TARGET_MS else 'not met'})"
+    )
+    print(
+        f"  files: {ratio:.2f}x, {found['per_create_us']:.0f} us per create "
+        f"(target {FILES_TARGET_RATIO}x: {'met' if ratio <= FILES_TARGET_RATIO else 'not met'})"
+    )
+
+
+def main() -> int:
+    """Run the section alone."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=40)
+    args = parser.parse_args()
+    found = bench_supervisor(args.runs, max(args.runs // 10, 2))
+    report(found)
+    print("BENCH " + json.dumps(found))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,270 @@
+"""Each notified call, performed by the supervisor for its caller, or refused.
+
+A handler reads the call's paths once, resolves them as the kernel would for the caller
+(:mod:`.resolve`), refuses what :class:`~.rules.Rules` refuses (``EROFS``), and otherwise
+makes the call itself, on the folder it resolved and the last name: never by the path
+again, so nothing the caller changes after the check is looked at. An open hands back a
+descriptor (``SECCOMP_IOCTL_NOTIF_ADDFD``). The supervisor runs in the caller's Landlock
+domain, so its own call gets exactly the caller's rights: whatever Landlock refuses the
+caller, it refuses the supervisor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import stat
+import time
+from collections.abc import Callable
+
+from . import kernel
+from .resolve import AT_FDCWD, Caller, where
+from .rules import REFUSED, Rules
+
+O_TMPFILE_BIT = 0o20000000
+AT_SYMLINK_NOFOLLOW, AT_REMOVEDIR, AT_SYMLINK_FOLLOW, AT_EMPTY_PATH = 0x100, 0x200, 0x400, 0x1000
+RENAME_EXCHANGE = 2
+_MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one walk
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Answer(Exception):
+    """The call's result: ``value``, or a descriptor to hand over."""
+
+    def __init__(self, value: int = 0, fd: int | None = None, *, cloexec: bool = False) -> None:
+        super().__init__(value)
+        self.value, self.fd, self.cloexec = value, fd, cloexec
+
+
+class Waiting(Exception):
+    """A FIFO opened for writing has no reader yet: the caller waits for one, on a thread
+    of its own, while the supervisor answers the others. ``fd`` (``O_PATH``) is the FIFO,
+    owned by the waiter; ``flags`` open it without blocking."""
+
+    def __init__(self, fd: int, flags: int, *, cloexec: bool) -> None:
+        super().__init__(fd)
+        self.fd, self.flags, self.cloexec = fd, flags, cloexec
+
+    def wait(self, still: Callable[[], bool]) -> Answer | None:
+        """Try again every 10 ms while ``still()``; the answer, or ``None`` once the caller
+        is gone or the supervisor stopped."""
+        try:
+            while still():
+                try:
+                    fd = os.open(f"/proc/self/fd/{self.fd}", self.flags)
+                except OSError as error:
+                    if error.errno != errno.ENXIO:
+                        return Answer(-(error.errno or errno.EPERM))
+                    time.sleep(0.01)
+                    continue
+                os.set_blocking(fd, True)
+                return Answer(fd=fd, cloexec=self.cloexec)
+            return None
+        finally:
+            os.close(self.fd)
+
+
+def refuse_if(rules: Rules, path: str) -> None:
+    """Raise ``EROFS`` when ``rules`` keep ``path``."""
+    if rules.refuses(path):
+        raise OSError(REFUSED, "protected", path)
+
+
+def open_path(  # noqa: PLR0912 - one branch per case of open(2)
+    caller: Caller,
+    rules: Rules,
+    at: tuple[int, bytes],
+    flags: int,
+    mode: int,
+    *,
+    resolve: int = 0,
+) -> Answer:
+    """``openat`` (and ``open``, ``creat``, ``openat2``) for writing or creating, of
+    ``at`` (the caller's descriptor and path)."""
+    dirfd, path = at
+    cloexec = bool(flags & os.O_CLOEXEC)
+    anchored = bool(resolve & (kernel.RESOLVE_BENEATH | kernel.RESOLVE_IN_ROOT))
+    own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
+    if own is not None:
+        return Answer(fd=_reopen(rules, own, flags), cloexec=cloexec)
+    base, path = caller.start(dirfd, path, anchored=anchored)
+    exclusive = flags & os.O_CREAT and flags & os.O_EXCL
+    follow = not (flags & os.O_NOFOLLOW or exclusive or resolve & kernel.RESOLVE_NO_SYMLINKS)
+    for _ in range(_MAX_LINKS):
+        found = None
+        if not exclusive:  # O_CREAT | O_EXCL makes a new name or fails: no object to find
+            with contextlib.suppress(FileNotFoundError):
+                found = caller.walk(base, path, 0 if follow else os.O_NOFOLLOW, resolve)
+        if found is not None:
+            if stat.S_ISLNK(os.fstat(found).st_mode):
+                raise OSError(errno.ELOOP, "a symlink, not followed")
+            if flags & os.O_DIRECTORY and not stat.S_ISDIR(os.fstat(found).st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, "not a folder")
+            return Answer(fd=_reopen(rules, found, flags, caller), cloexec=cloexec)
+        if not flags & os.O_CREAT:
+            raise FileNotFoundError(errno.ENOENT, "no such file")
+        if resolve & kernel.RESOLVE_CACHED:
+            raise BlockingIOError(errno.EAGAIN, "not cached")
+        folder, last, target = caller.parent(base, path, resolve)
+        try:
+            info = os.lstat(last, dir_fd=folder)
+        except FileNotFoundError:
+            info = None
+        if info is not None and stat.S_ISLNK(info.st_mode) and follow:
+            if anchored:  # a dangling link under BENEATH or IN_ROOT: not followed here
+                raise OSError(errno.EXDEV, "a dangling symlink beneath the root")
+            path, base = os.readlink(last, dir_fd=folder), folder  # creates what it names
+            continue
+        if info is not None:
+            if exclusive:
+                raise FileExistsError(errno.EEXIST, "exists")
+            continue  # it appeared since the walk: look again
+        refuse_if(rules, target)
+        made = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(last, made, mode & 0o7777 & ~caller.umask(), dir_fd=folder)
+        except FileExistsError:
+            if exclusive:
+                raise
+            continue
+        return Answer(fd=fd, cloexec=cloexec)
+    raise OSError(errno.ELOOP, "too many symlinks")
+
+
+def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) -> int:
+    """Open the object of the ``O_PATH`` descriptor ``found`` with ``flags``, once checked:
+    its own path is judged, never a name that could since lead elsewhere."""
+    info = os.fstat(found)
+    if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
+        refuse_if(rules, where(found))
+    if stat.S_ISDIR(info.st_mode) and flags & os.O_CREAT:
+        raise IsADirectoryError(errno.EISDIR, "a folder")
+    if flags & O_TMPFILE_BIT:
+        mode = 0o600 if caller is None else 0o666 & ~caller.umask()
+        return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=found)
+    reopen = flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_NOFOLLOW) | os.O_CLOEXEC
+    fifo = stat.S_ISFIFO(info.st_mode) and not flags & os.O_NONBLOCK
+    if fifo:
+        reopen |= os.O_NONBLOCK  # never wait here for a reader: the whole run would wait
+    try:
+        fd = os.open(f"/proc/self/fd/{found}", reopen)
+    except OSError as error:
+        if fifo and error.errno == errno.ENXIO:  # no reader yet: the caller waits, not us
+            raise Waiting(os.dup(found), reopen, cloexec=bool(flags & os.O_CLOEXEC)) from None
+        raise
+    try:
+        if fifo:
+            os.set_blocking(fd, True)
+        if flags & os.O_TRUNC and stat.S_ISREG(info.st_mode):
+            os.ftruncate(fd, 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make(
+    caller: Caller, rules: Rules, dirfd: int, path: bytes, do: Callable[[int, bytes], None]
+) -> Answer:
+    """A call that makes or removes the last name of ``path`` (``mkdir``, ``mknod``,
+    ``symlink``, ``unlink``, ``rmdir``): ``do(folder, name)`` once the name is allowed."""
+    folder, last, target = caller.parent(*caller.start(dirfd, path))
+    refuse_if(rules, target)
+    do(folder, last)
+    return Answer()
+
+
+def link(
+    caller: Caller, rules: Rules, old: tuple[int, bytes], new: tuple[int, bytes], flags: int
+) -> Answer:
+    """``linkat``: neither a protected file may gain a name nor a protected name a file."""
+    (olddir, oldpath), (newdir, newpath) = old, new
+    if flags & ~(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH):
+        raise OSError(errno.EINVAL, "bad flags")
+    own = caller.own_fd(oldpath) if flags & AT_SYMLINK_FOLLOW else None
+    if own is None and flags & AT_EMPTY_PATH and not oldpath:
+        own = caller.start(olddir, b"")[0]
+    source: tuple[int, bytes] | None = None
+    if own is not None:
+        refuse_if(rules, where(own).removesuffix(" (deleted)"))
+    elif flags & AT_SYMLINK_FOLLOW:
+        own = caller.walk(*caller.start(olddir, oldpath), 0)
+        refuse_if(rules, where(own))
+    else:
+        folder, last, target = caller.parent(*caller.start(olddir, oldpath))
+        refuse_if(rules, target)
+        source = (folder, last)
+    folder, last, target = caller.parent(*caller.start(newdir, newpath))
+    refuse_if(rules, target)
+    if source is None:
+        os.link(f"/proc/self/fd/{own}", last, dst_dir_fd=folder, follow_symlinks=True)
+    else:
+        os.link(source[1], last, src_dir_fd=source[0], dst_dir_fd=folder, follow_symlinks=False)
+    return Answer()
+
+
+def rename(
+    caller: Caller, rules: Rules, old: tuple[int, bytes], new: tuple[int, bytes], flags: int
+) -> Answer:
+    """``renameat2``: nothing protected moves, and nothing moves onto a protected name."""
+    ofolder, olast, otarget = caller.parent(*caller.start(*old))
+    nfolder, nlast, ntarget = caller.parent(*caller.start(*new))
+    for target in (otarget, ntarget):
+        if rules.holds(target):
+            raise OSError(REFUSED, "protected", target)
+    if _libc.renameat2(ofolder, olast, nfolder, nlast, ctypes.c_uint(flags)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return Answer()
+
+
+def truncate(caller: Caller, rules: Rules, path: bytes, length: int) -> Answer:
+    """``truncate``: the file it leads to (symlinks followed), judged by its own path."""
+    own = caller.own_fd(path) if path.startswith(b"/") else None
+    found = own if own is not None else caller.walk(*caller.start(AT_FDCWD, path), 0)
+    try:
+        fd = _reopen(rules, found, os.O_WRONLY)
+    except Waiting as fifo:
+        os.close(fifo.fd)
+        raise OSError(errno.EINVAL, "not a file") from None
+    try:
+        os.ftruncate(fd, ctypes.c_int64(length).value)
+    finally:
+        os.close(fd)
+    return Answer()
+
+
+def unlink(folder: int, last: bytes, flags: int) -> None:
+    """``unlinkat(folder, last, flags)``."""
+    if flags & ~AT_REMOVEDIR:
+        raise OSError(errno.EINVAL, "bad flags")
+    if flags & AT_REMOVEDIR:
+        os.rmdir(last, dir_fd=folder)
+    else:
+        os.unlink(last, dir_fd=folder)
+
+
+def attributes(
+    caller: Caller,
+    rules: Rules,
+    at: tuple[int, bytes],
+    flags: int,
+    change: Callable[[str], None],
+) -> Answer:
+    """``chmod`` and ``chown`` in all their forms: ``change(path)`` on the object ``at``
+    leads to (symlinks followed unless ``AT_SYMLINK_NOFOLLOW``; the descriptor itself for
+    an empty path with ``AT_EMPTY_PATH``), once its own path is allowed."""
+    dirfd, path = at
+    if flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH):
+        raise OSError(errno.EINVAL, "bad flags")
+    if not path and flags & AT_EMPTY_PATH:
+        found = caller.start(dirfd, b"")[0]
+    else:
+        own = caller.own_fd(path) if path.startswith(b"/") else None
+        nofollow = os.O_NOFOLLOW if flags & AT_SYMLINK_NOFOLLOW else 0
+        found = own if own is not None else caller.walk(*caller.start(dirfd, path), nofollow)
+    refuse_if(rules, where(found).removesuffix(" (deleted)"))
+    change(f"/proc/self/fd/{found}")
+    return Answer()

@@ -1,0 +1,198 @@
+"""The system calls the supervisor needs, bound by hand with ctypes (x86_64 numbers).
+
+Seccomp's user notification (``SECCOMP_FILTER_FLAG_NEW_LISTENER``, the ``NOTIF_*`` ioctls,
+``SECCOMP_IOCTL_NOTIF_ADDFD`` with ``SECCOMP_ADDFD_FLAG_SEND``: Linux 5.14), ``openat2``
+(5.6), ``process_vm_readv``, and ``unshare(CLONE_FS)`` for a thread of its own umask. Every
+call through ctypes releases the GIL, so a thread blocked here never holds up the host's
+others. The layouts follow ``include/uapi/linux/seccomp.h`` and ``openat2.h``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from typing import Any
+
+SYS_SECCOMP = 317
+SYS_OPENAT2 = 437
+SYS_PROCESS_VM_READV = 310
+SECCOMP_SET_MODE_FILTER = 1
+SECCOMP_GET_NOTIF_SIZES = 3
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+SECCOMP_ADDFD_FLAG_SEND = 1 << 1
+CLONE_FS = 0x200
+
+RESOLVE_NO_XDEV = 0x01
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+RESOLVE_IN_ROOT = 0x10
+RESOLVE_CACHED = 0x20
+RESOLVE_ALL = 0x3F
+
+
+def _ioc(direction: int, nr: int, size: int) -> int:
+    return direction << 30 | size << 16 | ord("!") << 8 | nr
+
+
+class SeccompData(ctypes.Structure):
+    """``struct seccomp_data``: the call as the filter saw it."""
+
+    _fields_ = (
+        ("nr", ctypes.c_int32),
+        ("arch", ctypes.c_uint32),
+        ("ip", ctypes.c_uint64),
+        ("args", ctypes.c_uint64 * 6),
+    )
+
+
+class Notif(ctypes.Structure):
+    """``struct seccomp_notif``: one call waiting for an answer."""
+
+    _fields_ = (
+        ("id", ctypes.c_uint64),
+        ("pid", ctypes.c_uint32),
+        ("flags", ctypes.c_uint32),
+        ("data", SeccompData),
+    )
+
+
+class Resp(ctypes.Structure):
+    """``struct seccomp_notif_resp``: the answer (a value, or ``-errno`` in ``error``)."""
+
+    _fields_ = (
+        ("id", ctypes.c_uint64),
+        ("val", ctypes.c_int64),
+        ("error", ctypes.c_int32),
+        ("flags", ctypes.c_uint32),
+    )
+
+
+class AddFd(ctypes.Structure):
+    """``struct seccomp_notif_addfd``: a descriptor to put into the caller, and answer with."""
+
+    _fields_ = (
+        ("id", ctypes.c_uint64),
+        ("flags", ctypes.c_uint32),
+        ("srcfd", ctypes.c_uint32),
+        ("newfd", ctypes.c_uint32),
+        ("newfd_flags", ctypes.c_uint32),
+    )
+
+
+class OpenHow(ctypes.Structure):
+    """``struct open_how`` (``openat2``)."""
+
+    _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
+
+
+class _Sizes(ctypes.Structure):
+    _fields_ = (("notif", ctypes.c_uint16), ("resp", ctypes.c_uint16), ("data", ctypes.c_uint16))
+
+
+class _Fprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+class _Iovec(ctypes.Structure):
+    _fields_ = (("base", ctypes.c_void_p), ("len", ctypes.c_size_t))
+
+
+NOTIF_RECV = _ioc(3, 0, ctypes.sizeof(Notif))
+NOTIF_SEND = _ioc(3, 1, ctypes.sizeof(Resp))
+NOTIF_ID_VALID = _ioc(1, 2, 8)
+NOTIF_ADDFD = _ioc(1, 3, ctypes.sizeof(AddFd))
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall: Any = _libc.syscall
+_ioctl: Any = _libc.ioctl
+
+
+def _fail(what: str) -> OSError:
+    err = ctypes.get_errno()
+    return OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def sizes_match() -> bool:
+    """Whether this kernel's notification structures are the ones laid out here."""
+    sizes = _Sizes()
+    if _syscall(SYS_SECCOMP, SECCOMP_GET_NOTIF_SIZES, 0, ctypes.byref(sizes)) != 0:
+        return False
+    return (sizes.notif, sizes.resp, sizes.data) == (
+        ctypes.sizeof(Notif),
+        ctypes.sizeof(Resp),
+        ctypes.sizeof(SeccompData),
+    )
+
+
+def install_listener(program: bytes) -> int:
+    """Install ``program`` on the calling thread (``no_new_privs`` set); its listener."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    prog = _Fprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    flags = SECCOMP_FILTER_FLAG_NEW_LISTENER
+    fd = _syscall(SYS_SECCOMP, SECCOMP_SET_MODE_FILTER, flags, ctypes.byref(prog))
+    if fd < 0:
+        raise _fail("seccomp(NEW_LISTENER)")
+    return int(fd)
+
+
+def recv(listener: int, notif: Notif) -> None:
+    """Wait for the next call (``ENOENT``: its caller was killed before we read it)."""
+    ctypes.memset(ctypes.byref(notif), 0, ctypes.sizeof(notif))
+    if _ioctl(listener, ctypes.c_ulong(NOTIF_RECV), ctypes.byref(notif)) != 0:
+        raise _fail("NOTIF_RECV")
+
+
+def send(listener: int, ident: int, value: int = 0, error: int = 0) -> None:
+    """Answer call ``ident``: ``value``, or fail it with ``error`` (a positive errno)."""
+    resp = Resp(ident, value, -error if error else 0, 0)
+    if _ioctl(listener, ctypes.c_ulong(NOTIF_SEND), ctypes.byref(resp)) != 0:
+        raise _fail("NOTIF_SEND")
+
+
+def valid(listener: int, ident: int) -> bool:
+    """Whether call ``ident`` still waits (its caller, and so its pid, is still the same)."""
+    value = ctypes.c_uint64(ident)
+    return bool(_ioctl(listener, ctypes.c_ulong(NOTIF_ID_VALID), ctypes.byref(value)) == 0)
+
+
+def send_fd(listener: int, ident: int, fd: int, *, cloexec: bool) -> None:
+    """Put ``fd`` into the caller and answer call ``ident`` with its number, at once."""
+    add = AddFd(ident, SECCOMP_ADDFD_FLAG_SEND, fd, 0, os.O_CLOEXEC if cloexec else 0)
+    if _ioctl(listener, ctypes.c_ulong(NOTIF_ADDFD), ctypes.byref(add)) < 0:
+        raise _fail("NOTIF_ADDFD")
+
+
+def read_memory(pid: int, address: int, size: int) -> bytes:
+    """Up to ``size`` bytes of process ``pid``'s memory at ``address`` (fewer at a hole)."""
+    buffer = ctypes.create_string_buffer(size)
+    local = _Iovec(ctypes.cast(buffer, ctypes.c_void_p), size)
+    remote = _Iovec(ctypes.c_void_p(address), size)
+    got = _syscall(
+        SYS_PROCESS_VM_READV,
+        pid,
+        ctypes.byref(local),
+        ctypes.c_ulong(1),
+        ctypes.byref(remote),
+        ctypes.c_ulong(1),
+        ctypes.c_ulong(0),
+    )
+    if got < 0:
+        raise _fail("process_vm_readv")
+    return buffer.raw[:got]
+
+
+def openat2(dirfd: int, path: bytes, flags: int, mode: int = 0, resolve: int = 0) -> int:
+    """``openat2(2)``; raises ``OSError`` with the kernel's errno."""
+    how = OpenHow(flags, mode, resolve)
+    fd = _syscall(SYS_OPENAT2, dirfd, ctypes.c_char_p(path), ctypes.byref(how), ctypes.sizeof(how))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return int(fd)
+
+
+def own_fs() -> None:
+    """Give the calling thread a cwd, root and umask of its own (``unshare(CLONE_FS)``)."""
+    if _libc.unshare(CLONE_FS) != 0:
+        raise _fail("unshare(CLONE_FS)")

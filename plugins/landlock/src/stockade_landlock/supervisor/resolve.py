@@ -1,0 +1,217 @@
+"""Where a notified call's path leads, found as the kernel would find it for the caller.
+
+The path is read from the caller's memory once (:func:`read_path`); what the supervisor
+then does uses that copy, so a thread that changes the memory afterwards changes nothing.
+The walk starts where the caller's would: ``/``, its working directory
+(``/proc/TID/cwd``) or its descriptor (``/proc/TID/fd/N``), each opened ``O_PATH`` (the
+object itself, wherever it has moved since). The kernel then walks the rest with
+``openat2`` and ``RESOLVE_NO_MAGICLINKS``: symlinks at every component are followed as for
+the caller, but no ``/proc`` magic link, since ``/proc/self`` would be the supervisor's.
+The caller's own descriptors named through ``/proc/self/fd/N``, ``/dev/fd/N`` and
+``/dev/stdout`` are taken from ``/proc/TID/fd/N`` instead (:meth:`Caller.own_fd`); any
+other path through ``/proc`` is refused (``EACCES``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import re
+
+from . import kernel
+
+PATH_MAX = 4096
+AT_FDCWD = -100
+PROC_SUPER_MAGIC = 0x9FA0
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_OWN_FD = re.compile(rb"^/proc/(self|thread-self|\d+)/fd/(\d+)$|^/dev/fd/(\d+)$")
+# A path through one of the caller's own magic links, with something after it.
+_THROUGH = re.compile(
+    rb"^/proc/(self|thread-self|\d+)/(root|cwd|fd/(\d+))(/.*)$|^/dev/fd/(\d+)(/.*)$"
+)
+_STD = {b"/dev/stdin": 0, b"/dev/stdout": 1, b"/dev/stderr": 2}
+O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+class _Statfs(ctypes.Structure):
+    _fields_ = (("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 112))
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def on_proc(fd: int) -> bool:
+    """Whether ``fd`` lies on a ``/proc`` (procfs) mount."""
+    info = _Statfs()
+    if _libc.fstatfs(fd, ctypes.byref(info)) != 0:
+        return True  # cannot tell: treat as /proc, refused
+    return int(info.f_type) == PROC_SUPER_MAGIC
+
+
+def where(fd: int) -> str:
+    """The path of the supervisor's own descriptor ``fd``, as the kernel keeps it."""
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def signed(value: int) -> int:
+    """A register's low 32 bits as the kernel reads an ``int`` (a dirfd, ``AT_FDCWD``)."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+def split(path: bytes) -> tuple[bytes, bytes]:
+    """``path`` (not empty) as the folder to walk to and the last name in it, with any
+    trailing slash kept on the name for the kernel to judge (``a/b/`` is ``a/``, ``b/``;
+    ``/`` is ``/``, ``.``; ``b`` is ``.``, ``b``)."""
+    stripped = path.rstrip(b"/")
+    if not stripped:
+        return b"/", b"."
+    cut = stripped.rfind(b"/")
+    return (path[: cut + 1] if cut >= 0 else b"."), path[cut + 1 :]
+
+
+class Caller:
+    """The thread whose call waits: its memory, working directory and descriptors."""
+
+    def __init__(self, listener: int, ident: int, tid: int) -> None:
+        self.listener, self.ident, self.tid = listener, ident, tid
+        self.opened: list[int] = []  # closed by close()
+
+    def close(self) -> None:
+        """Close every descriptor opened for this call."""
+        for fd in self.opened:
+            os.close(fd)
+        self.opened.clear()
+
+    def keep(self, fd: int) -> int:
+        """Close ``fd`` with the call."""
+        self.opened.append(fd)
+        return fd
+
+    def still(self) -> None:
+        """Raise ``ESRCH`` unless the call still waits (its pid still names its caller)."""
+        if not kernel.valid(self.listener, self.ident):
+            raise ProcessLookupError(errno.ESRCH, "the caller is gone")
+
+    def read_path(self, address: int) -> bytes:
+        """The NUL-terminated path at ``address`` in the caller's memory, read once."""
+        if address == 0:
+            raise OSError(errno.EFAULT, "a null path")
+        out = b""
+        while len(out) < PATH_MAX:
+            want = min(_PAGE - address % _PAGE, PATH_MAX - len(out))
+            try:
+                data = kernel.read_memory(self.tid, address, want)
+            except OSError as error:
+                raise OSError(error.errno or errno.EFAULT, "cannot read the path") from None
+            end = data.find(b"\0")
+            if end >= 0:
+                return out + data[:end]
+            if len(data) < want:
+                raise OSError(errno.EFAULT, "the path runs into unmapped memory")
+            out += data
+            address += want
+        raise OSError(errno.ENAMETOOLONG, "path too long")
+
+    def read_struct(self, address: int, size: int) -> bytes:
+        """``size`` bytes at ``address`` (``EFAULT`` when they are not all there)."""
+        data = kernel.read_memory(self.tid, address, size) if address else b""
+        if len(data) != size:
+            raise OSError(errno.EFAULT, "bad address")
+        return data
+
+    def umask(self) -> int:
+        """The caller's umask, from ``/proc/TID/status``."""
+        with open(f"/proc/{self.tid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+        return 0o022
+
+    def start(self, dirfd: int, path: bytes, *, anchored: bool = False) -> tuple[int, bytes]:
+        """Where the walk of ``path`` starts, and what is left to walk: ``AT_FDCWD``
+        (meaning ``/``) for an absolute path, else the caller's working directory or its
+        descriptor ``dirfd`` (opened ``O_PATH`` here, closed with the call). A path through
+        the caller's own ``/proc/self/{root,cwd,fd/N}`` starts at what that link names for
+        the caller. ``anchored``: ``openat2``'s ``RESOLVE_BENEATH`` or ``RESOLVE_IN_ROOT``,
+        where even an absolute path starts at ``dirfd``."""
+        if path.startswith(b"/") and not anchored:
+            through = _THROUGH.match(path)
+            if through is None:
+                return AT_FDCWD, path
+            who, link, number, rest, dev_fd, dev_rest = through.groups()
+            if dev_fd is not None:
+                return self._opened(f"fd/{int(dev_fd)}"), b"." + dev_rest
+            if who not in (b"self", b"thread-self") and not self._own(who):
+                return AT_FDCWD, path  # another process's: walked here, refused on /proc
+            if link == b"root":  # chroot is refused: the caller's root is the supervisor's
+                return AT_FDCWD, rest
+            where_ = "cwd" if link == b"cwd" else f"fd/{int(number)}"
+            return self._opened(where_), b"." + rest
+        number = signed(dirfd)
+        if number != AT_FDCWD and number < 0:
+            raise OSError(errno.EBADF, "bad descriptor")
+        return self._opened("cwd" if number == AT_FDCWD else f"fd/{number}"), path
+
+    def _opened(self, link: str) -> int:
+        """``/proc/TID/LINK`` (``cwd`` or ``fd/N``) opened ``O_PATH``: the object itself."""
+        try:
+            fd = self.keep(os.open(f"/proc/{self.tid}/{link}", os.O_PATH | os.O_CLOEXEC))
+        except FileNotFoundError:
+            raise OSError(errno.EBADF, "bad descriptor") from None
+        self.still()
+        return fd
+
+    def own_fd(self, path: bytes) -> int | None:
+        """An ``O_PATH`` descriptor of the caller's own descriptor that ``path`` names
+        (``/proc/self/fd/N``, ``/dev/fd/N``, ``/dev/stdout``...), or ``None``."""
+        number = _STD.get(path)
+        if number is None:
+            found = _OWN_FD.match(path)
+            if found is None:
+                return None
+            who, fd_text, dev_fd = found.groups()
+            if who is not None and who not in (b"self", b"thread-self") and not self._own(who):
+                return None
+            number = int(fd_text if dev_fd is None else dev_fd)
+        try:
+            fd = self.keep(os.open(f"/proc/{self.tid}/fd/{number}", os.O_PATH | os.O_CLOEXEC))
+        except FileNotFoundError:
+            raise OSError(errno.ENOENT, "no such descriptor") from None
+        self.still()
+        return fd
+
+    def _own(self, pid: bytes) -> bool:
+        if int(pid) == self.tid:
+            return True
+        with open(f"/proc/{self.tid}/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Tgid:"):
+                    return int(line.split()[1]) == int(pid)
+        return False
+
+    def walk(self, base: int, path: bytes, flags: int, resolve: int = 0) -> int:
+        """``openat2(base, path, O_PATH | flags)`` without magic links; refused on /proc."""
+        fd = self.keep(
+            kernel.openat2(
+                base,
+                path,
+                os.O_PATH | os.O_CLOEXEC | flags,
+                0,
+                resolve | kernel.RESOLVE_NO_MAGICLINKS,
+            )
+        )
+        if on_proc(fd):
+            raise PermissionError(errno.EACCES, "no path through /proc")
+        return fd
+
+    def parent(self, base: int, path: bytes, resolve: int = 0) -> tuple[int, bytes, str]:
+        """The folder that holds ``path``'s last name (opened), that name as given (with
+        any trailing slash, for the kernel to judge), and the path it names."""
+        if not path:
+            raise FileNotFoundError(errno.ENOENT, "an empty path")
+        head, last = split(path)
+        folder = self.walk(base, head, os.O_DIRECTORY, resolve)
+        name = os.fsdecode(last.rstrip(b"/") or b".")
+        return folder, last, os.path.normpath(os.path.join(where(folder), name))

@@ -1,0 +1,273 @@
+"""The supervisor: a thread in the command's Landlock domain that answers its notified calls.
+
+It is started by the thread that spawns the command, after Landlock is applied and before
+the seccomp filters are, so it carries the command's Landlock domain and no capability, but
+no filter: its own calls are judged by Landlock exactly as the command's would be, and never
+come back to it. It answers each call by performing it (:mod:`.calls`), never with
+``SECCOMP_USER_NOTIF_FLAG_CONTINUE``: letting the kernel make a checked call would make it
+read the path from the command's memory again, after a thread of the command changed it.
+
+When it stops (the run is over, or it fails), it closes the listener: the kernel then fails
+every notified call of the command with ``ENOSYS``, so a command whose supervisor died can
+no longer create, write, rename, link or remove anything (it fails closed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import os
+import select
+import threading
+from collections.abc import Callable, Sequence
+
+from . import calls, kernel
+from .bpf import NOTIFIED, OPENS, program
+from .calls import Answer
+from .resolve import Caller, signed
+from .rules import Rules
+
+_BY_NUMBER = {nr: name for name, nr in NOTIFIED.items()} | {
+    nr: name for name, (nr, _arg) in OPENS.items()
+}
+_OPEN_HOW = ctypes.sizeof(kernel.OpenHow)
+
+
+class Supervisor:
+    """One run's supervisor: :meth:`start` it on the restricted spawning thread, hand it
+    the listener with :meth:`attach`, :meth:`stop` it when the run is over."""
+
+    def __init__(self, rules: Rules) -> None:
+        self.rules = rules
+        self.served = 0  # calls answered (for the tests and the bench)
+        self._listener: int | None = None
+        self._ready = threading.Event()
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._closed = False
+        self._sending = threading.Lock()
+
+    def start(self) -> None:
+        """Start the serving thread (it takes the caller's Landlock domain, no filter)."""
+        self._thread = threading.Thread(target=self._serve, name="stockade-supervisor", daemon=True)
+        self._thread.start()
+
+    def arm(self, load_policy: Callable[[], None]) -> None:
+        """On the spawning thread, Landlock applied: start serving (the thread takes this
+        Landlock domain and no filter), load the shared policy, then the notifying filter,
+        and hand its listener over. Raises ``OSError`` when a filter cannot be loaded."""
+        self.start()
+        load_policy()
+        self.attach(kernel.install_listener(_program()))
+
+    def attach(self, listener: int) -> None:
+        """Hand over the listener of the filter just installed."""
+        self._listener = listener
+        self._ready.set()
+
+    def stop(self) -> None:
+        """Stop serving and close the listener (the command's next notified call fails)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self._ready.set()
+        os.write(self._wake_w, b"x")
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
+
+    def _serve(self) -> None:
+        self._ready.wait()
+        listener = self._listener
+        if listener is None:
+            return
+        try:  # any failure closes the listener: the command's next call fails (ENOSYS)
+            kernel.own_fs()  # a umask of its own (never the host's): the command's is
+            os.umask(0)  # applied to each create
+            poller = select.poll()
+            poller.register(listener, select.POLLIN)
+            poller.register(self._wake_r, select.POLLIN)
+            notif = kernel.Notif()
+            while not self._stopped:
+                events = dict(poller.poll())
+                if self._wake_r in events:
+                    return
+                if events.get(listener, 0) & (select.POLLHUP | select.POLLERR):
+                    return  # no process is left under the filter
+                try:
+                    kernel.recv(listener, notif)
+                except OSError as error:
+                    if error.errno in (errno.ENOENT, errno.EINTR):
+                        continue  # the caller was killed before we read it
+                    raise
+                self._answer(listener, notif)
+        finally:
+            with self._sending:
+                self._closed = True
+                os.close(listener)
+
+    def _answer(self, listener: int, notif: kernel.Notif) -> None:
+        caller = Caller(listener, notif.id, notif.pid)
+        try:
+            try:
+                answer = self._decide(caller, notif.data)
+            except calls.Waiting as waiting:
+                self._wait(listener, notif.id, waiting)
+                return
+            except OSError as error:
+                answer = Answer(-(error.errno or errno.EPERM))
+            except Exception:  # noqa: BLE001 - any fault refuses the call, never allows it
+                answer = Answer(-errno.EPERM)
+            self._send(listener, notif.id, answer)
+        finally:
+            caller.close()
+
+    def _wait(self, listener: int, ident: int, waiting: calls.Waiting) -> None:
+        """Answer a call that waits for a FIFO's reader from a thread of its own (it keeps
+        this Landlock domain), so the others are answered meanwhile."""
+
+        def still() -> bool:
+            return not self._stopped and kernel.valid(listener, ident)
+
+        def run() -> None:
+            answer = waiting.wait(still)
+            if answer is not None:
+                self._send(listener, ident, answer)
+
+        threading.Thread(target=run, name="stockade-supervisor-fifo", daemon=True).start()
+
+    def _send(self, listener: int, ident: int, answer: Answer) -> None:
+        """Send ``answer`` to call ``ident`` (its descriptor is closed here)."""
+        self.served += 1
+        try:
+            with self._sending:  # never on a listener closed (its number reused) meanwhile
+                if self._closed:
+                    return
+                try:
+                    if answer.fd is not None:
+                        kernel.send_fd(listener, ident, answer.fd, cloexec=answer.cloexec)
+                    elif answer.value < 0:
+                        kernel.send(listener, ident, 0, -answer.value)
+                    else:
+                        kernel.send(listener, ident, answer.value)
+                except OSError as error:
+                    if error.errno != errno.ENOENT:  # ENOENT: the caller is gone
+                        raise
+        finally:
+            if answer.fd is not None:
+                os.close(answer.fd)
+
+    def _decide(self, caller: Caller, data: kernel.SeccompData) -> Answer:  # noqa: PLR0911, PLR0912 - a branch per call
+        name = _BY_NUMBER.get(data.nr)
+        a = data.args
+        rules = self.rules
+        path = caller.read_path
+        at = -100
+        if name == "open":
+            return calls.open_path(caller, rules, (at, path(a[0])), a[1] & 0xFFFFFFFF, a[2])
+        if name == "openat":
+            return calls.open_path(caller, rules, (a[0], path(a[1])), a[2] & 0xFFFFFFFF, a[3])
+        if name == "creat":
+            flags = os.O_CREAT | os.O_WRONLY | os.O_TRUNC
+            return calls.open_path(caller, rules, (at, path(a[0])), flags, a[1])
+        if name == "openat2":
+            return self._openat2(caller, data)
+        if name in ("mkdir", "mkdirat"):
+            dirfd, p, mode = (at, a[0], a[1]) if name == "mkdir" else (a[0], a[1], a[2])
+            umask = caller.umask()
+            return calls.make(
+                caller, rules, dirfd, path(p),
+                lambda d, n: os.mkdir(n, mode & 0o7777 & ~umask, dir_fd=d),
+            )  # fmt: skip
+        if name in ("mknod", "mknodat"):
+            dirfd, p, mode, dev = (at, *a[:3]) if name == "mknod" else tuple(a[:4])
+            umask = caller.umask()
+            kind = mode & 0o170000
+            return calls.make(
+                caller, rules, dirfd, path(p),
+                lambda d, n: os.mknod(n, kind | mode & 0o7777 & ~umask, dev, dir_fd=d),
+            )  # fmt: skip
+        if name in ("symlink", "symlinkat"):
+            target = path(a[0])
+            dirfd, p = (at, a[1]) if name == "symlink" else (a[1], a[2])
+            return calls.make(
+                caller, rules, dirfd, path(p), lambda d, n: os.symlink(target, n, dir_fd=d)
+            )
+        if name in ("unlink", "rmdir", "unlinkat"):
+            unlinkat = name == "unlinkat"
+            dirfd, p, flags = (a[0], a[1], a[2] & 0xFFFFFFFF) if unlinkat else (at, a[0], 0)
+            flags = calls.AT_REMOVEDIR if name == "rmdir" else flags
+            return calls.make(caller, rules, dirfd, path(p), lambda d, n: calls.unlink(d, n, flags))
+        if name in ("link", "linkat"):
+            if name == "link":
+                return calls.link(caller, rules, (at, path(a[0])), (at, path(a[1])), 0)
+            old, new = (a[0], path(a[1])), (a[2], path(a[3]))
+            return calls.link(caller, rules, old, new, a[4] & 0xFFFFFFFF)
+        if name in ("rename", "renameat", "renameat2"):
+            if name == "rename":
+                return calls.rename(caller, rules, (at, path(a[0])), (at, path(a[1])), 0)
+            flags = a[4] & 0xFFFFFFFF if name == "renameat2" else 0
+            return calls.rename(caller, rules, (a[0], path(a[1])), (a[2], path(a[3])), flags)
+        if name == "truncate":
+            return calls.truncate(caller, rules, path(a[0]), a[1])
+        return self._attributes(caller, name, a)
+
+    def _attributes(self, caller: Caller, name: str | None, a: Sequence[int]) -> Answer:
+        """``chmod``, ``fchmod``, ``fchmodat(2)``, ``chown``, ``fchown``, ``lchown``,
+        ``fchownat``: the object, then the change through the supervisor's own descriptor."""
+        at, empty, nofollow = -100, calls.AT_EMPTY_PATH, calls.AT_SYMLINK_NOFOLLOW
+        where: tuple[int, bytes]
+        if name in ("chmod", "fchmod", "fchmodat", "fchmodat2"):
+            if name == "chmod":
+                where, mode, flags = (at, caller.read_path(a[0])), a[1], 0
+            elif name == "fchmod":
+                where, mode, flags = (a[0], b""), a[1], empty
+            else:
+                flags = a[3] & 0xFFFFFFFF if name == "fchmodat2" else 0
+                where, mode = (a[0], caller.read_path(a[1])), a[2]
+            return calls.attributes(
+                caller, self.rules, where, flags, lambda p: os.chmod(p, mode & 0o7777)
+            )
+        if name in ("chown", "lchown", "fchown", "fchownat"):
+            if name == "fchown":
+                where, ids, flags = (a[0], b""), a[1:3], empty
+            elif name == "fchownat":
+                where, ids, flags = (a[0], caller.read_path(a[1])), a[2:4], a[4] & 0xFFFFFFFF
+            else:
+                where, ids = (at, caller.read_path(a[0])), a[1:3]
+                flags = nofollow if name == "lchown" else 0
+            uid, gid = (signed(i) for i in ids)
+            return calls.attributes(
+                caller, self.rules, where, flags, lambda p: os.chown(p, uid, gid)
+            )
+        return Answer(-errno.ENOSYS)
+
+    def _openat2(self, caller: Caller, data: kernel.SeccompData) -> Answer:
+        a = data.args
+        size = a[3]
+        if size < _OPEN_HOW or size > 4096:
+            raise OSError(errno.EINVAL if size < _OPEN_HOW else errno.E2BIG, "bad size")
+        raw = caller.read_struct(a[2], size)
+        if any(raw[_OPEN_HOW:]):
+            raise OSError(errno.E2BIG, "unknown open_how fields")
+        how = kernel.OpenHow.from_buffer_copy(raw[:_OPEN_HOW])
+        creates = os.O_CREAT | calls.O_TMPFILE_BIT
+        if how.flags >> 32 or how.resolve & ~kernel.RESOLVE_ALL:
+            raise OSError(errno.EINVAL, "unknown flags")
+        if (how.mode and not how.flags & creates) or how.mode & ~0o7777:
+            raise OSError(errno.EINVAL, "a mode without O_CREAT")
+        both = kernel.RESOLVE_BENEATH | kernel.RESOLVE_IN_ROOT
+        if how.resolve & both == both:
+            raise OSError(errno.EINVAL, "RESOLVE_BENEATH with RESOLVE_IN_ROOT")
+        path = caller.read_path(a[1])
+        return calls.open_path(
+            caller, self.rules, (a[0], path), how.flags, how.mode, resolve=how.resolve
+        )
+
+
+@functools.cache
+def _program() -> bytes:
+    return program()
