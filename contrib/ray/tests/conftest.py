@@ -1,10 +1,11 @@
 """A local Ray cluster for the whole session, and the ground the attacks need.
 
 Ray is optional: without it every test module skips itself, except under CI (``STOCKADE_CI=1``),
-where ``.ci/run`` installs it and a missing Ray fails the run. The cluster is started once
-(``num_cpus=2``) in a short private temp folder, so a user other than the one who last ran
-Ray here can start one too. Canaries live under the user's home, never under ``/tmp``
-(which a sandbox replaces with its own).
+where ``.ci/run`` installs it and a missing Ray fails the run. The cluster is started once,
+as the docs start a real one (``ray start --head`` and a second ``ray start`` on another
+loopback address, token authentication on: :mod:`nodes`), one CPU a node, in a short private
+temp folder, so a user other than the one who last ran Ray here can start one too. Canaries
+live under the user's home, never under ``/tmp`` (which a sandbox replaces with its own).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from ground import Box, Upstream
+from nodes import Cluster, token_env
 
-# A driver started by `uv run` would have Ray rebuild the project for every worker (read
-# when Ray is imported).
+# A driver started by `uv run` would have Ray rebuild the project for every worker; token
+# authentication must be on in this process too. Both are read when Ray is imported.
 os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+token_env()
 
 try:
     import ray
@@ -39,16 +42,26 @@ def pytest_report_header() -> str:
     return "ray: " + (ray.__version__ if ray is not None else "not installed: tests skipped")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def cluster() -> Iterator[None]:
+@pytest.fixture(scope="session")
+def nodes() -> Iterator[Cluster]:
+    """The session's cluster, started as the docs start one (``ray start`` with token
+    authentication): a head on 127.0.0.1 and a second node on 127.0.0.2 (``side``)."""
     assert ray is not None
     temp = tempfile.mkdtemp(prefix="sr-", dir="/tmp")  # Ray's socket paths must stay short
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
+    made = Cluster(temp)
     try:
-        yield
+        made.add_side("side")
+        ray.init(address=made.address, log_to_driver=False)
+        yield made
     finally:
         ray.shutdown()
+        made.stop()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cluster(nodes: Cluster) -> Cluster:
+    return nodes
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""``docs/examples/ray_fanout.py`` runs as the docs say (here joining the session's cluster
-with ``--address``), prints its one JSON line, and leaves a chain that ``stockade verify``
-passes and whose ``stockade log`` names the node and actor of every step."""
+"""``docs/examples/ray_fanout.py`` and ``docs/examples/rollouts.py`` run as the docs say (here
+joining the session's cluster with ``--address``): each prints its one JSON line and leaves a
+chain that ``stockade verify`` passes; the fan-out's ``stockade log`` names the node and actor
+of every step, the rollouts' rewards are one per episode and its exports are on disk."""
 
 from __future__ import annotations
 
@@ -47,3 +48,29 @@ def test_the_fanout_example(box: Box) -> None:
     assert len(lines) == 24
     assert all(" exit 0 " in line and "[node " in line and " actor " in line for line in lines)
     assert len({line.rsplit(" actor ", 1)[1] for line in lines}) == 2  # both workers ran steps
+
+
+ROLLOUTS = EXAMPLE.parent / "rollouts.py"
+
+
+def test_the_rollouts_example(box: Box) -> None:
+    address = ray.get_runtime_context().gcs_address
+    args = ["--episodes", "4", "--actors", "2", "--state", str(box.state), "--address", address]
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    ran = subprocess.run(
+        [sys.executable, str(ROLLOUTS), *args],
+        capture_output=True, text=True, timeout=300, check=False, env=env,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    line = json.loads(ran.stdout.strip().splitlines()[-1])
+    assert (line["episodes"], line["steps"], line["verified"]) == (4, 12, True)
+    assert sorted(line["rewards"].values()) == [0.0, 0.0, 1.0, 1.0]  # every other fix is wrong
+    exports = sorted((box.state / "exports").iterdir())
+    assert len(exports) == 4 and line["exported"] == sum(p.stat().st_size for p in exports)
+    config = box.root / "config.toml"
+    config.write_text(f'[store]\npath = "{box.state / "store.db"}"\n')
+    cli_env = {**env, "STOCKADE_CONFIG": str(config), "STOCKADE_NO_SERVER": "1"}
+    verified = subprocess.run(
+        [*STOCKADE, "verify"], capture_output=True, text=True, timeout=120, env=cli_env, check=False
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -17,7 +17,7 @@ from ground import PYTHON, Box, running
 from stockade.cli.record import steps
 from stockade.config.schema import Config, StoreConfig
 from stockade.conformance.procs import wait_until
-from stockade.errors import PolicyHeld, UsageError
+from stockade.errors import PolicyDenied, PolicyHeld, UsageError
 from stockade.record.chain import rows
 from stockade.record.store import Store
 from stockade.record.verify import verify
@@ -130,21 +130,45 @@ def test_a_workspace_sticks_to_one_worker_and_files_travel(pool: StockadePool) -
         pool.run(ExecRequest(("true",), profile="r1"), files={"a": b"x" * (INPUT_BYTES + 1)})
 
 
-def test_a_step_that_would_ask_is_held_by_the_driver(state: Path, box: Box) -> None:
+def test_a_held_step_approved_later_runs_on_the_pool(state: Path, box: Box) -> None:
     config = Config(store=StoreConfig(path=str(state / "store.db")))
     held_pool = StockadePool(1, config)  # the default policy: a shell asks
     try:
-        with pytest.raises(PolicyHeld) as held:
-            held_pool.run(ExecRequest(("sh", "-c", "true"), str(box.ws)))
-        found = held_pool.host.store.get(held_pool.host.run_id, held.value.details["step"])
-        assert found.state == "held"
-        # Nothing was shipped: the step's record stops at its permission.
+        future = held_pool.run(ExecRequest(("sh", "-c", "echo approved-$((6*7))"), str(box.ws)))
+        declined = held_pool.run(ExecRequest(("sh", "-c", "echo never"), str(box.ws)))
+        assert future.held is not None and declined.held is not None
+        run_id, step = future.held["run_id"], future.held["step"]
+        assert held_pool.host.store.get(run_id, step).state == "held"
+        with pytest.raises(TimeoutError):
+            future.result(1)  # it waits for a person
+        # Nothing was shipped: each step's record stops at its permission.
         store = _store(held_pool)
         kinds = [r.kind for r in rows(store, held_pool.host.run_id)]
-        assert kinds == ["action", "permission"]
+        assert kinds == ["action", "permission"] * 2
+        held_pool.approve(run_id, step, by="a tester")
+        done = future.result(60)
+        assert done.result.stdout.text == "approved-42\n"
+        assert done.actor == held_pool.workers()[0]["actor"]  # it ran on the pool
+        assert held_pool.host.store.get(run_id, step).state == "done"
+        held_pool.decline(declined.held["run_id"], declined.held["step"], by="a tester")
+        with pytest.raises(PolicyDenied):
+            declined.result(60)
+        kinds = [r.kind for r in rows(store, held_pool.host.run_id)]
+        assert kinds.count("placement") == 1 and "decline" in kinds and "result" in kinds
+        assert verify(store).ok
         store.close()
     finally:
         held_pool.shutdown()
+
+
+def test_shutdown_releases_a_step_still_held(state: Path, box: Box) -> None:
+    config = Config(store=StoreConfig(path=str(state / "store.db")))
+    held_pool = StockadePool(1, config)
+    future = held_pool.run(ExecRequest(("sh", "-c", "true"), str(box.ws)))
+    assert future.held is not None
+    held_pool.shutdown()
+    with pytest.raises(PolicyHeld, match="shut down"):
+        future.result(10)
 
 
 def test_a_killed_worker_is_a_recorded_loss_and_is_replaced(pool: StockadePool, box: Box) -> None:
@@ -163,8 +187,10 @@ def test_a_killed_worker_is_a_recorded_loss_and_is_replaced(pool: StockadePool, 
     assert step["actor"] == future.worker["actor"]
     assert verify(store).ok
     store.close()
+    assert wait_until(lambda: len(pool.workers()) == 2, 120), "no replacement"
     after = {w["actor"] for w in pool.workers()}
-    assert future.worker["actor"] not in after and len(after) == 2 and after != before
+    assert future.worker["actor"] not in after and after != before
+    assert lost.value.details["started"] is True
     # The pool goes on, on the new worker too.
     done = [f.result(120) for f in pool.map(ExecRequest(("true",), str(box.ws)) for _ in range(6))]
     assert {d.actor for d in done} == after

@@ -31,7 +31,7 @@ import pluggy
 from . import caller
 from .config.load import load_config
 from .config.schema import Config
-from .errors import StockadeError, UsageError
+from .errors import StockadeError
 from .layers.journal import recover_recorded
 from .plugin.manager import Hooks, get_plugin_manager
 from .policy import credentials, decide, held
@@ -39,7 +39,7 @@ from .policy.breaker import BY, Breaker
 from .policy.enforce import enforce_class
 from .policy.resolve import resolve
 from .record.recording import Recording
-from .request.spec import ExecRequest, ExecSpec, new_run_id
+from .request.spec import ExecRequest, ExecSpec, Profile, new_run_id
 from .request.step import AdmittedStep, Agent, Carried
 from .request.verdict import Classification, Decision
 from .run.doer import Admission, Doer, OnOutput, Prepared
@@ -129,15 +129,19 @@ class Host:
         environ: Mapping[str, str] | None = None,
         cwd: str | None = None,
         run_id: str | None = None,
+        profiles: Mapping[str, Profile] | None = None,
     ) -> Host:
         """A host for a run of its own that shares this one's warm parts: the plugins, the
         sandbox providers and their probes, the executor, the store. What a run owns (its
         id and steps, its home, its tasks, its workspace locks) is its own. ``environ`` is
         the ambient environment of the caller (the one children are filtered from), ``cwd``
         the folder a request without one runs in (else the caller's: :mod:`stockade.caller`).
-        Closing it leaves the warm parts open."""
+        ``profiles`` are agent profiles of this run only, beside the configured ones (a
+        rollout's episode, made while the host runs). Closing it leaves the warm parts open."""
         run = object.__new__(Host)
-        run.config, run.pm, run.hooks = self.config, self.pm, self.hooks
+        agents = {**self.config.agents, **(profiles or {})}
+        run.config, run.pm = attrs.evolve(self.config, agents=agents), self.pm
+        run.hooks = self.hooks
         run.executors, run.sandboxes, run.rules = self.executors, self.sandboxes, self.rules
         run.environ = dict(self.environ if environ is None else environ)
         run.cwd = cwd
@@ -447,12 +451,7 @@ class Host:
         self._decide_again(found, agent)
         # The workspace first: while another run holds it, the step stays approved.
         with self.doer.hold(found.spec, agent):
-            if found.state == "failed" or not self.store.claim(run_id, step):
-                raise UsageError(
-                    f"step {step} of run {run_id} is {self.store.get(run_id, step).state}: it is "
-                    "running, or ran, in another process",
-                    details={"run_id": run_id, "step": step},
-                )
+            held.claim(self.store, found)
             try:
                 result = self._release(found, agent, abort, on_output)
             except StockadeError as error:
@@ -480,6 +479,26 @@ class Host:
             self.recording.permission(found.spec, found.classification, decision)
             raise decide.held_error(found.spec, found.classification, decision)
 
+    def readmit(self, run_id: str, step: int) -> Admission:
+        """A held step a person approved, claimed and decided again, to be carried out
+        elsewhere (a pool's worker); the caller keeps its outcome with ``store.finish``.
+
+        Raises:
+            StockadeError: as :meth:`resume` raises it.
+        """
+        from .request.wire import to_json
+
+        found = self.store.get(run_id, step)
+        held.settled(found)  # waiting or declined: raised; ran: the claim refuses it
+        agent = self._agent(found.spec.profile)
+        self._decide_again(found, agent)
+        held.claim(self.store, found)
+        try:
+            return self._readmitted(found, agent)
+        except StockadeError as error:
+            self.store.finish(run_id, step, outcome=to_json(error.to_dict()), failed=True)
+            raise
+
     def _release(
         self,
         found: HeldStep,
@@ -488,6 +507,12 @@ class Host:
         on_output: OnOutput | None,
     ) -> RunResult:
         """A held step, approved and claimed: checked again, decided, carried out, recorded."""
+        admission = self._readmitted(found, agent)
+        carried = self.carry_out(self.prepare(admission), abort=abort, on_output=on_output)
+        return self.breaker.finish(admission.spec, carried, self.recording.result)
+
+    def _readmitted(self, found: HeldStep, agent: Agent) -> Admission:
+        """A held step, approved and claimed: checked again, allowed, credentials resolved."""
         spec = held.rehome(found.spec, self._home_for(agent))
         spec = self._private(spec, agent)  # as the workspace is now
         shown = found.decision
@@ -501,11 +526,9 @@ class Host:
             self.recording.error(spec, error)  # its action was recorded when it was held
             raise
         over = shown.by == BY  # a person approved the breaker's ask
-        admission = self._admitted(
+        return self._admitted(
             spec, found.classification, decision, agent, secrets, over_breaker=over
         )
-        carried = self.carry_out(self.prepare(admission), abort=abort, on_output=on_output)
-        return self.breaker.finish(spec, carried, self.recording.result)
 
     def close(self) -> None:
         """Kill every background task; release the executor's helpers and the store;

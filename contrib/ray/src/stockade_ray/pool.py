@@ -7,16 +7,10 @@
     one signed chain  ◄── connection, quarantine, result / error ◄── sandbox) -> reply
 
 The driver's :class:`~stockade.host.Host` decides every step exactly as a local run does
-(classify, enforce, policy, hold); a step that would ask is held in the driver's store and
-is answered as any held step is (``stockade approve``). Workers have no terminal and never
-record. What comes back is appended to the driver's chain by one collecting thread, all the
-steps that finished together in one transaction (:meth:`Recorder.batch
-<stockade.record.recorder.Recorder.batch>`).
-
-Steps that name a workspace (an agent profile's own, or ``ExecRequest.workspace``) stick to
-one worker, so a rollout's files persist across its steps and one process holds its lock.
-A worker that dies mid-step gives that step a :class:`~stockade_ray.errors.WorkerLost`
-(recorded as an ``error`` event) and is replaced.
+(classify, enforce, policy, hold). Each :class:`~stockade_ray.episode.Episode` is a run of
+its own (its budget, taints, held steps and log), made from the pool's host at any time.
+What comes back is appended to the driver's chain by one collecting thread, which outlives
+every failure of a reply, a worker or a node (:mod:`stockade_ray.collect`).
 
 Ray does the cluster, the scheduling, the transport and the cancellation; this module only
 places steps on actors and records what comes back.
@@ -24,93 +18,44 @@ places steps on actors and records what comes back.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 import itertools
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, as_completed
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import as_completed
 from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
 from stockade.config.schema import Config
-from stockade.errors import RecorderFailed, StockadeError, UsageError
+from stockade.errors import PolicyHeld, RecorderFailed, StockadeError, UsageError
 from stockade.host import Host
-from stockade.request.spec import ExecRequest
-from stockade.request.step import Carried
-from stockade.request.wire import step_from_json, step_to_json
+from stockade.request.spec import Budget, ExecRequest, Profile
+from stockade.request.wire import step_to_json
 
-from .errors import RemoteFailure, StepCancelled, WorkerLost, rebuilt
+from .collect import Collector, Held, Shipped, StepFuture
+from .errors import WorkerLost
+from .ledger import Ledger
 from .worker import Caps, Worker
+from .workers import Slot, Workers
 
 if TYPE_CHECKING:
-    from stockade.request.result import RunResult
     from stockade.run.doer import Admission
+
+    from .episode import Episode
+    from .forks import Snapshot
 
 INPUT_BYTES = 1024 * 1024
 """The most a request's input files may hold in all."""
 
-DEFAULT_PLACEMENT: Mapping[str, Any] = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
-"""Ray actor options when none are given: a worker mostly waits on its command, so it
-claims no CPU, and workers are spread over the nodes."""
+DEFAULT_PLACEMENT: Mapping[str, Any] = {"num_cpus": 0}
+"""Ray actor options when none are given: a worker mostly waits on its command, so it claims
+no CPU; the pool places each worker on the live node holding the fewest of its workers."""
 
-
-@attrs.frozen
-class Done:
-    """A step a worker carried out, as recorded.
-
-    Attributes:
-        result: its result (the same value the record holds).
-        files: the files it created or changed, as the file tool read them (text up to
-            the per-file cap; binary files described), when its workspace was watched.
-        left_out: changed files past the total cap, only named.
-        node: the node that ran it.
-        actor: the worker (actor id) that ran it.
-    """
-
-    result: RunResult
-    files: tuple[dict[str, Any], ...] = ()
-    left_out: tuple[str, ...] = ()
-    node: str = ""
-    actor: str = ""
-
-
-class StepFuture(Future[Done]):
-    """The future of one shipped step: :meth:`result` gives its :class:`Done` once it is
-    recorded, or raises the step's :class:`~stockade.errors.StockadeError`.
-
-    Attributes:
-        index: its position in the requests given to :meth:`StockadePool.map`.
-        ref: the Ray reference of the worker's reply (``None`` until it is shipped, and for
-            a step refused before it was): ``ray.cancel(future.ref)`` kills its command.
-        action_id: its command's id in the record.
-        worker: where it was shipped (``node``, ``actor``, ``hostname``, ``pid``).
-    """
-
-    def __init__(self, index: int = 0) -> None:
-        super().__init__()
-        self.index = index
-        self.ref: Any = None
-        self.action_id = ""
-        self.worker: dict[str, str] = {}
-
-
-@attrs.define
-class _Slot:
-    """One place in the pool: the actor now serving it and where that actor runs."""
-
-    actor: Any
-    where: dict[str, str]
-    busy: int = 0
-
-
-@attrs.define
-class _Shipped:
-    future: StepFuture
-    admission: Admission
-    slot: _Slot
-    actor: Any
+Item = ExecRequest | tuple[ExecRequest, Mapping[str, bytes]]
 
 
 class StockadePool:
@@ -123,7 +68,8 @@ class StockadePool:
         config: the configuration every worker and the driver use (embedded defaults when
             omitted); its store is the one chain.
         placement: Ray actor options for each worker (``num_cpus``, ``resources``,
-            ``scheduling_strategy``, ...); :data:`DEFAULT_PLACEMENT` when omitted.
+            ``scheduling_strategy``, ...), for replacements too; when omitted the pool
+            spreads the workers over the live nodes itself.
         environ: the ambient environment the driver filters children's from, and whose
             ``STOCKADE_DISABLE_PLUGINS`` the workers load their plugins with.
         caps: how much of the changed files comes back (:class:`~stockade_ray.worker.Caps`).
@@ -142,146 +88,254 @@ class StockadePool:
         plugins: Sequence[object] = (),
     ) -> None:
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         if size < 1:
             raise UsageError(f"a pool needs at least one worker, not {size}")
         self.host = Host(_pinned(config or Config()), environ=environ, plugins=plugins)
         self.caps = caps or Caps()
         env = self.host.environ
-        self._worker_env = {k: env[k] for k in ("STOCKADE_DISABLE_PLUGINS",) if k in env}
-        options = dict(DEFAULT_PLACEMENT if placement is None else placement)
-        self._actor_class = ray.remote(Worker).options(max_concurrency=1, **options)
+        worker_env = {k: env[k] for k in ("STOCKADE_DISABLE_PLUGINS",) if k in env}
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.ledger = ray.remote(Ledger).options(num_cpus=0, scheduling_strategy=here).remote()
+        actor_class = ray.remote(Worker)
+        args = (self.host.config, self.host.run_id, worker_env, self.ledger)
+        self.places = Workers(actor_class, args, size, placement)
         self._lock = threading.Condition()
-        self._slots = self._start(size)
-        self._sticky: dict[str, _Slot] = {}
-        self._shipped: dict[Any, _Shipped] = {}
+        self._sticky: dict[str, Slot] = {}
         self._turn = itertools.count()
-        self._closed = False
-        self._collector = threading.Thread(
-            target=self._collect, name="stockade-ray-collect", daemon=True
-        )
-        self._collector.start()
+        self._episodes: dict[str, Episode] = {}
+        self.collector = Collector(self)
 
-    # --- workers ---------------------------------------------------------------------------
-
-    def _start(self, count: int = 1) -> list[_Slot]:
-        """``count`` new workers, started together; once each says where it runs."""
-        import ray
-
-        config, run_id = self.host.config, self.host.run_id
-        actors = [self._actor_class.remote(config, run_id, self._worker_env) for _ in range(count)]
-        places = ray.get([actor.where.remote() for actor in actors])
-        return [_Slot(actor, dict(place)) for actor, place in zip(actors, places, strict=True)]
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`shutdown` has begun."""
+        return self.places.closed
 
     def workers(self) -> list[dict[str, str]]:
-        """Where each worker runs now: ``node``, ``actor``, ``hostname``, ``pid``."""
+        """Where each live worker runs now: ``node``, ``actor``, ``hostname``, ``pid``."""
         with self._lock:
-            return [dict(slot.where) for slot in self._slots]
+            return [dict(slot.where) for slot in self.places.slots if not slot.lost]
 
-    def _replace(self, slot: _Slot, dead: Any) -> None:  # noqa: ANN401 - a Ray actor handle
-        """A new worker in ``slot`` when ``dead`` still serves it (once per death)."""
-        if slot.actor is not dead:
-            return
-        (fresh,) = self._start()
-        with self._lock:
-            if slot.actor is dead:
-                slot.actor, slot.where = fresh.actor, fresh.where
+    # --- episodes ------------------------------------------------------------------------
 
-    # --- shipping --------------------------------------------------------------------------
+    def episode(
+        self,
+        name: str | None = None,
+        *,
+        profile: Profile | None = None,
+        budget: Budget | None = None,
+        snapshot: Snapshot | None = None,
+    ) -> Episode:
+        """A new episode: a run of its own on one worker, in a workspace of its own (empty,
+        or a fork of ``snapshot``); ``profile`` gives its settings (mode, network, private
+        paths, what asks), ``budget`` its steps and duration."""
+        from .episode import make_episode
+
+        (made,) = make_episode(self, [name], profile=profile, budget=budget, snapshot=snapshot)
+        return made
+
+    def fork(
+        self,
+        snapshot: Snapshot,
+        count: int,
+        *,
+        profile: Profile | None = None,
+        budget: Budget | None = None,
+    ) -> list[Episode]:
+        """``count`` episodes forked from ``snapshot``, spread over the workers."""
+        from .episode import make_episode
+
+        names: list[str | None] = [None] * count
+        return make_episode(self, names, profile=profile, budget=budget, snapshot=snapshot)
+
+    def snapshot(self, folder: str, *, cap: int = 1024 * 1024 * 1024) -> Snapshot:
+        """``folder`` (on the driver's node) as it is now, for :meth:`fork`."""
+        from .forks import CopySnapshots
+
+        return CopySnapshots().take(os.path.realpath(folder), cap=cap)
+
+    # --- shipping ------------------------------------------------------------------------
 
     def run(self, request: ExecRequest, *, files: Mapping[str, bytes] | None = None) -> StepFuture:
-        """Decide ``request`` here, then ship it to a worker; its future.
+        """Decide ``request`` here, then ship it to a worker; its future. A step held for a
+        person gives a future that waits (``future.held`` names it): approved, it runs on
+        the pool and its result comes to the future; declined, the future raises.
 
         Raises:
-            StockadeError: it was refused before it was shipped (denied, held for a person,
-                a bad input file, ...): as :meth:`stockade.host.Host.run` raises it.
+            StockadeError: it was refused before it was shipped (denied, a bad input file,
+                ...): as :meth:`stockade.host.Host.run` raises it.
         """
-        (future,) = self._ship([(0, request, files)])
+        return self._run_one(self.host, request, files, None)
+
+    def _run_one(
+        self,
+        run: Host,
+        request: ExecRequest,
+        files: Mapping[str, bytes] | None,
+        episode: Episode | None,
+    ) -> StepFuture:
+        (future,) = self.ship(run, [(0, request, files)], episode)
         if future.done() and future.exception() is not None:
             raise future.exception()  # type: ignore[misc]
         return future
 
-    def map(
-        self,
-        requests: Iterable[ExecRequest | tuple[ExecRequest, Mapping[str, bytes]]],
-        *,
-        chunk: int = 64,
-    ) -> Iterator[StepFuture]:
+    def map(self, requests: Iterable[Item], *, chunk: int = 64) -> Iterator[StepFuture]:
         """Ship every request (with its input files when given as a pair) and yield their
         futures as they finish (each knows its ``index``). A request refused before it was
         shipped yields a future holding its error."""
+        futures = self._map(self.host, requests, chunk, None)
+        for done in as_completed(futures):
+            yield cast("StepFuture", done)
+
+    def _map(
+        self, run: Host, requests: Iterable[Item], chunk: int, episode: Episode | None
+    ) -> list[StepFuture]:
         futures: list[StepFuture] = []
         batch: list[tuple[int, ExecRequest, Mapping[str, bytes] | None]] = []
         for index, item in enumerate(requests):
             request, files = item if isinstance(item, tuple) else (item, None)
             batch.append((index, request, files))
             if len(batch) == chunk:
-                futures += self._ship(batch)
+                futures += self.ship(run, batch, episode)
                 batch = []
-        futures += self._ship(batch)
-        for done in as_completed(futures):
-            yield cast("StepFuture", done)
+        return futures + self.ship(run, batch, episode)
 
-    def _ship(
-        self, batch: list[tuple[int, ExecRequest, Mapping[str, bytes] | None]]
+    async def arun(self, request: ExecRequest, *, files: Mapping[str, bytes] | None = None) -> Any:  # noqa: ANN401 - a Done
+        """:meth:`run`, awaited: admitted on a thread (never on the event loop), then its
+        result. Cancelling the awaiting task cancels the step (its command is killed)."""
+        future = await asyncio.to_thread(self.run, request, files=files)
+        return await awaited(future)
+
+    async def amap(self, requests: Iterable[Item], *, chunk: int = 64) -> AsyncIterator[Any]:
+        """:meth:`map`, awaited: admitted on a thread; yields each step's future as it ends."""
+        futures = await asyncio.to_thread(self._map, self.host, list(requests), chunk, None)
+        for done in asyncio.as_completed([asyncio.wrap_future(f) for f in futures]):
+            with contextlib.suppress(StockadeError):
+                await done
+        for future in futures:
+            yield future
+
+    def ship(
+        self,
+        run: Host,
+        batch: list[tuple[int, ExecRequest, Mapping[str, bytes] | None]],
+        episode: Episode | None,
     ) -> list[StepFuture]:
-        """Admit a batch and record its placements in one transaction; once that is
-        stored, ship each admitted step to its worker."""
-        if self._closed:
+        """Admit a batch (as steps of ``run``) and record their placements in one
+        transaction; once that is stored, ship each admitted step to its worker."""
+        if self.closed:
             raise UsageError("the pool is shut down", hint="make a new StockadePool")
         futures, ready = [], []
-        with self._batch() as failed:
+        with self.batch() as failed:
             for index, request, files in batch:
                 future = StepFuture(index)
                 futures.append(future)
                 try:
                     _check_inputs(files)
-                    admission = self.host.admit(request)
+                    admission = run.admit(self._in(request, episode))
                     future.action_id = admission.spec.action_id
-                    slot = self._place(admission, request)
-                    self.host.recording.placement(
-                        admission.spec.action_id,
-                        node=slot.where["node"],
-                        actor=slot.where["actor"],
-                        hostname=slot.where["hostname"],
+                    sticky = admission.step.agent.own_workspace or request.workspace is not None
+                    ready.append(
+                        self.place(future, admission, run, files, episode=episode, sticky=sticky)
                     )
+                except PolicyHeld as held:
+                    self.collector.hold(Held(future, run, dict(files or {}), episode), held)
                 except StockadeError as error:
                     future.set_exception(error)
-                    continue
-                ready.append((future, admission, slot, dict(files or {})))
         if failed:  # nothing of the batch is recorded, so nothing of it runs
-            for future, *_ in ready:
-                future.set_exception(failed[0])
+            for shipped in ready:
+                shipped.future.set_exception(failed[0])
+                shipped.slot.busy -= 1
             return futures
-        for future, admission, slot, files in ready:
-            actor, future.worker = slot.actor, dict(slot.where)
-            future.ref = actor.carry.remote(
-                step_to_json(admission.step), dict(admission.secrets), files, self.caps
-            )
-            with self._lock:
-                self._shipped[future.ref] = _Shipped(future, admission, slot, actor)
-                self._lock.notify_all()
+        for shipped in ready:
+            self.send(shipped)
         return futures
 
-    def _place(self, admission: Admission, request: ExecRequest) -> _Slot:
-        """The worker for a step: the one its workspace sticks to, else the least busy."""
-        sticky = admission.step.agent.own_workspace or request.workspace is not None
-        key = admission.spec.workspace if sticky else None
+    @staticmethod
+    def _in(request: ExecRequest, episode: Episode | None) -> ExecRequest:
+        return request if episode is None else attrs.evolve(request, profile=episode.name)
+
+    def place(
+        self,
+        future: StepFuture,
+        admission: Admission,
+        run: Host,
+        files: Mapping[str, bytes] | None,
+        *,
+        episode: Episode | None,
+        held: tuple[str, int] | None = None,
+        sticky: bool = True,
+    ) -> Shipped:
+        """Choose a step's worker and record its placement (in the caller's batch)."""
+        slot = self._slot(admission, episode, sticky=sticky)
+        inputs = {p: hashlib.sha256(_bytes(c)).hexdigest() for p, c in (files or {}).items()}
+        try:
+            self.host.recording.placement(
+                admission.spec.action_id,
+                node=slot.where["node"],
+                actor=slot.where["actor"],
+                hostname=slot.where["hostname"],
+                inputs=inputs,
+            )
+        except BaseException:
+            slot.busy -= 1
+            raise
+        actor, future.worker = slot.actor, dict(slot.where)
+        return Shipped(future, admission, run, slot, actor, dict(files or {}), episode, held)
+
+    def send(self, shipped: Shipped) -> None:
+        """Hand a placed step to its worker, and to the collector."""
+        admission = shipped.admission
+        shipped.future.ref = shipped.actor.carry.remote(
+            step_to_json(admission.step), dict(admission.secrets), shipped.files, self.caps
+        )
+        self.collector.watch(shipped)
+
+    def _slot(self, admission: Admission, episode: Episode | None, *, sticky: bool) -> Slot:
+        """The worker for a step: its episode's, the one its workspace sticks to, else the
+        least busy live one.
+
+        Raises:
+            WorkerLost: its episode's worker was lost (nothing of the step ran).
+        """
         with self._lock:
-            slot = self._sticky.get(key) if key is not None else None
-            if slot is None:
-                turn = next(self._turn)
-                size = len(self._slots)
-                slot = min(
-                    (self._slots[(turn + i) % size] for i in range(size)), key=lambda s: s.busy
-                )
-                if key is not None:
-                    self._sticky[key] = slot
+            if episode is not None:
+                slot = episode.slot
+                if slot.lost or slot.actor is not episode.actor:
+                    raise WorkerLost(
+                        f"the worker holding episode {episode.name}'s workspace was lost",
+                        hint="fork a new episode; this one's workspace went with its worker",
+                        details={"started": False, **_named(episode.where)},
+                    )
+            else:
+                key = admission.spec.workspace if sticky else None
+                slot = self._sticky.get(key) if key is not None else None  # type: ignore[assignment]
+                if slot is None or slot.lost:
+                    slot = self.least_busy()
+                    if key is not None:
+                        self._sticky[key] = slot
             slot.busy += 1
-        return slot
+            return slot
+
+    def least_busy(self) -> Slot:
+        """The live worker with the fewest steps (taking turns among equals).
+
+        Raises:
+            WorkerLost: every worker is being replaced.
+        """
+        live = [slot for slot in self.places.slots if not slot.lost]
+        if not live:
+            raise WorkerLost(
+                "every worker of the pool is lost and being replaced; nothing of the step ran",
+                hint="run it again in a moment",
+                details={"started": False},
+            )
+        turn = next(self._turn)
+        return min((live[(turn + i) % len(live)] for i in range(len(live))), key=lambda s: s.busy)
 
     @contextlib.contextmanager
-    def _batch(self) -> Iterator[list[BaseException]]:
+    def batch(self) -> Iterator[list[BaseException]]:
         """The recorder's batch for this thread; ``failed`` holds its failure, if any."""
         recorder = self.host.pm.get_plugin("stockade.builtin.recorder")
         failed: list[BaseException] = []
@@ -299,129 +353,36 @@ class StockadePool:
                 )
             )
 
-    # --- collecting ------------------------------------------------------------------------
+    # --- held steps ----------------------------------------------------------------------
 
-    def _collect(self) -> None:
-        """Wait for replies; record every reply that is ready in one batch; settle them."""
-        import ray
+    def approve(self, run_id: str, step: int, *, by: str) -> None:
+        """Approve a held step of this pool: it runs on the pool, and its result comes to
+        the future its request gave."""
+        self.collector.run_of(run_id).answer(run_id, step, approve=True, by=by)
+        self.collector.wake()
 
-        while True:
-            with self._lock:
-                while not self._shipped and not self._closed:
-                    self._lock.wait()
-                if not self._shipped and self._closed:
-                    return
-                refs = list(self._shipped)
-            try:
-                ready, _ = ray.wait(refs, num_returns=1, timeout=0.2)
-                if ready:
-                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            except Exception:  # noqa: BLE001 - Ray itself went away: every step is lost
-                ready = refs
-            if ready:
-                self._finish(ready)
+    def decline(self, run_id: str, step: int, *, by: str) -> None:
+        """Decline a held step of this pool: its future raises ``PolicyDenied``."""
+        self.collector.run_of(run_id).answer(run_id, step, approve=False, by=by)
+        self.collector.wake()
 
-    def _finish(self, ready: list[Any]) -> None:
-        with self._lock:
-            shipped = [self._shipped.pop(ref) for ref in ready]
-        settled: list[tuple[StepFuture, Done | StockadeError]] = []
-        lost: list[_Shipped] = []
-        with self._batch() as failed:
-            for item in shipped:
-                try:
-                    outcome = self._outcome(item)
-                except Exception as bad:  # noqa: BLE001 - a malformed reply fails its step only
-                    outcome = RemoteFailure(
-                        f"the worker's reply could not be read: {bad!r}",
-                        hint="run the same Stockade version on the driver and the workers",
-                    )
-                    self.host.recording.error(item.admission.spec, outcome)
-                if isinstance(outcome, WorkerLost):
-                    lost.append(item)
-                settled.append((item.future, outcome))
-        for item in lost:
-            self._replace(item.slot, item.actor)
-        with self._lock:
-            for item in shipped:
-                item.slot.busy -= 1
-        for future, outcome in settled:
-            if not isinstance(outcome, Done):
-                future.set_exception(outcome)
-            elif failed:
-                future.set_exception(
-                    RecorderFailed(
-                        f"the command ran, but its result was not recorded: {failed[0]}",
-                        hint="the result is attached to this error; check the recorder's storage",
-                        result=outcome.result,
-                    )
-                )
-            else:
-                future.set_result(outcome)
-
-    def _outcome(self, item: _Shipped) -> Done | StockadeError:
-        """What one reply came to, recorded (in the collector's batch)."""
-        import ray
-        from ray.exceptions import RayActorError, TaskCancelledError, WorkerCrashedError
-
-        spec, recording = item.admission.spec, self.host.recording
-        where = item.slot.where if item.slot.actor is item.actor else {}
-        try:
-            reply = ray.get(item.future.ref)
-        except TaskCancelledError:
-            error: StockadeError = StepCancelled(
-                "the step was cancelled, so its command and everything it started were killed"
-            )
-        except (RayActorError, WorkerCrashedError) as lost:
-            error = WorkerLost(
-                f"the worker running this step died before it gave a result back: {lost}",
-                hint="the pool has started another worker; run the step again if it is safe to",
-                details={"node": where.get("node", ""), "actor": where.get("actor", "")},
-            )
-        except ray.exceptions.RayError as failure:  # the worker raised what it should not
-            error = RemoteFailure(
-                f"the worker failed: {failure}", hint="see the worker's log (a Stockade bug)"
-            )
-        else:
-            if "error" in reply:
-                error = rebuilt(reply["error"])
-            else:
-                for seen in reply["connections"]:
-                    recording.connection(spec.action_id, _Connection(**seen))
-                carried = step_from_json(reply["carried"], Carried)
-                result = self.host.breaker.finish(spec, carried, recording.result)  # + taints
-                place = reply["where"]
-                return Done(
-                    result,
-                    tuple(reply["files"]),
-                    tuple(reply["left_out"]),
-                    node=place["node"],
-                    actor=place["actor"],
-                )
-            for seen in reply["connections"]:
-                recording.connection(spec.action_id, _Connection(**seen))
-        recording.error(spec, error)
-        return error
-
-    # --- the end ---------------------------------------------------------------------------
+    # --- the end -------------------------------------------------------------------------
 
     def shutdown(self, *, timeout: float = 30.0) -> None:
         """Cancel every step still running (their commands are killed and recorded as
-        cancelled), stop the workers, and close the driver's host."""
+        cancelled, or lost), release every waiter (held steps too), stop the workers, and
+        close the driver's host and its episodes' runs."""
         import ray
 
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            running = list(self._shipped)
-            self._lock.notify_all()
-        for ref in running:
-            ray.cancel(ref)
-        self._collector.join(timeout)
-        for slot in self._slots:
-            with contextlib.suppress(Exception):
-                ray.get(slot.actor.close.remote(), timeout=5)
-            ray.kill(slot.actor)
+        if self.closed:
+            return
+        self.places.closed = True
+        self.collector.stop(timeout)
+        self.places.close()
+        for episode in list(self._episodes.values()):
+            episode.end()
+        with contextlib.suppress(Exception):
+            ray.kill(self.ledger, no_restart=True)
         self.host.close()
 
     def __enter__(self) -> StockadePool:
@@ -431,17 +392,24 @@ class StockadePool:
         self.shutdown()
 
 
-@attrs.frozen
-class _Connection:
-    """A connection the worker's egress proxy reported, as the recorder takes it."""
+async def awaited(future: StepFuture) -> Any:  # noqa: ANN401 - a Done
+    """A step's outcome, awaited; cancelling the awaiting task cancels the step."""
+    import ray
 
-    host: str
-    port: int
-    allowed: bool
-    reason: str
-    method: str
-    bytes_up: int
-    bytes_down: int
+    try:
+        return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:
+        if future.ref is not None:
+            ray.cancel(future.ref)
+        raise
+
+
+def _named(where: Mapping[str, str]) -> dict[str, str]:
+    return {"node": where.get("node", ""), "actor": where.get("actor", "")}
+
+
+def _bytes(content: bytes | str) -> bytes:
+    return content.encode() if isinstance(content, str) else content
 
 
 def _pinned(config: Config) -> Config:
@@ -470,9 +438,9 @@ def _check_inputs(files: Mapping[str, bytes] | None) -> None:
     if total > INPUT_BYTES:
         raise UsageError(
             f"the input files hold {total} bytes; a request may carry at most {INPUT_BYTES}",
-            hint="put large inputs on storage the workers share, and name them in the command",
+            hint="put large inputs in a snapshot (pool.snapshot, pool.fork)",
             details={"bytes": total, "limit": INPUT_BYTES},
         )
 
 
-__all__ = ["DEFAULT_PLACEMENT", "INPUT_BYTES", "Done", "StepFuture", "StockadePool"]
+__all__ = ["DEFAULT_PLACEMENT", "INPUT_BYTES", "StepFuture", "StockadePool", "awaited"]

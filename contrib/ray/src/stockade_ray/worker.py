@@ -62,13 +62,59 @@ class Worker:
             (``STOCKADE_DISABLE_PLUGINS``, as the driver has it).
     """
 
-    def __init__(self, config: Config, run_id: str, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        config: Config,
+        run_id: str,
+        environ: Mapping[str, str],
+        ledger: Any = None,  # noqa: ANN401 - the pool's ledger actor
+    ) -> None:
         env = {**os.environ, **environ}
         hooks = Hooks(get_plugin_manager(config, environ=env))
         self.doer = Doer(
             config, sandboxes=hooks.sandboxes(), executors=hooks.executors(), run_id=run_id
         )
+        self._runs: dict[str, Doer] = {run_id: self.doer}
+        self._bases: dict[str, dict[str, str]] = {}  # a forked workspace's manifest
+        self.ledger = ledger
         self.place = _where()
+
+    def _doer(self, run_id: str) -> Doer:
+        """The doer of run ``run_id`` (an episode's steps hold their workspace for it)."""
+        if run_id not in self._runs:
+            self._runs[run_id] = self.doer.for_run(run_id)
+        return self._runs[run_id]
+
+    def seed(self, workspace: str, digest: str, archive: bytes) -> dict[str, Any]:
+        """Make ``workspace`` (new) a fork of the snapshot ``digest``; how many files."""
+        from .forks import CopySnapshots, manifest
+
+        os.makedirs(os.path.dirname(workspace), mode=0o700, exist_ok=True)
+        CopySnapshots().fork(None, archive, workspace)  # type: ignore[arg-type]
+        self._bases[workspace] = manifest(workspace)
+        return {"files": len(self._bases[workspace]), "digest": digest}
+
+    def export(self, workspace: str, cap: int, changes: bool) -> Any:  # noqa: ANN401, FBT001
+        """``workspace`` as a tar stream (:class:`~stockade_ray.forks.Export`); with
+        ``changes``, only what changed since its fork; or the error, as a dict."""
+        from .forks import export
+
+        try:
+            base = self._bases.get(workspace, {}) if changes else None
+            return export(workspace, cap=cap, base=base)
+        except StockadeError as error:
+            return {"error": error.to_dict()}
+
+    def forget(self, run_id: str, workspace: str | None = None, *, remove: bool = False) -> None:
+        """An episode ended: its doer released, its workspace removed when asked."""
+        import shutil
+
+        if run_id != self.doer.run_id:
+            self._runs.pop(run_id, None)  # it shares this worker's executor: nothing to close
+        if workspace is not None:
+            self._bases.pop(workspace, None)
+            if remove:
+                shutil.rmtree(workspace, ignore_errors=True)
 
     def where(self) -> dict[str, str]:
         """This worker's node id, actor id, host name and process id."""
@@ -88,12 +134,16 @@ class Worker:
         reply: dict[str, Any] = {"where": self.place, "connections": seen}
         try:
             step = step_from_json(step_text, AdmittedStep)
+            if self.ledger is not None:  # before anything of the step touches its workspace
+                await self.ledger.begin.remote(step.spec.action_id)
+            os.makedirs(step.spec.workspace, mode=0o700, exist_ok=True)  # new to this node
             if files:
                 _write_inputs(step, files)
-            prepared = self.doer.prepare(
+            doer = self._doer(step.spec.run_id)
+            prepared = doer.prepare(
                 step, secrets, on_connection=lambda c: seen.append(attrs.asdict(c))
             )
-            carried = await self.doer.carry_out_async(prepared)
+            carried = await doer.carry_out_async(prepared)
         except SandboxUnavailable as error:
             node = f"{self.place['hostname']} (node {self.place['node']})"
             named = SandboxUnavailable(
@@ -110,7 +160,7 @@ class Worker:
 
     def close(self) -> None:
         """Release the executor's helpers."""
-        self.doer.close()
+        self.doer.close()  # the runs' doers share its executor and providers
 
 
 def _where() -> dict[str, str]:
@@ -135,7 +185,6 @@ def _write_inputs(step: AdmittedStep, files: Mapping[str, bytes]) -> None:
     from stockade.workspace.files import Workspace
 
     workspace = step.spec.workspace
-    os.makedirs(workspace, mode=0o700, exist_ok=True)  # a node that has not seen it yet
     with Workspace(workspace, quota_mb=step.agent.profile.quota_mb) as tool:
         for path, content in files.items():
             try:

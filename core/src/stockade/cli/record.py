@@ -34,7 +34,7 @@ def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
     """One summary per step, in the order the steps began."""
     found: dict[tuple[str, int], dict[str, Any]] = {}
     for row in rows:
-        if row.kind == "taint":
+        if row.kind in ("taint", "annotation", "anchor"):
             continue  # what the breaker counts, not a step's state (`stockade replay` has it)
         step = found.setdefault(
             (row.run_id, row.step),
@@ -322,12 +322,14 @@ def _redacted(body: dict[str, Any]) -> dict[str, Any]:
 def verify_command(args: argparse.Namespace, _parser: object = None) -> int:
     """Check every link, every signature, the head and every output blob; exit 0 when all
     hold, 1 naming each thing that does not; either way, say exactly what was checked."""
+    from ..record.shards import verify_shards
     from ..record.verify import verify
 
     try:
         store = _open(args)
         try:
             verdict = verify(store)
+            shards = verify_shards(store)
         finally:
             store.close()
     except StockadeError as error:
@@ -335,8 +337,16 @@ def verify_command(args: argparse.Namespace, _parser: object = None) -> int:
     if args.json:
         import json
 
-        print(json.dumps(verdict.to_dict(), indent=2))
-    elif verdict.ok:
+        print(json.dumps({**verdict.to_dict(), "shards": [s.to_dict() for s in shards]}, indent=2))
+        return 0 if verdict.ok and all(s.ok for s in shards) else 1
+    for shard in shards:  # the main chain's lines come last
+        print(
+            ("ok: " if shard.ok else "") + shard.checked(),
+            file=sys.stdout if shard.ok else sys.stderr,
+        )
+        for text in shard.problems:
+            print(f"  - {text}", file=sys.stderr)
+    if verdict.ok:
         print(f"ok: {verdict.checked()}")
     else:
         problems = len(verdict.problems) + verdict.more
@@ -347,4 +357,4 @@ def verify_command(args: argparse.Namespace, _parser: object = None) -> int:
         if verdict.more:
             print(f"  - ... and {verdict.more} more of the same kind", file=sys.stderr)
         print(f"  checked: {verdict.checked()}", file=sys.stderr)
-    return 0 if verdict.ok else 1
+    return 0 if verdict.ok and all(s.ok for s in shards) else 1

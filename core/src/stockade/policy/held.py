@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from ..errors import PolicyDenied, PolicyHeld
+from ..errors import PolicyDenied, PolicyHeld, UsageError
 
 if TYPE_CHECKING:
-    from ..record.store import HeldStep
+    from ..record.store import HeldStep, Store
     from ..request.result import RunResult
     from ..request.spec import ExecSpec
 
@@ -40,6 +40,21 @@ def settled(held: HeldStep) -> RunResult | None:
 
         return from_json(held.outcome, RunResult)
     return None
+
+
+def claim(store: Store, found: HeldStep) -> None:
+    """Take an approved step to run it, in this process only.
+
+    Raises:
+        UsageError: it is running, or ran, in another process.
+    """
+    run_id, step = found.run_id, found.step
+    if found.state in ("failed", "done") or not store.claim(run_id, step):
+        raise UsageError(
+            f"step {step} of run {run_id} is {store.get(run_id, step).state}: it is "
+            "running, or ran, in another process",
+            details={"run_id": run_id, "step": step},
+        )
 
 
 def rehome(spec: ExecSpec, home: str | None) -> ExecSpec:

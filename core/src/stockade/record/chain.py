@@ -273,8 +273,10 @@ class Chain:
         self._pinned = True
 
     def _step_of(self, event: Event) -> tuple[str, int]:
-        if event.kind == "taint":  # a file tool's has no action: it names its run itself
+        if event.kind in ("taint", "annotation"):  # no action of its own: it names its run
             return event.run_id, event.step
+        if event.kind == "anchor":
+            return "", 0
         if event.kind == "action":
             self._steps[event.action_id] = (event.run_id, event.step)
         found = self._steps.get(event.action_id)

@@ -274,6 +274,7 @@ class PlacementEvent:
         node: the node that carries it out (the cluster's node id).
         actor: the worker (the cluster's actor id).
         hostname: the node's host name, for people.
+        inputs: the input files handed to it, each path's sha256.
         time: seconds since the epoch.
         version: the record format version.
     """
@@ -282,6 +283,7 @@ class PlacementEvent:
     node: str = field(kw_only=True)
     actor: str = field(kw_only=True)
     hostname: str = field(kw_only=True, default="")
+    inputs: dict[str, str] = field(kw_only=True, factory=dict)
     time: float = field(kw_only=True, factory=_now)
     version: int = field(kw_only=True, default=1)
     kind: Literal["placement"] = field(kw_only=True, default="placement")
@@ -365,6 +367,62 @@ class LayerEvent:
     kind: Literal["layer"] = field(kw_only=True, default="layer")
 
 
+@frozen
+class AnnotationEvent:
+    """A verdict on a run, given after its steps: a reward, a grader's score or pass
+    (``stockade-ray``'s ``Episode.annotate``), so an eval's scores are signed with its commands.
+
+    Attributes:
+        action_id: the annotation's own id.
+        run_id: the run it is about.
+        step: the run's last step when it was given.
+        name: what is judged (``reward``, ``tests``, a grader's name).
+        score: a number, when the verdict is one.
+        verdict: a word, when it is one (``pass``, ``fail``).
+        detail: anything more, in words.
+        by: who or what gave it.
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    run_id: str = field(kw_only=True)
+    step: int = field(kw_only=True, default=0)
+    name: str = field(kw_only=True)
+    score: float | None = field(kw_only=True, default=None)
+    verdict: str = field(kw_only=True, default="")
+    detail: str = field(kw_only=True, default="")
+    by: str = field(kw_only=True, default="")
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["annotation"] = field(kw_only=True, default="annotation")
+
+
+@frozen
+class AnchorEvent:
+    """The head of a shard chain, anchored in this one (:mod:`stockade.record.shards`): the
+    shard's events up to ``seq`` are then as safe as this chain.
+
+    Attributes:
+        action_id: the anchor's own id.
+        shard: the shard's name (its store is ``shards/NAME/store.db`` beside this one).
+        seq: the shard's last event when anchored.
+        hash: that event's hash.
+        public_key: the key the shard is signed with (hex).
+        time: seconds since the epoch.
+        version: the record format version.
+    """
+
+    action_id: str
+    shard: str = field(kw_only=True)
+    seq: int = field(kw_only=True)
+    hash: str = field(kw_only=True)
+    public_key: str = field(kw_only=True)
+    time: float = field(kw_only=True, factory=_now)
+    version: int = field(kw_only=True, default=1)
+    kind: Literal["anchor"] = field(kw_only=True, default="anchor")
+
+
 Event = (
     ActionEvent
     | PermissionEvent
@@ -379,5 +437,7 @@ Event = (
     | TaintEvent
     | LayerEvent
     | ConflictEvent
+    | AnnotationEvent
+    | AnchorEvent
 )
 """Everything a recorder sees, tagged by its ``kind`` field."""

@@ -101,8 +101,17 @@ class Recording:
 
             self.record(events.DeclineEvent(action_id, by=by, reason=reason))
 
-    def placement(self, action_id: str, *, node: str, actor: str, hostname: str = "") -> None:
-        """Where a step is carried out: the node and worker it is shipped to (before it is).
+    def placement(
+        self,
+        action_id: str,
+        *,
+        node: str,
+        actor: str,
+        hostname: str = "",
+        inputs: dict[str, str] | None = None,
+    ) -> None:
+        """Where a step is carried out: the node and worker it is shipped to (before it is),
+        and the sha256 of each input file handed to it.
 
         Raises:
             RecorderFailed: a recorder failed (so the step must not be shipped).
@@ -110,7 +119,20 @@ class Recording:
         if self.active:
             from . import events
 
-            self.record(events.PlacementEvent(action_id, node=node, actor=actor, hostname=hostname))
+            self.record(
+                events.PlacementEvent(
+                    action_id, node=node, actor=actor, hostname=hostname, inputs=inputs or {}
+                )
+            )
+
+    def annotation(self, event: events.AnnotationEvent) -> None:
+        """A verdict on a run (a reward, a grader's score).
+
+        Raises:
+            RecorderFailed: a recorder failed.
+        """
+        if self.active:
+            self.record(event)
 
     def taint(
         self, action_id: str, *, taint: TaintKind, source: str, detail: str, run_id: str, step: int

@@ -1,0 +1,105 @@
+"""The sharded record on Ray: one writer actor per shard, anchored in the driver's chain.
+
+A :class:`ShardWriter` is a Ray actor that owns one shard chain (its own store and signing
+key, ``shards/NAME/store.db`` beside the driver's store: :mod:`stockade.record.shards`) and
+appends the events it is sent in one transaction per batch, in its own process, so the
+shards' hashing, signing and inserting run in parallel. A :class:`ShardedRecord` routes each
+run's events to one shard (by its run id: an episode's events stay together, in order), and
+:meth:`ShardedRecord.anchor` writes each shard's head into the driver's chain as an
+``anchor`` event. ``stockade verify`` on the driver's store then checks every shard too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from stockade.record.events import AnchorEvent
+
+if TYPE_CHECKING:
+    from stockade.record.chain import Chain
+    from stockade.record.events import Event
+
+
+class ShardWriter:
+    """One shard chain, appended in this actor's process."""
+
+    def __init__(self, path: str) -> None:
+        from stockade.record.chain import Chain
+        from stockade.record.store import Store
+
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        self.store = Store(path)
+        self.chain = Chain(self.store)
+
+    def append(self, events: Sequence[Event]) -> int:
+        """Append ``events`` in one transaction; how many."""
+        self.chain.append_many(events)
+        return len(events)
+
+    def head(self) -> tuple[int, str, str]:
+        """The shard's last ``seq``, its hash, and the shard's public key."""
+        from stockade.record.shards import head_of
+
+        return head_of(self.store)
+
+    def close(self) -> None:
+        self.chain.close()
+        self.store.close()
+
+
+class ShardedRecord:
+    """``count`` shard writers for the record whose main chain is ``main``.
+
+    Args:
+        main: the driver's chain (its store names where the shards live).
+        count: how many shards (``s0`` ... ``s{count-1}``).
+        placement: Ray actor options for the writers (one CPU-light process each).
+    """
+
+    def __init__(self, main: Chain, count: int, placement: dict[str, Any] | None = None) -> None:
+        import ray
+
+        from stockade.record.shards import shard_path
+
+        self.main = main
+        self.names = [f"s{i}" for i in range(count)]
+        writer = ray.remote(ShardWriter).options(**(placement or {"num_cpus": 0}))
+        self.writers = [writer.remote(shard_path(main.store, n)) for n in self.names]
+
+    def shard_of(self, run_id: str) -> int:
+        """The shard a run's events go to (always the same one)."""
+        return int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16) % len(self.writers)
+
+    def send(self, batches: dict[int, list[Event]]) -> list[Any]:
+        """Send each shard its batch; the Ray references of their appends."""
+        return [self.writers[i].append.remote(events) for i, events in batches.items() if events]
+
+    def append(self, events: Sequence[Event], run_id: str) -> None:
+        """Append a run's events to its shard and wait until they are stored."""
+        import ray
+
+        ray.get(self.send({self.shard_of(run_id): list(events)}))
+
+    def anchor(self) -> list[AnchorEvent]:
+        """Each shard's head, appended to the main chain as an ``anchor`` event."""
+        import ray
+
+        heads = ray.get([w.head.remote() for w in self.writers])
+        anchors = [
+            AnchorEvent(f"anchor-{name}-{seq}", shard=name, seq=seq, hash=digest, public_key=key)
+            for name, (seq, digest, key) in zip(self.names, heads, strict=True)
+            if seq
+        ]
+        if anchors:
+            self.main.append_many(anchors)
+        return anchors
+
+    def close(self) -> None:
+        import ray
+
+        ray.get([w.close.remote() for w in self.writers])
+        for writer in self.writers:
+            ray.kill(writer)

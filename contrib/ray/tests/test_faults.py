@@ -1,0 +1,171 @@
+"""Faults on a real cluster: a node lost mid-run (its raylet killed by pid) and a worker
+killed by pid. Every affected caller gets ``WorkerLost`` saying whether its step had
+started; steps elsewhere finish and are recorded; the record has no step left placed without
+an outcome and verifies; replacements never land on the dead node and keep to the placement
+asked; an episode on the lost node refuses its next step; ``shutdown`` releases every
+waiter, even of a pool whose only node is gone."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import time
+from collections.abc import Iterator
+from concurrent.futures import wait
+from pathlib import Path
+
+import pytest
+from ground import PYTHON, Box, running
+from nodes import Cluster
+
+from stockade.cli.record import steps
+from stockade.config.schema import Config, StoreConfig
+from stockade.conformance.procs import wait_until
+from stockade.record.chain import rows
+from stockade.record.store import Store
+from stockade.record.verify import verify
+from stockade.request.spec import ExecRequest
+from stockade.testing import AllowAll
+
+pytest.importorskip("ray")  # optional (see conftest.py)
+
+from stockade_ray import Done, StockadePool, WorkerLost
+
+# Says it started (a file named by its token), then waits: long enough to be cut off.
+WAIT = (
+    "import pathlib, sys, time; pathlib.Path(sys.argv[1]).touch(); time.sleep(float(sys.argv[2]))"
+)
+
+
+@pytest.fixture
+def state() -> Iterator[Path]:
+    import shutil
+
+    base = Path.home() / ".stockade-tests"
+    base.mkdir(mode=0o700, exist_ok=True)
+    root = Path(os.path.realpath(base)) / f"ray-faults-{os.getpid()}-{secrets.token_hex(3)}"
+    root.mkdir()
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _config(state: Path) -> Config:
+    return Config(store=StoreConfig(path=str(state / "store.db")))
+
+
+def _step(box: Box, seconds: float) -> tuple[ExecRequest, Path]:
+    token = f"{secrets.randbelow(10**9):09d}"
+    marker = box.ws / f"started-{token}"
+    argv = (PYTHON, "-S", "-c", WAIT, str(marker), str(seconds))
+    return ExecRequest(argv, str(box.ws)), marker
+
+
+def _record(pool: StockadePool) -> tuple[Store, list[dict[str, object]]]:
+    assert pool.host.config.store.path is not None
+    store = Store(pool.host.config.store.path)
+    return store, steps(rows(store, pool.host.run_id))
+
+
+def test_a_lost_node(cluster: Cluster, state: Path, box: Box) -> None:
+    doomed = cluster.add_side("doomed")
+    doomed_id = doomed.node_id()
+    head_ids = {n for n in _alive() if n != doomed_id}
+    spread = StockadePool(4, _config(state), plugins=[AllowAll()])
+    pinned = StockadePool(1, _config(state), {"num_cpus": 0, "resources": {"doomed": 1}},
+                          plugins=[AllowAll()])  # fmt: skip
+    try:
+        # The default placement spreads: every live node holds a worker.
+        assert {w["node"] for w in spread.workers()} == {doomed_id, *head_ids}
+        [there] = [w for w in spread.workers() if w["node"] == doomed_id]
+        episodes = [spread.episode() for _ in range(4)]  # one on each worker
+        [episode] = [e for e in episodes if e.where["node"] == doomed_id]
+        # Two steps a worker: one running, one queued behind it; and the pinned pool's.
+        work = [_step(box, 6) for _ in range(8)]
+        futures = [spread.run(request) for request, _ in work]
+        request, marker = _step(box, 60)
+        cut = pinned.run(request)
+        ep_future = episode.run(ExecRequest(("sleep", "60")))
+        assert wait_until(marker.exists, 60), "the pinned pool's step never started"
+        assert wait_until(lambda: sum(m.exists() for _, m in work) >= 4, 60)
+        doomed.kill_raylet()
+
+        # The pinned pool: its running step is lost, having started.
+        with pytest.raises(WorkerLost) as lost:
+            cut.result(120)
+        assert lost.value.details["started"] is True
+        assert lost.value.details["node"] == doomed_id
+        # The spread pool: the doomed node's steps are lost (the running one started, the
+        # queued one did not); every other step finished.
+        wait(futures, timeout=180)
+        outcomes = [f.exception() or f.result() for f in futures]
+        gone = [o for o in outcomes if isinstance(o, WorkerLost)]
+        done = [o for o in outcomes if isinstance(o, Done)]
+        assert len(gone) + len(done) == 8, outcomes
+        assert {g.details["actor"] for g in gone} == {there["actor"]}
+        assert sorted(g.details["started"] for g in gone) == [False, True]
+        assert all(d.result.exit_code == 0 and d.node != doomed_id for d in done)
+        assert len(done) == 6
+        # The episode lived on that node: its step is lost and its next one refused.
+        with pytest.raises(WorkerLost):
+            ep_future.result(120)
+        with pytest.raises(WorkerLost, match="episode") as refused:
+            episode.run(ExecRequest(("true",)))
+        assert refused.value.details["started"] is False
+
+        # No gap: every step placed has an outcome, and the chain verifies.
+        store, found = _record(spread)
+        assert len(found) == 10 and all(s["state"] in ("ran", "error") for s in found), found
+        assert verify(store).ok
+        store.close()
+        # The replacement: on a live node, never the dead one; the pool goes on.
+        assert wait_until(lambda: len(spread.workers()) == 4, 120)
+        assert doomed_id not in {w["node"] for w in spread.workers()}
+        trues = (ExecRequest(("true",), str(box.ws)) for _ in range(8))
+        again = [f.result(120) for f in spread.map(trues)]
+        assert {d.node for d in again} <= head_ids
+        # The pinned pool has nowhere to go: a new step is refused at once, not started.
+        with pytest.raises(WorkerLost) as none:
+            pinned.run(ExecRequest(("true",), str(box.ws))).result(30)
+        assert none.value.details["started"] is False
+    finally:
+        began = time.monotonic()
+        pinned.shutdown()
+        spread.shutdown()
+        assert time.monotonic() - began < 60, "shutdown waited on the dead node"
+        doomed.stop()
+
+
+def test_a_killed_worker_is_replaced_where_the_placement_asks(
+    cluster: Cluster, state: Path, box: Box
+) -> None:
+    side = cluster.sides[0]
+    side_id = side.node_id()
+    pool = StockadePool(2, _config(state), {"num_cpus": 0, "resources": {"side": 1}},
+                        plugins=[AllowAll()])  # fmt: skip
+    try:
+        assert {w["node"] for w in pool.workers()} == {side_id}
+        request, marker = _step(box, 60)
+        future = pool.run(request)
+        queued = [pool.run(_step(box, 1)[0]) for _ in range(3)]
+        assert wait_until(marker.exists, 60)
+        os.kill(int(future.worker["pid"]), signal.SIGKILL)
+        with pytest.raises(WorkerLost) as lost:
+            future.result(120)
+        assert lost.value.details["started"] is True
+        wait(queued, timeout=120)
+        for other in queued:  # behind it on the dead worker: lost, never started; else ran
+            error = other.exception()
+            assert error is None or (isinstance(error, WorkerLost) and not error.details["started"])
+        assert wait_until(lambda: len(pool.workers()) == 2, 120)
+        assert {w["node"] for w in pool.workers()} == {side_id}  # the placement asked
+        assert future.worker["actor"] not in {w["actor"] for w in pool.workers()}
+        assert not running(marker.name)
+    finally:
+        pool.shutdown()
+
+
+def _alive() -> set[str]:
+    import ray
+
+    return {str(n["NodeID"]) for n in ray.nodes() if n["Alive"]}

@@ -1,0 +1,96 @@
+"""The sharded record: shard chains written by their own actors, anchored in the main chain,
+and one ``stockade verify`` over all of them; each shard tampered with in turn (an event
+rewritten, the tail past its anchor cut, the shard re-signed with another key) fails it,
+naming that shard, where the untouched copy passes (the control)."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stockade.record.chain import Chain
+from stockade.record.events import AnnotationEvent
+from stockade.record.shards import shard_path, verify_shards
+from stockade.record.store import Store
+from stockade.record.verify import verify
+
+pytest.importorskip("ray")  # optional (see conftest.py)
+
+from stockade_ray.shards import ShardedRecord
+
+STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+
+
+def _verify_cli(store: Path) -> subprocess.CompletedProcess[str]:
+    config = store.parent / "config.toml"
+    config.write_text(f'[store]\npath = "{store}"\n')
+    env = {"STOCKADE_CONFIG": str(config), "STOCKADE_NO_SERVER": "1", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [*STOCKADE, "verify"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def _events(run: str, count: int) -> list[AnnotationEvent]:
+    return [
+        AnnotationEvent(f"{run}-{i}", run_id=run, step=i, name="r", score=i) for i in range(count)
+    ]
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sharded")
+    main = Chain(Store(str(root / "state" / "store.db")))
+    sharded = ShardedRecord(main, 2)
+    runs = [f"episode{i}" for i in range(6)]
+    for run in runs:
+        sharded.append(_events(run, 5), run)
+    assert {sharded.shard_of(r) for r in runs} == {0, 1}  # both shards hold runs
+    sharded.anchor()
+    sharded.close()
+    main.close()
+    return root / "state" / "store.db"
+
+
+def test_one_verify_over_every_shard(record: Path) -> None:
+    store = Store(str(record))
+    checks = verify_shards(store)
+    assert [c.name for c in checks] == ["s0", "s1"]
+    assert all(c.ok and c.anchored > 0 and c.after == 0 for c in checks)
+    assert sum(c.verdict.events for c in checks if c.verdict) == 30
+    assert verify(store).ok
+    store.close()
+    ran = _verify_cli(record)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "shard s0: anchored at event" in ran.stdout and "shard s1" in ran.stdout
+
+
+@pytest.mark.parametrize("shard", ["s0", "s1"])
+@pytest.mark.parametrize("how", ["rewritten", "cut", "re-signed"])
+def test_a_shard_tampered_with_fails_verify(
+    record: Path, tmp_path: Path, shard: str, how: str
+) -> None:
+    copy = tmp_path / "state"
+    shutil.copytree(record.parent, copy)
+    store = copy / "store.db"
+    assert _verify_cli(store).returncode == 0  # the control: the untouched copy passes
+    path = shard_path(Store(str(store)), shard)
+    if how == "rewritten":
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE events SET body = replace(body, '\"score\":1', '\"score\":9')")
+    elif how == "cut":
+        with sqlite3.connect(path) as db:
+            db.execute("DELETE FROM events WHERE seq = (SELECT MAX(seq) FROM events)")
+        Path(path + ".head").unlink(missing_ok=True)  # a careful cut removes the head too
+    else:  # a whole new history under a key of its own
+        shutil.rmtree(Path(path).parent)
+        chain = Chain(Store(path))
+        chain.append_many(_events("forged", 15))
+        chain.close()
+    ran = _verify_cli(store)
+    assert ran.returncode == 1, ran.stdout
+    assert f"shard {shard}" in ran.stderr
