@@ -122,7 +122,6 @@ class Promise(enum.StrEnum):
     filter's cache) stays read-only even when a writable root holds it: a ``.pth`` planted
     there would run in the host itself."""
 
-
     PID_NAMESPACE = "pid-namespace"
     """Host processes are not even listed (a PID namespace of the run's own)."""
 
