@@ -89,6 +89,9 @@ class Mutant(SandboxProvider):
         spec = self.mutate_spec(spec)
         with self._mutated():
             plan = super().confine(spec)  # type: ignore[safe-super]
+        if plan.facts.provider != self.PLUGIN_NAME:  # a copy says its own name (Landlock's
+            facts = attrs.evolve(plan.facts, provider=self.PLUGIN_NAME)  # engine names it)
+            plan = attrs.evolve(plan, facts=facts)
         return self.mutate(plan, spec)
 
     def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:
@@ -194,7 +197,7 @@ class BwrapSession(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-session"
     BREAKS = Promise.CALLER_SESSION
-    SELECT = "test_session"
+    SELECT = "test_the_command_cannot_read_what"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         return _bwrap_args(plan, lambda a: _drop(a, "--new-session"))
@@ -205,7 +208,7 @@ class BwrapHostEnv(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-host-env"
     BREAKS = Promise.ENVIRONMENT
-    SELECT = "test_environment"
+    SELECT = "test_the_hosts_environment"
 
     def mutate_spec(self, spec: ExecSpec) -> ExecSpec:
         return attrs.evolve(spec, env={**os.environ, **spec.env})
@@ -244,7 +247,7 @@ class BwrapCmdline(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-cmdline"
     BREAKS = Promise.CREDENTIALS_OFF_COMMAND_LINE
-    SELECT = "test_environment"
+    SELECT = "test_the_environment_is_never"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         fd = plan.pass_fds[0]
@@ -259,7 +262,7 @@ class BwrapReadOnlyWorkspace(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-ro-workspace"
     BREAKS = Promise.WRITES_CONFINED
-    SELECT = "test_filesystem"
+    SELECT = "test_nothing_outside_the_workspace_is_writable"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         if spec.mode != "read-only":
@@ -273,7 +276,7 @@ class BwrapShortStores(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-short-stores"
     BREAKS = Promise.CREDENTIAL_STORES
-    SELECT = "test_filesystem or test_masked_reads"
+    SELECT = "test_credential_stores_are_unreadable"
 
     def patches(self) -> list[Patch]:
         from stockade.confine import stores
@@ -287,7 +290,7 @@ class BwrapStoreShown(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-store-shown"
     BREAKS = Promise.STORE_HIDDEN
-    SELECT = "test_state or test_record_blobs"
+    SELECT = "test_a_command_cannot_read_or_change_the_record"
 
     def mutate_spec(self, spec: ExecSpec) -> ExecSpec:
         return attrs.evolve(spec, hidden=())
@@ -298,7 +301,7 @@ class BwrapNoHides(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-no-hides"
     BREAKS = Promise.HIDDEN_PATHS
-    SELECT = "test_hidden_paths"
+    SELECT = "test_a_program_in_dev_shm_is_refused"
 
     def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:
         return None
@@ -325,7 +328,7 @@ class BwrapSharePid(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-share-pid"
     BREAKS = Promise.PID_NAMESPACE
-    SELECT = "test_processes"
+    SELECT = "test_host_processes_are_not_even_listed"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         each = ["--unshare-user-try", "--unshare-ipc", "--unshare-net", "--unshare-uts"]
@@ -339,7 +342,7 @@ class BwrapNoSeccomp(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-no-seccomp"
     BREAKS = Promise.SECCOMP
-    SELECT = "test_syscalls"
+    SELECT = "test_the_filter_refuses_each_call"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         return _bwrap_args(plan, lambda a: _drop(a, "--seccomp", 1))
@@ -350,7 +353,7 @@ class BwrapNoLimits(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-no-limits"
     BREAKS = Promise.LIMITS
-    SELECT = "test_limits"
+    SELECT = "test_a_file_past_the_size_limit"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         return attrs.evolve(plan, limits=Limits())
@@ -362,7 +365,7 @@ class BwrapProtectUnheld(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-protect-unheld"
     BREAKS = Promise.PROTECTED_READ_ONLY
-    SELECT = "test_filesystem or test_persistence"
+    SELECT = "test_protected_names_are_read_only_while"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         if plan.protection is None:
@@ -377,7 +380,7 @@ class BwrapHomeReadOnly(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-home-read-only"
     BREAKS = Promise.RUN_HOME
-    SELECT = "test_homes"
+    SELECT = "test_the_run_home_is_writable"
 
     def patches(self) -> list[Patch]:
         real = bwrap_layout.build
@@ -393,7 +396,7 @@ class BwrapCachesWritable(Mutant, BubblewrapSandbox):
 
     PLUGIN_NAME = "mutant-bwrap-caches-writable"
     BREAKS = Promise.CACHES
-    SELECT = "test_homes"
+    SELECT = "test_caches_are_read"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         caches = {os.path.realpath(c) for c in spec.caches}
@@ -443,7 +446,7 @@ class LandlockHostEnv(Mutant, LandlockSandbox):
 
     PLUGIN_NAME = "mutant-landlock-host-env"
     BREAKS = Promise.ENVIRONMENT
-    SELECT = "test_environment"
+    SELECT = "test_the_hosts_environment"
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
         return attrs.evolve(plan, env={**os.environ, **plan.env})
@@ -542,7 +545,7 @@ class LandlockCapabilities(Mutant, LandlockSandbox):
 
     PLUGIN_NAME = "mutant-landlock-capabilities"
     BREAKS = Promise.NO_CAPABILITIES
-    SELECT = "test_no_capabilities"
+    SELECT = "test_no_capabilities_even_as_root"
     ROOT = True
 
     def mutate(self, plan: LaunchPlan, spec: ExecSpec) -> LaunchPlan:
