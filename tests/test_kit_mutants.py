@@ -1,5 +1,5 @@
 """The conformance kit, measured by mutation: each broken provider of
-``tests/kit_mutants/stockade_kit_mutants.py`` must fail the kit with the promise it breaks.
+``tests/kit_mutants/stockade_kit_mutants/`` must fail the kit with the promise it breaks.
 
 Each mutant is installed out of tree, as a backend author's package would be (a
 ``*.dist-info`` with a ``stockade`` entry point on ``PYTHONPATH``), and judged by

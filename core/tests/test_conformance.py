@@ -83,6 +83,12 @@ def _kit(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_a_provider_that_confines_nothing_fails_the_kit_by_name(tmp_path):
     table = tmp_path / "table.md"
     proc = _kit(tmp_path, "--sandbox", "empty", "-q", "-k", SAFE, "--conformance-table", str(table))
+    if os.geteuid() == 0:  # as root the kit refuses it before any attack
+        assert proc.returncode == ground.REFUSED, proc.stdout + proc.stderr
+        assert "refusing to attack empty as root: its first probe wrote" in proc.stdout
+        assert "throwaway account or container" in proc.stdout
+        assert not table.exists()  # nothing was attacked
+        return
     assert proc.returncode == 1, proc.stdout + proc.stderr
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith("empty: FAILED "), proc.stdout
