@@ -366,3 +366,34 @@ def test_a_fifo_opened_for_writing_waits_for_its_reader_without_stalling_the_oth
     result = host.run(box.request(["sh", "-c", script]))
     assert result.exit_code == 0, result.stderr.text
     assert result.stdout.text == "hi\nside\n"
+
+
+TERMINALS = r"""
+master, slave = os.openpty()
+os.write(slave, b"ping")
+out["own"] = os.read(master, 4).decode()
+out["own_name"] = os.ttyname(slave)
+attempt("own_reopen", write(out["own_name"], "", flags=os.O_RDWR | os.O_NOCTTY))
+for path in sys.argv[1:]:
+    attempt(path + " rw", write(path, "", flags=os.O_RDWR | os.O_NOCTTY))
+    attempt(path + " read", lambda: os.close(os.open(path, os.O_RDONLY | os.O_NOCTTY)))
+    attempt(path + " write", write(path, "", flags=os.O_WRONLY | os.O_NOCTTY))
+print(json.dumps(out))
+"""
+
+
+def test_its_own_pseudo_terminals_open_and_a_persons_do_not(host, box, mode):
+    master, slave = os.openpty()  # a person's terminal, on the host
+    try:
+        theirs = os.ttyname(slave)
+        result = host.run(box.py(PRELUDE + TERMINALS, theirs, mode=mode))
+        assert result.exit_code == 0, result.stderr.text
+        out = json.loads(result.stdout.text)
+        assert out["own"] == "ping" and out["own_name"] != theirs, out
+        assert out["own_reopen"] == "done", out
+        for how in ("rw", "read", "write"):
+            assert out[f"{theirs} {how}"] == "Permission denied", out
+        os.close(os.open(theirs, os.O_RDWR | os.O_NOCTTY))  # control: the host opens it
+    finally:
+        os.close(master)
+        os.close(slave)

@@ -137,8 +137,11 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
     """Open the object of the ``O_PATH`` descriptor ``found`` with ``flags``, once checked:
     its own path is judged, never a name that could since lead elsewhere."""
     info = os.fstat(found)
+    device = where(found) if stat.S_ISCHR(info.st_mode) else None
     if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
         refuse_if(rules, where(found))
+    elif device is not None:
+        rules.terminals.check(device)  # another's /dev/pts/N: EACCES
     if stat.S_ISDIR(info.st_mode) and flags & os.O_CREAT:
         raise IsADirectoryError(errno.EISDIR, "a folder")
     if flags & O_TMPFILE_BIT:
@@ -155,6 +158,8 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
             raise Waiting(os.dup(found), reopen, cloexec=bool(flags & os.O_CLOEXEC)) from None
         raise
     try:
+        if device is not None:
+            rules.terminals.made(fd, device)  # a new terminal from /dev/ptmx: the run's own
         if fifo:
             os.set_blocking(fd, True)
         if flags & os.O_TRUNC and stat.S_ISREG(info.st_mode):

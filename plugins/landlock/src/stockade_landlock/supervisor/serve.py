@@ -54,11 +54,17 @@ class Supervisor:
         self._thread = threading.Thread(target=self._serve, name="stockade-supervisor", daemon=True)
         self._thread.start()
 
-    def arm(self, load_policy: Callable[[], None]) -> None:
+    def arm(
+        self, load_policy: Callable[[], None], narrow: Callable[[], None] | None = None
+    ) -> None:
         """On the spawning thread, Landlock applied: start serving (the thread takes this
-        Landlock domain and no filter), load the shared policy, then the notifying filter,
-        and hand its listener over. Raises ``OSError`` when a filter cannot be loaded."""
+        Landlock domain and no filter), ``narrow`` the spawning thread by one more Landlock
+        layer (the command's, never the supervisor's), load the shared policy, then the
+        notifying filter, and hand its listener over. Raises ``OSError`` when a layer or a
+        filter cannot be loaded."""
         self.start()
+        if narrow is not None:
+            narrow()
         load_policy()
         self.attach(kernel.install_listener(_program()))
 
