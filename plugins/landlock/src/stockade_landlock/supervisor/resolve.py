@@ -31,7 +31,6 @@ _THROUGH = re.compile(
     rb"^/proc/(self|thread-self|\d+)/(root|cwd|fd/(\d+))(/.*)$|^/dev/fd/(\d+)(/.*)$"
 )
 _STD = {b"/dev/stdin": 0, b"/dev/stdout": 1, b"/dev/stderr": 2}
-O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class _Statfs(ctypes.Structure):
