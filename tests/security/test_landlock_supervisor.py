@@ -366,3 +366,85 @@ def test_a_fifo_opened_for_writing_waits_for_its_reader_without_stalling_the_oth
     result = host.run(box.request(["sh", "-c", script]))
     assert result.exit_code == 0, result.stderr.text
     assert result.stdout.text == "hi\nside\n"
+
+
+TERMINALS = r"""
+master, slave = os.openpty()
+os.write(slave, b"ping")
+out["own"] = os.read(master, 4).decode()
+out["own_name"] = os.ttyname(slave)
+attempt("own_reopen", write(out["own_name"], "", flags=os.O_RDWR | os.O_NOCTTY))
+for path in sys.argv[1:]:
+    attempt(path + " rw", write(path, "", flags=os.O_RDWR | os.O_NOCTTY))
+    attempt(path + " read", lambda: os.close(os.open(path, os.O_RDONLY | os.O_NOCTTY)))
+    attempt(path + " write", write(path, "", flags=os.O_WRONLY | os.O_NOCTTY))
+print(json.dumps(out))
+"""
+
+
+def test_its_own_pseudo_terminals_open_and_a_persons_do_not(host, box, mode):
+    master, slave = os.openpty()  # a person's terminal, on the host
+    try:
+        theirs = os.ttyname(slave)
+        result = host.run(box.py(PRELUDE + TERMINALS, theirs, mode=mode))
+        assert result.exit_code == 0, result.stderr.text
+        out = json.loads(result.stdout.text)
+        assert out["own"] == "ping" and out["own_name"] != theirs, out
+        assert out["own_reopen"] == "done", out
+        for how in ("rw", "read", "write"):
+            assert out[f"{theirs} {how}"] == "Permission denied", out
+        os.close(os.open(theirs, os.O_RDWR | os.O_NOCTTY))  # control: the host opens it
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
+UMASK = r"""
+import os, stat
+os.umask(0o027)
+os.close(os.open("f", os.O_WRONLY | os.O_CREAT, 0o666))
+os.mkdir("d", 0o777)
+os.mkfifo("p", 0o666)
+print(json.dumps({n: oct(stat.S_IMODE(os.lstat(n).st_mode)) for n in ("f", "d", "p")}))
+"""
+MODES_MADE = {"f": "0o640", "d": "0o750", "p": "0o640"}
+
+
+def test_what_it_makes_takes_the_commands_umask(host, box):
+    result = host.run(box.py(PRELUDE + UMASK))
+    assert result.exit_code == 0, result.stderr.text
+    assert json.loads(result.stdout.text) == MODES_MADE
+
+
+HOST_WITHOUT_UNSHARE = r"""
+import ctypes, json, sys
+from stockade.confine import seccomp
+from stockade_landlock.loading import load_filter
+assert ctypes.CDLL(None).prctl(38, 1, 0, 0, 0) == 0
+load_filter(seccomp.bpf_program(network=True, unix=True, cache_dir=""))  # refuses unshare
+from stockade.config.schema import Config
+from stockade.host import Host
+from stockade.testing import AllowAll
+from stockade.request.spec import ExecRequest
+ws, python, source = sys.argv[1:]
+with Host(Config(sandbox="landlock"), plugins=[AllowAll()]) as host:
+    result = host.run(ExecRequest([python, "-S", "-c", source], ws, mode="workspace-write"))
+    print(json.dumps([result.exit_code, result.stdout.text, result.stderr.text]))
+"""
+
+
+def test_a_host_that_may_not_unshare_still_gives_the_commands_modes(box):
+    """A host under a filter that refuses ``unshare`` (a container's): the supervisor cannot
+    take a umask of its own, makes with the host's and sets each mode after."""
+    python = box.py("pass").argv[0]
+    run = subprocess.run(
+        [sys.executable, "-c", HOST_WITHOUT_UNSHARE, str(box.ws), python, PRELUDE + UMASK],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "HOME": str(box.home)},
+    )
+    assert run.returncode == 0, run.stderr
+    code, out, err = json.loads(run.stdout)
+    assert code == 0, err
+    assert json.loads(out) == MODES_MADE

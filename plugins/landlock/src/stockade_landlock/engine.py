@@ -23,7 +23,6 @@ parts are listed, and the run happens only when ``accept_partial`` is set.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
 import sys
@@ -47,10 +46,14 @@ from stockade.request.spec import ExecSpec
 
 from . import abi, supervisor
 from .loading import load_filter as _load_filter
+from .prepared import FULL_ABI, Prepared, missing_at
 from .rules import Rule, build, expand
 from .settings import Settings
+from .supervisor import terminals
 from .supervisor.rules import Rules
 from .supervisor.serve import Supervisor
+
+__all__ = ["FULL_ABI", "Engine", "Prepared", "_load_filter", "missing_at"]
 
 # The host's scratch and socket directories: unreadable; a private TMPDIR replaces them.
 # /dev too: only the devices below are granted (no disks, no terminals, no /dev/shm).
@@ -66,60 +69,8 @@ DEVICES = {
 # What a masked path keeps: its names can be listed (Landlock cannot take that away from a
 # directory above it without taking it from everything there), nothing else.
 MASKED_KEEPS = abi.FS_READ_DIR
-FULL_ABI = 6  # scopes for signals and abstract sockets: nothing left to seccomp's care
 _MAX_BASES = 16  # cached rule expansions per provider (one per workspace and mode, mostly)
 _MAX_SPARE = 8  # emptied scratch directories kept for the next runs
-
-
-def missing_at(level: int, *, unix_sockets: bool = False) -> tuple[str, ...]:
-    """What Landlock ABI ``level`` cannot enforce that this provider promises.
-
-    With ``unix_sockets`` the seccomp filter lets ``socket(AF_UNIX)`` through, so below
-    ABI 6 nothing keeps the command from abstract sockets outside the sandbox.
-    """
-    missing = []
-    if level < 3:
-        missing.append("truncate of files outside the writable roots (ABI 3)")
-    if level < 5:
-        missing.append("device ioctls (ABI 5)")
-    if level < FULL_ABI:
-        missing.append("signals to processes outside the sandbox (ABI 6)")
-        if unix_sockets:
-            missing.append("abstract Unix sockets outside the sandbox (ABI 6)")
-    return tuple(missing)
-
-
-@frozen
-class Prepared:
-    """This run's ruleset and filter, ready for the thread that spawns the command.
-
-    Attributes:
-        ruleset: a descriptor of this run's ruleset (the plan owns it): the shared rules
-            (reads everywhere but the carve-outs, writes to the writable roots less their
-            protected paths, TCP and scopes) and one rule of its own, for its scratch.
-        program: the seccomp BPF program.
-        scratch: the private scratch directory (removed by ``release``).
-        rules: the shared rules, without the scratch rule (for the tests and the docs).
-        supervisor: the run's supervisor, or ``None`` (nothing to protect, or no kernel
-            support: the host puts the protected paths back after the run instead).
-    """
-
-    ruleset: int
-    program: bytes
-    scratch: str
-    rules: tuple[Rule, ...]
-    supervisor: Supervisor | None = None
-
-    def restrict(self) -> None:
-        """Confine the calling thread for good: no capabilities, ``no_new_privs``, the
-        ruleset, then seccomp (and the supervisor's filter, with the supervisor started in
-        between: in this Landlock domain, without the filters)."""
-        abi.drop_capabilities()
-        abi.restrict_self(self.ruleset)
-        if self.supervisor is None:
-            _load_filter(self.program)
-        else:
-            self.supervisor.arm(functools.partial(_load_filter, self.program))
 
 
 @frozen
@@ -161,6 +112,10 @@ class Engine:
         self._scratch: str | None = None
         self._spare: list[str] = []
         self.recent = Recent()  # what each spec confined last is hidden from
+        self._veil = terminals.Veil()
+
+    def _supervised(self) -> bool:
+        return self.settings.supervise and supervisor.unavailable() is None
 
     @staticmethod
     def probe() -> Probe:
@@ -236,10 +191,11 @@ class Engine:
         except BaseException:
             self._give_back(scratch)
             raise
-        guard = None
-        if survey is not None and survey.held:
-            guard = Supervisor(Rules.of(survey))
-        prepared = Prepared(ruleset, program, scratch, base.rules, guard)
+        guard, veil = None, None
+        if self._supervised():
+            guard = Supervisor(Rules.of(survey) if survey is not None else Rules())
+            veil = self._veil.ruleset(level)
+        prepared = Prepared(ruleset, program, scratch, base.rules, guard, veil)
         self._prepared[prepared.ruleset] = prepared
         env = {**spec.env, "TMPDIR": scratch, "XDG_CACHE_HOME": os.path.join(scratch, "cache")}
         if port is not None:
@@ -268,6 +224,8 @@ class Engine:
         if isinstance(owner, Prepared) and self._prepared.pop(owner.ruleset, None) is owner:
             if owner.supervisor is not None:
                 owner.supervisor.stop()
+            if owner.veil is not None:
+                os.close(owner.veil)
             with contextlib.suppress(OSError):
                 os.close(owner.ruleset)
             self._give_back(owner.scratch)
@@ -305,7 +263,7 @@ class Engine:
         )
         return attrs.evolve(
             found,
-            held=settings.supervise and supervisor.unavailable() is None,
+            held=self._supervised(),
             snapshot_limit=settings.snapshot_limit_mb << 20,
             snapshot_setting="plugins.settings.landlock.snapshot_limit_mb",
         )
@@ -342,6 +300,8 @@ class Engine:
         # Caches (inside the hidden store) are read in every mode, written in one that writes.
         grants += [(c, abi.FS_READ) for c in spec.caches if c not in writable]
         grants += list(DEVICES.items())
+        if self._supervised():  # the supervisor's domain; the command's veil takes it back
+            grants += list(terminals.DEVICES.items())
         carveouts = [(p, every & ~MASKED_KEEPS) for p in masked if os.path.lexists(p)]
         carveouts += [(p, every & ~abi.FS_READ) for p in keep if os.path.lexists(p)]
         key = (level, tuple(grants), tuple(carveouts), port)
@@ -424,6 +384,7 @@ class Engine:
             parent, self._scratch = self._scratch, None
         for base in bases:
             base.close()
+        self._veil.close()
         for folder in [*spare, *([parent] if parent else [])]:
             shutil.rmtree(folder, ignore_errors=True)
 

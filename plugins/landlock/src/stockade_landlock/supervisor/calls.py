@@ -72,7 +72,7 @@ def refuse_if(rules: Rules, path: str) -> None:
         raise OSError(REFUSED, "protected", path)
 
 
-def open_path(  # noqa: PLR0912 - one branch per case of open(2)
+def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
     caller: Caller,
     rules: Rules,
     at: tuple[int, bytes],
@@ -124,11 +124,17 @@ def open_path(  # noqa: PLR0912 - one branch per case of open(2)
         refuse_if(rules, target)
         made = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(last, made, mode & 0o7777 & ~caller.umask(), dir_fd=folder)
+            wanted = mode & 0o7777 & ~caller.umask()
+            fd = os.open(last, made, wanted, dir_fd=folder)
         except FileExistsError:
             if exclusive:
                 raise
             continue
+        try:
+            caller.settle(fd, wanted)
+        except BaseException:
+            os.close(fd)
+            raise
         return Answer(fd=fd, cloexec=cloexec)
     raise OSError(errno.ELOOP, "too many symlinks")
 
@@ -137,13 +143,19 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
     """Open the object of the ``O_PATH`` descriptor ``found`` with ``flags``, once checked:
     its own path is judged, never a name that could since lead elsewhere."""
     info = os.fstat(found)
+    device = where(found) if stat.S_ISCHR(info.st_mode) else None
     if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
         refuse_if(rules, where(found))
+    elif device is not None:
+        rules.terminals.check(device)  # another's /dev/pts/N: EACCES
     if stat.S_ISDIR(info.st_mode) and flags & os.O_CREAT:
         raise IsADirectoryError(errno.EISDIR, "a folder")
     if flags & O_TMPFILE_BIT:
         mode = 0o600 if caller is None else 0o666 & ~caller.umask()
-        return os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=found)
+        made = os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=found)
+        if caller is not None:
+            caller.settle(made, mode)
+        return made
     reopen = flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_NOFOLLOW) | os.O_CLOEXEC
     fifo = stat.S_ISFIFO(info.st_mode) and not flags & os.O_NONBLOCK
     if fifo:
@@ -155,6 +167,8 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
             raise Waiting(os.dup(found), reopen, cloexec=bool(flags & os.O_CLOEXEC)) from None
         raise
     try:
+        if device is not None:
+            rules.terminals.made(fd, device)  # a new terminal from /dev/ptmx: the run's own
         if fifo:
             os.set_blocking(fd, True)
         if flags & os.O_TRUNC and stat.S_ISREG(info.st_mode):

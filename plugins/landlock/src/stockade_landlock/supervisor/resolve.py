@@ -31,7 +31,6 @@ _THROUGH = re.compile(
     rb"^/proc/(self|thread-self|\d+)/(root|cwd|fd/(\d+))(/.*)$|^/dev/fd/(\d+)(/.*)$"
 )
 _STD = {b"/dev/stdin": 0, b"/dev/stdout": 1, b"/dev/stderr": 2}
-O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class _Statfs(ctypes.Structure):
@@ -74,8 +73,9 @@ def split(path: bytes) -> tuple[bytes, bytes]:
 class Caller:
     """The thread whose call waits: its memory, working directory and descriptors."""
 
-    def __init__(self, listener: int, ident: int, tid: int) -> None:
+    def __init__(self, listener: int, ident: int, tid: int, *, exact: bool = True) -> None:
         self.listener, self.ident, self.tid = listener, ident, tid
+        self.exact = exact  # the supervisor's umask is 0: a mode given is the mode made
         self.opened: list[int] = []  # closed by close()
 
     def close(self) -> None:
@@ -120,6 +120,16 @@ class Caller:
         if len(data) != size:
             raise OSError(errno.EFAULT, "bad address")
         return data
+
+    def settle(self, fd: int | None, mode: int, name: bytes = b"", folder: int = -1) -> None:
+        """Give what was just made ``mode`` exactly, where the supervisor could not take a
+        umask of its own (the host's then narrowed it: never wider than ``mode``)."""
+        if self.exact:
+            return
+        if fd is not None:
+            os.fchmod(fd, mode)
+        else:
+            os.chmod(name, mode, dir_fd=folder, follow_symlinks=False)
 
     def umask(self) -> int:
         """The caller's umask, from ``/proc/TID/status``."""

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import errno
 
-from attrs import frozen
+from attrs import field, frozen
 
 from stockade.confine import protected
+
+from .terminals import Terminals
 
 REFUSED = errno.EROFS
 """The error of a refused write, as bubblewrap's read-only mount answers it."""
@@ -30,9 +32,11 @@ class Rules:
 
     Attributes:
         kept: the paths the survey found (read-only and masked), refused with all beneath.
+        terminals: the pseudo-terminals the run made (only those may be opened).
     """
 
     kept: tuple[str, ...] = ()
+    terminals: Terminals = field(factory=Terminals, eq=False)
 
     @classmethod
     def of(cls, survey: protected.Survey) -> Rules:

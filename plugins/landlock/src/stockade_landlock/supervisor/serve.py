@@ -46,6 +46,7 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._exact = True
         self._closed = False
         self._sending = threading.Lock()
 
@@ -54,11 +55,17 @@ class Supervisor:
         self._thread = threading.Thread(target=self._serve, name="stockade-supervisor", daemon=True)
         self._thread.start()
 
-    def arm(self, load_policy: Callable[[], None]) -> None:
+    def arm(
+        self, load_policy: Callable[[], None], narrow: Callable[[], None] | None = None
+    ) -> None:
         """On the spawning thread, Landlock applied: start serving (the thread takes this
-        Landlock domain and no filter), load the shared policy, then the notifying filter,
-        and hand its listener over. Raises ``OSError`` when a filter cannot be loaded."""
+        Landlock domain and no filter), ``narrow`` the spawning thread by one more Landlock
+        layer (the command's, never the supervisor's), load the shared policy, then the
+        notifying filter, and hand its listener over. Raises ``OSError`` when a layer or a
+        filter cannot be loaded."""
         self.start()
+        if narrow is not None:
+            narrow()
         load_policy()
         self.attach(kernel.install_listener(_program()))
 
@@ -85,8 +92,11 @@ class Supervisor:
         if listener is None:
             return
         try:  # any failure closes the listener: the command's next call fails (ENOSYS)
-            kernel.own_fs()  # a umask of its own (never the host's): the command's is
-            os.umask(0)  # applied to each create
+            try:
+                kernel.own_fs()  # a umask of its own (never the host's): the command's is
+                os.umask(0)  # applied to each create
+            except OSError:  # unshare refused (a container's filter): settle each mode
+                self._exact = False
             poller = select.poll()
             poller.register(listener, select.POLLIN)
             poller.register(self._wake_r, select.POLLIN)
@@ -110,7 +120,7 @@ class Supervisor:
                 os.close(listener)
 
     def _answer(self, listener: int, notif: kernel.Notif) -> None:
-        caller = Caller(listener, notif.id, notif.pid)
+        caller = Caller(listener, notif.id, notif.pid, exact=self._exact)
         try:
             try:
                 answer = self._decide(caller, notif.data)
@@ -177,19 +187,22 @@ class Supervisor:
             return self._openat2(caller, data)
         if name in ("mkdir", "mkdirat"):
             dirfd, p, mode = (at, a[0], a[1]) if name == "mkdir" else (a[0], a[1], a[2])
-            umask = caller.umask()
-            return calls.make(
-                caller, rules, dirfd, path(p),
-                lambda d, n: os.mkdir(n, mode & 0o7777 & ~umask, dir_fd=d),
-            )  # fmt: skip
+            made = mode & 0o7777 & ~caller.umask()
+
+            def mkdir(d: int, n: bytes) -> None:
+                os.mkdir(n, made, dir_fd=d)
+                caller.settle(None, made, n, d)
+
+            return calls.make(caller, rules, dirfd, path(p), mkdir)
         if name in ("mknod", "mknodat"):
             dirfd, p, mode, dev = (at, *a[:3]) if name == "mknod" else tuple(a[:4])
-            umask = caller.umask()
-            kind = mode & 0o170000
-            return calls.make(
-                caller, rules, dirfd, path(p),
-                lambda d, n: os.mknod(n, kind | mode & 0o7777 & ~umask, dev, dir_fd=d),
-            )  # fmt: skip
+            node = mode & 0o7777 & ~caller.umask()
+
+            def mknod(d: int, n: bytes) -> None:
+                os.mknod(n, mode & 0o170000 | node, dev, dir_fd=d)
+                caller.settle(None, node, n, d)
+
+            return calls.make(caller, rules, dirfd, path(p), mknod)
         if name in ("symlink", "symlinkat"):
             target = path(a[0])
             dirfd, p = (at, a[1]) if name == "symlink" else (a[1], a[2])
