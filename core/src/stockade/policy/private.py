@@ -81,7 +81,7 @@ def find(workspace: str, globs: Iterable[str], marked: Iterable[str] = ()) -> Fo
 
 
 def for_step(
-    spec: ExecSpec, profile: Profile, workspace: str, marked: Iterable[str]
+    spec: ExecSpec, profile: Profile, workspace: str, marked: Iterable[str], *, held: bool = False
 ) -> tuple[ExecSpec, str | None]:
     """``spec`` with the private data it must not see (``private_data``), and ``None``; or,
     granted, ``spec`` as it is and what it was granted, in words (a ``grant`` taint's detail).
@@ -98,6 +98,7 @@ def for_step(
         spec.mode,
         asked=spec.read_private,
         readers=profile.private_readers,
+        held=held,
     )
     if why is not None:
         more = f" and {len(found.shown) - SHOWN} more" if len(found.shown) > SHOWN else ""
@@ -150,11 +151,18 @@ def refuse_read(root: str, path: str, found: Found) -> None:
 
 
 def grant(
-    argv0: str, program: str, mode: str, *, asked: bool, readers: Iterable[str]
+    argv0: str,
+    program: str,
+    mode: str,
+    *,
+    asked: bool,
+    readers: Iterable[str],
+    held: bool = False,
 ) -> str | None:
     """Why a step sees the private data, or ``None`` (it is masked): ``--read-private``
-    (``asked``), a program the profile's ``private_readers`` names (by name or path), or
-    ``danger-full-access`` (nothing is confined, so nothing is masked)."""
+    (``asked``), a program the profile's ``private_readers`` names (by name or path),
+    ``danger-full-access`` (nothing is confined, so nothing is masked), or a run that holds
+    private data already (``held``: seeing more adds nothing the breaker does not know)."""
     if mode == "danger-full-access":
         return "danger-full-access"
     if asked:
@@ -163,7 +171,7 @@ def grant(
     for reader in readers:
         if reader in names:
             return f"private_readers {reader}"
-    return None
+    return "the run holds private data already" if held else None
 
 
 @functools.lru_cache(maxsize=64)
