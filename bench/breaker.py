@@ -40,6 +40,13 @@ class Untracked:
     def admit(self, *_args: object) -> None:
         """Nothing counted, never an ask."""
 
+    def private(self, spec: Any, _agent: object) -> Any:  # noqa: ANN401
+        """Nothing hidden."""
+        return spec
+
+    def at_connection(self, *_args: object, **_kw: object) -> None:
+        """Every connection let on."""
+
     def finish(self, _spec: object, carried: Any, record: Callable[[Any], Any]) -> Any:  # noqa: ANN401
         """Only the record of the result."""
         return record(carried)
@@ -61,6 +68,18 @@ class Timed:
         finally:
             self.seconds += time.perf_counter() - start
             self.calls += 1
+
+    def private(self, *args: Any) -> Any:  # noqa: ANN401
+        """The breaker's private paths found for a step, timed."""
+        start = time.perf_counter()
+        try:
+            return self.inner.private(*args)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+    def at_connection(self, *args: Any, **kw: Any) -> Any:  # noqa: ANN401
+        """The breaker's check at the proxy."""
+        return self.inner.at_connection(*args, **kw)
 
     def finish(self, spec: object, carried: Any, record: Callable[[Any], Any]) -> Any:  # noqa: ANN401
         """The breaker's finish, timed without the time ``record`` takes."""

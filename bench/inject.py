@@ -105,8 +105,9 @@ def bench_inject(
 ) -> dict[str, Any]:
     """Milliseconds per request through the injecting tunnel and a plain one, and the
     difference."""
+    from stockade.egress.command import CommandProxy
     from stockade.egress.inject import Injection, placeholder
-    from stockade.egress.proxy import CommandProxy, Connection
+    from stockade.egress.proxy import Connection
     from stockade.request.spec import CredentialBinding
     from stockade.testing import self_signed_cert
 

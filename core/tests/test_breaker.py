@@ -115,12 +115,14 @@ def _relative(path: str, ws: str) -> str | None:
 
 def test_an_unconfined_step_counts_as_reaching_the_network(make_host, ws: Path) -> None:
     host = make_host(allow_all=True, config=config(ws))
-    host.run(req(["cat", "private/notes.txt"], mode=FULL))  # private data, and output
+    host.breaker.file_tool("list", str(ws), ".", host.config.profile("a"))  # words only
     with pytest.raises(PolicyHeld, match="the breaker") as held:
         host.run(req(["true"], mode=FULL))  # classed reads, yet nothing confines it
-    assert "output step 1: cat private/notes.txt" in held.value.message
-    control = make_host(allow_all=True, config=config(ws))
-    control.run(req(["cat", "readme.txt"], mode=FULL))  # no private data: it runs
+    # Unconfined, it could open the private paths: that alone makes its run hold them.
+    assert "grant danger-full-access: private/notes.txt" in held.value.message
+    assert "file_list ." in held.value.message
+    control = make_host(allow_all=True, config=config(ws, private=()))  # nothing private
+    control.run(req(["cat", "readme.txt"], mode=FULL))
     assert control.run(req(["true"], mode=FULL)).exit_code == 0
 
 

@@ -23,8 +23,8 @@ from stockade.config.load import parse_config
 from stockade.egress import http as egress_http
 from stockade.egress import inject, stream
 from stockade.egress.ca import RunAuthority
+from stockade.egress.command import CommandProxy
 from stockade.egress.inject import Injection, Injector, placeholder
-from stockade.egress.proxy import CommandProxy
 from stockade.errors import ConfigError
 from stockade.record.redact import secret_forms
 from stockade.request.spec import CredentialBinding

@@ -41,8 +41,9 @@ for path in paths:
             head += s.recv(1)
         t = ssl.create_default_context().wrap_socket(s, server_hostname="bound.test")
         t.settimeout(15)
-        t.sendall(("%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
-                   "Connection: close\r\n\r\n" % (method, target, B, ph)).encode())
+        ranged = "Range: bytes=0-20\r\n" if target.endswith("?range") else ""
+        t.sendall(("%s %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n%s"
+                   "Connection: close\r\n\r\n" % (method, target, B, ph, ranged)).encode())
         got = b""
         while data := t.recv(65536):
             got += data
@@ -51,6 +52,37 @@ for path in paths:
         out[path] = "error: %r" % (error,)
 open("answers.json", "w").write(json.dumps(out))
 """
+
+
+def _encoded(auth: bytes) -> dict[str, list[bytes]]:
+    """The echo in other encodings: every byte as ``%XX``, alternate bytes lowercase ``%xx``,
+    ``quote`` keeping ``/``, hex in mixed case, base64url; and a piece of it (``206``)."""
+    from base64 import urlsafe_b64encode
+    from urllib.parse import quote
+
+    token = auth.split(b" ", 1)[-1]
+    forms = {
+        "/pct-all": "".join(f"%{c:02X}" for c in token).encode(),
+        "/pct-alternate": "".join(
+            f"%{c:02x}" if i % 2 else chr(c) for i, c in enumerate(token)
+        ).encode(),
+        "/pct-keep-slash": quote(token, safe="/").encode(),
+        "/hex-mixed": "".join(
+            (h.upper() if i % 3 else h) for i, h in enumerate(token.hex())
+        ).encode(),
+        "/b64url": urlsafe_b64encode(token).rstrip(b"="),
+    }
+    out = {
+        path: [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (len(body) + 1) + body + b"\n"]
+        for path, body in forms.items()
+    }
+    half = token[: len(token) // 2]
+    out["/partial"] = [
+        b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-%d/%d\r\n"
+        b"Content-Length: %d\r\n\r\n" % (len(half) - 1, len(token), len(half)) + half
+    ]
+    out["/plain?range"] = out["/partial"]  # what an upstream would answer a ranged request
+    return out
 
 
 class RawUpstream:
@@ -111,6 +143,7 @@ class RawUpstream:
             "/gzipfile": [b"HTTP/1.1 200 OK\r\nContent-Type: application/gzip\r\n"
                           b"Content-Length: %d\r\n\r\n" % len(packed) + packed],
         }  # fmt: skip
+        answers.update(_encoded(auth))
         # ``/head`` answers a HEAD with a body, where none may be.
         return answers.get(path, [head + echo])
 
@@ -168,3 +201,42 @@ def test_an_echo_inside_a_compressed_file_comes_back_masked(box, make_host, raw_
     assert raw_upstream.auths == [f"Bearer {token}"]
     body = answers["GET /gzipfile"].encode("latin-1").partition(b"\r\n\r\n")[2]
     assert forms_in(gzip.decompress(body), token) == []
+
+
+def leaks(answer: str, token: str) -> list[str]:
+    """Every form of ``token`` in ``answer``: the known ones, any percent-encoding, any hex."""
+    from stockade.egress.inject import encodings
+
+    data = answer.encode("latin-1")
+    found = forms_in(data, token)
+    found += [p.pattern.decode()[:20] for p, _ in encodings(token) if p.search(data)]
+    return found
+
+
+def test_an_echo_in_any_encoding_or_piece_comes_back_masked(box, make_host, raw_upstream):
+    """The echo percent-encoded every way (all bytes, alternate bytes in lowercase, ``/``
+    kept), in mixed-case hex, in base64url, or half of it (a ``206`` the upstream sends
+    unasked, or the answer to a ranged request): nothing of the secret comes back."""
+    import base64
+    import secrets as random
+
+    token = "ghp_" + base64.b64encode(random.token_bytes(30)).decode() + "/x y"  # + / = space
+    paths = ["/pct-all", "/pct-alternate", "/pct-keep-slash", "/hex-mixed", "/b64url"]
+    answers = fetch(
+        box,
+        make_host,
+        raw_upstream,
+        token,
+        [f"GET {p}" for p in [*paths, "/partial", "/plain?range"]],
+    )
+    # The control: every request but the ranged one reached the upstream with the secret.
+    assert raw_upstream.auths == [f"Bearer {token}"] * 6
+    for path in paths:
+        answer = answers[f"GET {path}"]
+        assert answer.startswith("HTTP/1.1 200 "), (path, answer)
+        assert leaks(answer, token) == [], (path, answer)
+    half = token[: len(token) // 2]
+    assert answers["GET /partial"].startswith("HTTP/1.1 502 "), answers["GET /partial"]
+    assert half not in answers["GET /partial"]
+    ranged = answers["GET /plain?range"]
+    assert ranged.startswith("HTTP/1.1 403 ") and "ranged request" in ranged, ranged

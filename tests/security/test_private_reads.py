@@ -223,3 +223,18 @@ def test_taint_never_depends_on_how_argv_spells_a_path(tmp_path_factory, spellin
         masked, grant = for_step(spec, profile, str(ws), [])
         assert (grant is not None) == granted
         assert masked.private_data == (() if granted else (str(ws / "private" / "notes.txt"),))
+
+
+def test_a_run_that_holds_private_data_already_sees_it(make_host, box, planted) -> None:
+    """A step with a credential (or of a run that holds private data) is granted the private
+    paths: seeing them adds nothing to what its run holds. The control: a run without one."""
+    env = {**os.environ, "STOCKADE_SECRET_GH": "s3cret-value"}
+    host = make_host(config=conf(box), environ=env)
+    read = host.run(box.request(["cat", "private/notes.txt"], profile="a", credentials={"T": "gh"}))
+    assert read.stdout.text == box.canary + "\n", read.stderr.text
+    assert ("private", "grant", "the run holds private data already: hard-before, keys/a.pem, "
+            "private/notes.txt") in taints(host)  # fmt: skip
+    later = host.run(box.request(["cat", "keys/a.pem"], profile="a"))  # its next step too
+    assert later.stdout.text == box.canary + "\n", later.stderr.text
+    clean = make_host(config=conf(box), environ=env)
+    assert box.canary not in clean.run(box.request(["cat", "keys/a.pem"], profile="a")).stdout.text

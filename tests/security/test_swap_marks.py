@@ -86,11 +86,15 @@ def _private_run(make_host, box, port: int):
 
 
 def _next_run_is_held(make_host, box, port: int, upstream, name: str) -> None:
-    """A new run reads ``name`` (nothing in its name is private) and posts it: held."""
+    """A new run cannot read ``name`` (nothing in its name is private: it is marked) unless
+    granted it; granted, it posts it: held."""
     nxt = make_host(config=_config(box, port))
-    assert nxt.run(box.request(["cat", name], profile="a")).stdout.text == box.canary + "\n"
-    with pytest.raises(PolicyHeld, match="private-file " + name.replace(".", r"\.")):
-        nxt.run(box.request(_send(port, "@" + name), profile="a"))
+    hidden = nxt.run(box.request(["cat", name], profile="a"))
+    assert box.canary not in hidden.stdout.text
+    granted = nxt.run(box.request(["cat", name], profile="a", read_private=True))
+    assert granted.stdout.text == box.canary + "\n"
+    with pytest.raises(PolicyHeld, match="grant read-private: .*" + name.replace(".", r"\.")):
+        nxt.run(box.request(_send(port, "@" + name), profile="a", read_private=True))
     assert upstream.seen == []
 
 
@@ -188,7 +192,8 @@ def test_a_commands_changed_files_are_marked_by_their_listed_names(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(breaker, "_holds_private", racing)
-    result = host.run(box.request(["cp", "private/notes.txt", "out/copy.txt"], profile="a"))
+    copy = ["cp", "private/notes.txt", "out/copy.txt"]
+    result = host.run(box.request(copy, profile="a", read_private=True))
     monkeypatch.setattr(breaker, "_holds_private", real)
     assert result.exit_code == 0, result.stderr.text
     assert result.changes is not None and "out/copy.txt" in result.changes.created

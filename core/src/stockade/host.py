@@ -19,6 +19,7 @@ profile's budget counts and what names a held step (``run_id``, ``step``).
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -214,8 +215,7 @@ class Host:
         return self._admitted(spec, classification, decision, agent, secrets, over_breaker=over)
 
     def _private(self, spec: ExecSpec, agent: Agent) -> ExecSpec:
-        """``spec`` with the private data its sandbox hides (:meth:`Breaker.private`); an
-        error is recorded (its action already is)."""
+        """``spec`` with what its sandbox hides (:meth:`Breaker.private`); errors recorded."""
         try:
             return self.breaker.private(spec, agent)
         except StockadeError as error:
@@ -230,11 +230,9 @@ class Host:
         agent: Agent,
         secrets: Mapping[str, str],
         *,
-        over_breaker: bool,
+        over_breaker: bool,  # a person approved the breaker's ask
     ) -> Admission:
-        egress = decide.egress_rule(spec, classification, agent.profile, self.config)
-        if egress is not None and over_breaker:
-            egress = attrs.evolve(egress, over_breaker=True)
+        egress = decide.egress_rule(spec, classification, agent.profile, self.config, over_breaker)
         step = AdmittedStep(spec, classification, decision, agent, egress=egress)
         return Admission(step, secrets)
 
@@ -249,11 +247,8 @@ class Host:
             _RECOVERED.add(admission.spec.layer_store)  # once per store and process
             recover_recorded(admission.spec.layer_store, self.recording.record)
         over = step.egress is not None and step.egress.over_breaker
-
-        def check() -> str | None:  # the breaker where bytes leave, on every connection
-            return self.breaker.at_connection(
-                step.spec.run_id, step.agent.profile, over_breaker=over
-            )
+        at = self.breaker.at_connection  # the breaker where bytes leave, on every connection
+        check = functools.partial(at, step.spec.run_id, step.agent.profile, over_breaker=over)
 
         try:
             return self.doer.prepare(
@@ -448,7 +443,7 @@ class Host:
         if done is not None:
             return done
         agent = self._agent(found.spec.profile)
-        self._decide_again(found, agent)
+        held.decide_again(found, agent.profile, self.breaker, self.store, self.recording)
         # The workspace first: while another run holds it, the step stays approved.
         with self.doer.hold(found.spec, agent):
             held.claim(self.store, found)
@@ -459,25 +454,6 @@ class Host:
                 raise
             self.store.finish(run_id, step, outcome=to_json(result))
         return result
-
-    def _decide_again(self, found: HeldStep, agent: Agent) -> None:
-        """An approved step whose run came to hold private data and somebody else's words
-        after it was shown waits again, asked now by the breaker (its reason kept after).
-
-        Raises:
-            PolicyHeld: it waits again for a person.
-        """
-        if found.state != "approved" or found.decision.by == BY:
-            return
-        tripped = self.breaker.check(found.spec, found.classification, agent.profile)
-        if tripped is None:
-            return
-        decision = Decision(
-            "ask", f"{tripped.reason}; it was shown for: {found.decision.reason}", by=BY
-        )
-        if self.store.hold_again(found.spec.run_id, found.step, decision):
-            self.recording.permission(found.spec, found.classification, decision)
-            raise decide.held_error(found.spec, found.classification, decision)
 
     def readmit(self, run_id: str, step: int) -> Admission:
         """A held step a person approved, claimed and decided again, to be carried out
@@ -491,7 +467,7 @@ class Host:
         found = self.store.get(run_id, step)
         held.settled(found)  # waiting or declined: raised; ran: the claim refuses it
         agent = self._agent(found.spec.profile)
-        self._decide_again(found, agent)
+        held.decide_again(found, agent.profile, self.breaker, self.store, self.recording)
         held.claim(self.store, found)
         try:
             return self._readmitted(found, agent)
@@ -525,10 +501,8 @@ class Host:
         except StockadeError as error:
             self.recording.error(spec, error)  # its action was recorded when it was held
             raise
-        over = shown.by == BY  # a person approved the breaker's ask
-        return self._admitted(
-            spec, found.classification, decision, agent, secrets, over_breaker=over
-        )
+        over, kind = shown.by == BY, found.classification  # over: approved the breaker's ask
+        return self._admitted(spec, kind, decision, agent, secrets, over_breaker=over)
 
     def close(self) -> None:
         """Kill every background task; release the executor's helpers and the store;

@@ -16,9 +16,13 @@ HTTP/1.1 request by request (:class:`Injector`):
   the connection's record names the handle and the host;
 - ``Accept-Encoding`` becomes ``identity``, and a response with a ``Content-Encoding``
   is refused (``502``): a compressed body could not be scrubbed;
+- a ranged request (``Range``, ``If-Range``) is refused (``403``), and so is a partial
+  response (``206``, ``Content-Range``: ``502``): each piece is masked whole, so halves of
+  the secret in two pieces would each pass;
 - every response's head and body go through a :class:`~stockade.egress.stream.Mask` of
-  every form of every injected secret (:func:`stockade.record.redact.secret_forms`), so an
-  upstream that echoes the header back echoes a masked one.
+  every form of every injected secret (:func:`stockade.record.redact.secret_forms`) and
+  every percent-encoding and mixed-case hex of it (:func:`encodings`), across TLS records,
+  chunks and the head, so an upstream that echoes the header back echoes a masked one.
 
 Requests to any other host keep the plain CONNECT tunnel of :mod:`stockade.egress.proxy`.
 Plain-HTTP requests (forwarded, or in an HTTP tunnel's CONNECT head) are screened
@@ -61,6 +65,27 @@ MIN_SECRET = 8  # a shorter secret is refused: its forms would match by chance
 _ALNUM = string.ascii_letters + string.digits
 _PREFIX = re.compile(r"[A-Za-z0-9]{1,8}[_-]")
 _NO_BODY = (204, 304)
+
+
+def encodings(value: str) -> list[tuple[re.Pattern[bytes], int]]:
+    """Patterns for every percent-encoding of ``value`` (each byte as it is or as ``%XX``,
+    hex digits in either case, a space also as ``+``: whatever characters an encoder keeps)
+    and its hex in any mix of cases, each with the longest it can match."""
+    raw = value.encode("utf-8", "surrogateescape")
+
+    def hexed(byte: int) -> bytes:
+        return b"".join(
+            b"[%s%s]" % (c.lower(), c.upper()) if c.isalpha() else c
+            for c in (bytes([d]) for d in b"%02x" % byte)
+        )
+
+    percent = b"".join(
+        b"(?:%s|%%%s%s)"
+        % (re.escape(bytes([b])) if b != 0x25 else b"(?!)", hexed(b), b"|\\+" if b == 0x20 else b"")
+        for b in raw
+    )
+    mixed = b"".join(hexed(b) for b in raw)
+    return [(re.compile(percent), 3 * len(raw)), (re.compile(mixed), 2 * len(raw))]
 
 
 def placeholder(value: str) -> str:
@@ -125,6 +150,7 @@ class Injector:
             (i, [f.encode() for f in secret_forms(i.placeholder)]) for i in self.injections
         ]
         self._secrets = [f.encode() for i in self.injections for f in secret_forms(i.value)]
+        self._patterns = [p for i in self.injections for p in encodings(i.value)]
 
     def terminates(self, host: str, port: int) -> bool:
         """Whether a tunnel to ``host:port`` is one this proxy injects into."""
@@ -340,6 +366,12 @@ class _Session:
                 continue
             if lower == "accept-encoding":
                 continue
+            if lower in ("range", "if-range"):
+                raise http.Refusal(
+                    "403 Forbidden",
+                    f"a ranged request ({name}) to {show(host, port)}, which gets a credential: "
+                    "stockade masks a whole answer, so pieces of several could rebuild it",
+                )
             found = injector.carried(value.encode("latin-1"))
             if found is None:
                 headers.append((name, value))
@@ -365,19 +397,29 @@ class _Session:
             await up.drain()
             self.facts.counts[0] += len(part)
 
+    def _check_head(self, status: int, fields: list[tuple[str, str]]) -> None:
+        """Refuse a response the mask cannot make safe: compressed, or a piece of one."""
+        if _field(fields, "content-encoding") not in ("", "identity"):
+            raise http.Refusal(
+                "502 Bad Gateway",
+                f"{show(self.host, self.port)} sent a compressed response (Content-Encoding "
+                f"{_field(fields, 'content-encoding')}), which stockade cannot scrub of the "
+                "credential",
+            )
+        if status == 206 or _field(fields, "content-range"):  # a piece, even unasked
+            raise http.Refusal(
+                "502 Bad Gateway",
+                f"{show(self.host, self.port)} sent part of a response (206 or "
+                "Content-Range), which could hold part of the credential unmasked",
+            )
+
     async def _response(self, request: http.Request, upstream: stream.Source) -> bool:
         """Relay the response (interim ones first), masked; whether the connection goes on."""
-        mask = stream.Mask(self.injector._secrets)
+        mask = stream.Mask(self.injector._secrets, self.injector._patterns)
         while True:
             head = await upstream.until(b"\r\n\r\n", RESPONSE_HEAD_LIMIT, "a response head")
             status, fields = _response_head(head)
-            if _field(fields, "content-encoding") not in ("", "identity"):
-                raise http.Refusal(
-                    "502 Bad Gateway",
-                    f"{show(self.host, self.port)} sent a compressed response (Content-Encoding "
-                    f"{_field(fields, 'content-encoding')}), which stockade cannot scrub of the "
-                    "credential",
-                )
+            self._check_head(status, fields)
             await self.send(mask.feed(head) + mask.flush())
             if status == 101:
                 raise http.Refusal("502 Bad Gateway", "the upstream switched protocols")

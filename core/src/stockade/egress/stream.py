@@ -87,9 +87,14 @@ class Mask:
         hits: occurrences found so far.
     """
 
-    def __init__(self, forms: Iterable[bytes]) -> None:
+    def __init__(
+        self, forms: Iterable[bytes], patterns: Iterable[tuple[re.Pattern[bytes], int]] = ()
+    ) -> None:
         self.forms = sorted({form for form in forms if form}, key=len, reverse=True)
-        self.overlap = len(self.forms[0]) - 1 if self.forms else 0
+        self.patterns = tuple(patterns)  # (pattern, the longest it can match)
+        longest = max((reach for _, reach in self.patterns), default=0)
+        self.overlap = max(len(self.forms[0]) if self.forms else 0, longest) - 1
+        self.overlap = max(self.overlap, 0)
         used = set(b"".join(self.forms))
         self.fill = next((c for c in _FILLS if c not in used), _FILLS[0])
         self._carry = b""
@@ -98,7 +103,7 @@ class Mask:
 
     def feed(self, data: bytes) -> bytes:
         """What of the stream so far can no longer be part of an occurrence, masked."""
-        if not self.forms:
+        if not self.forms and not self.patterns:
             return data
         window = self._carry + data
         marks = self._marks + bytearray(len(data))
@@ -109,6 +114,12 @@ class Mask:
                 marks[at : at + len(form)] = b"\1" * len(form)
                 self.hits += at + len(form) > seen  # one inside the carry was counted
                 at = window.find(form, at + 1)
+        for pattern, _ in self.patterns:  # every percent-encoding, hex in any case
+            for found in pattern.finditer(window):
+                start, end = found.span()
+                if marks[start:end].count(0):
+                    marks[start:end] = b"\1" * (end - start)
+                    self.hits += end > seen
         final = max(0, len(window) - self.overlap)
         out = self._apply(window, marks, final)
         self._carry, self._marks = window[final:], marks[final:]

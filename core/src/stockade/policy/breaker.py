@@ -168,7 +168,9 @@ class Breaker:
         """``spec`` with the private data it may not open (:mod:`stockade.policy.private`):
         every path the profile's ``private`` globs match under the workspace root (or
         absolute), every file the sidecar marks there. A step granted them sees them, and
-        its run holds private data from now on (``grant``, recorded before its decision).
+        its run holds private data from now on (``grant``, recorded before its decision). A
+        step of a run that holds private data already (its own credentials count) is granted
+        them: seeing them adds nothing to what its run holds.
 
         Raises:
             UsageError: its working folder is private data it is not granted.
@@ -183,7 +185,10 @@ class Breaker:
                 marked = self.files().named(self._realpath(spec.workspace), [""])
         if not profile.private and not marked:
             return spec
-        spec, granted = for_step(spec, profile, self._realpath(spec.workspace), marked)
+        from .credentials import used
+
+        held = bool(used(spec)) or self._holds_private(spec.run_id)
+        spec, granted = for_step(spec, profile, self._realpath(spec.workspace), marked, held=held)
         if granted is not None:
             taint = Taint("private", "grant", granted)
             self._add([taint], spec.action_id, spec.run_id, spec.step)
@@ -223,14 +228,10 @@ class Breaker:
     def at_connection(self, run_id: str, profile: Profile, *, over_breaker: bool) -> str | None:
         """The check where bytes leave, asked by a step's egress proxy on each connection
         when it is made: the breaker's reason to refuse it when the run (``run_id``: the
-        step's own, which may be a held step of another run this host released) holds
-        private data and somebody else's words now, unless a person approved the step after
-        the run held both (``over_breaker``) or the profile opts out; else ``None``.
-
-        What made the run hold both does not matter here: a task admitted while the run was
-        clean, a program run by a program, a file tool of another process (read back from
-        the record): whatever opens the connection, the run's taint at that moment decides.
-        """
+        step's own) holds both kinds now, unless a person approved the step after the run
+        held both (``over_breaker``) or the profile opts out; else ``None``. Whatever opens
+        the connection (a task admitted while the run was clean, a program run by a
+        program), the run's taint at that moment decides."""
         if over_breaker or profile.breaker == OPT_OUT:
             return None
         if run_id != self.run_id:

@@ -39,6 +39,7 @@ from .programs import (
     Verdict,
     _cargo,
     _command_v,
+    _curl,
     _git,
     _go,
     _max,
@@ -46,7 +47,10 @@ from .programs import (
     _rsync,
     _sed,
     _sort,
+    _ssh,
+    _tar,
 )
+from .resolve import FIXED_ENV  # PAGER=cat, set by Stockade itself
 
 NAME = "builtin-classifier"
 
@@ -75,6 +79,10 @@ RULES: dict[str, Rule] = {
     "sort": _sort,
     "find": _find,
     "rsync": _rsync,
+    "tar": _tar,
+    "curl": _curl("curl"),
+    "wget": _curl("wget"),
+    **{tool: _ssh(tool) for tool in ("ssh", "scp", "sftp")},
     "git": _git,
     "go": _go,
     "cargo": _cargo,
@@ -110,6 +118,86 @@ _WRAPPER_OPTIONS_WITH_VALUES = {
     "ionice": {"-c", "-n", "-p"},
     "stdbuf": {"-i", "-o", "-e"},
 }
+
+
+PROGRAM_VARIABLES = frozenset(
+    [
+        "GIT_SSH_COMMAND",
+        "GIT_SSH",
+        "GIT_EXTERNAL_DIFF",
+        "GIT_PAGER",
+        "GIT_EDITOR",
+        "GIT_SEQUENCE_EDITOR",
+        "GIT_ASKPASS",
+        "GIT_PROXY_COMMAND",
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_EXEC_PATH",
+        "GIT_TEMPLATE_DIR",
+        "PAGER",
+        "EDITOR",
+        "VISUAL",
+        "SSH_ASKPASS",
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "LD_AUDIT",
+        "BASH_ENV",
+        "ENV",
+        "PROMPT_COMMAND",
+        "PYTHONSTARTUP",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "NODE_OPTIONS",
+        "PERL5OPT",
+        "PERL5LIB",
+        "RUBYOPT",
+        "RSYNC_RSH",
+        "CVS_RSH",
+        "TAR_OPTIONS",
+        "CURL_HOME",
+        "WGETRC",
+    ]
+)
+"""Environment variables that name a program (or code) the command may run: a command given
+one (``--env``, ``env NAME=...``) is ``destroys``, whatever it is."""
+
+
+def names_a_program(variable: str) -> bool:
+    """Whether ``variable`` names a program or code a command may run (:data:`PROGRAM_VARIABLES`,
+    ``GIT_CONFIG_KEY_N`` / ``GIT_CONFIG_VALUE_N``)."""
+    return variable in PROGRAM_VARIABLES or variable.startswith(
+        ("GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
+    )
+
+
+def _runs_unseen(argv: Sequence[str], extra: Mapping[str, Rule] | None) -> str | None:
+    """Why a chain of wrappers runs what argv does not show, or ``None``: ``env -S`` (a
+    string split into a command), ``env NAME=...`` of a variable that names a program, and
+    ``xargs`` adding its input's words to a program whose class depends on its arguments."""
+    rest = list(argv)
+    while rest and os.path.basename(rest[0]) in WRAPPERS:
+        name = os.path.basename(rest[0])
+        if name == "env":
+            for arg in rest[1:]:
+                if arg.startswith(("-S", "--split-string")) or (
+                    arg.startswith("-") and not arg.startswith("--") and "S" in arg
+                ):
+                    return "env -S splits a string into a command, which argv does not show"
+                if "=" in arg and not arg.startswith("-"):
+                    if names_a_program(arg.split("=", 1)[0]):
+                        return f"env sets {arg.split('=', 1)[0]}, which names a program to run"
+                elif not arg.startswith("-"):
+                    break
+        inner, _ = _unwrap(rest[1:]) if name != "xargs" else (_unwrap(rest)[0], None)
+        if name == "xargs" and inner:
+            base = _base(inner[0])
+            if base in RULES or base in (extra or {}) or base in INLINE or base in SHELLS:
+                return f"xargs adds the words of its input to {base}, whose class depends on them"
+            return None
+        rest = inner if inner != rest else []
+    return None
 
 
 def _unwrap(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -192,6 +280,9 @@ def _trusted_name(name: str, path: str | None) -> bool:
 def _classify(  # noqa: PLR0911 - one return per kind of program, in the order checked
     argv: Sequence[str], extra: Mapping[str, Rule] | None = None
 ) -> Verdict:
+    unseen = _runs_unseen(argv, extra)
+    if unseen is not None:
+        return "destroys", unseen
     inner, wrappers = _unwrap(argv)
     through = f" (through {' '.join(wrappers)})" if wrappers else ""
     if not inner:
@@ -263,6 +354,11 @@ def _listed(name: str, through: str) -> Verdict:
 def stockade_classify(spec: ExecSpec, rules: Mapping[str, Rule]) -> Classification:
     """Classify ``spec.argv`` with the built-in table and the plugins' rules."""
     kind, why = classify_argv(spec.argv, rules, path=spec.env.get("PATH", ""))
+    named = sorted(
+        v for v, value in spec.env.items() if names_a_program(v) and FIXED_ENV.get(v) != value
+    )
+    if named:  # --env GIT_SSH_COMMAND=...: the program it runs is not in argv
+        kind, why = "destroys", f"its environment sets {named[0]}, which names a program to run"
     if kind == "reads" and os.path.dirname(spec.program) not in SYSTEM_DIRS:
         kind, why = "writes", f"{spec.program} is not in a system directory, so it counts as writes"
     return Classification(kind, (why,), by=(NAME,), programs=programs_run(spec.argv))

@@ -145,10 +145,15 @@ def held_error(spec: ExecSpec, classification: Classification, decision: Decisio
 
 
 def egress_rule(
-    spec: ExecSpec, classification: Classification, profile: Profile, config: Config
+    spec: ExecSpec,
+    classification: Classification,
+    profile: Profile,
+    config: Config,
+    over_breaker: bool = False,  # noqa: FBT001, FBT002 - the rule's own field
 ) -> EgressRule | None:
-    """What a ``network`` command's proxy may let through: its profile's hosts. ``None``
-    (no network at all) for any other command, for a profile that names no hosts, and for
+    """What a ``network`` command's proxy may let through: its profile's hosts (and
+    ``over_breaker``: a person approved it over the breaker's ask). ``None`` (no network at
+    all) for any other command, for a profile that names no hosts, and for
     ``danger-full-access`` (which is not confined)."""
     if classification.kind != "network" or spec.mode == "danger-full-access":
         return None
@@ -161,4 +166,5 @@ def egress_rule(
         resolve=config.network.resolve,
         credentials=bound(profile, spec),
         upstream_ca=config.network.upstream_ca,
+        over_breaker=over_breaker,
     )

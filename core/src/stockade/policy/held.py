@@ -13,9 +13,11 @@ import attrs
 from ..errors import PolicyDenied, PolicyHeld, UsageError
 
 if TYPE_CHECKING:
+    from ..record.recording import Recording
     from ..record.store import HeldStep, Store
     from ..request.result import RunResult
-    from ..request.spec import ExecSpec
+    from ..request.spec import ExecSpec, Profile
+    from .breaker import Breaker
 
 
 def settled(held: HeldStep) -> RunResult | None:
@@ -66,3 +68,28 @@ def rehome(spec: ExecSpec, home: str | None) -> ExecSpec:
     if env.get("HOME") == spec.home:
         env["HOME"] = home
     return attrs.evolve(spec, home=home, env=env)
+
+
+def decide_again(
+    found: HeldStep, profile: Profile, breaker: Breaker, store: Store, recording: Recording
+) -> None:
+    """An approved step whose run came to hold private data and somebody else's words after
+    it was shown waits again, asked now by the breaker (what it was shown for kept after).
+
+    Raises:
+        PolicyHeld: it waits again for a person.
+    """
+    from ..request.verdict import Decision
+    from .breaker import BY
+    from .decide import held_error
+
+    if found.state != "approved" or found.decision.by == BY:
+        return
+    tripped = breaker.check(found.spec, found.classification, profile)
+    if tripped is None:
+        return
+    shown = found.decision.reason
+    decision = Decision("ask", f"{tripped.reason}; it was shown for: {shown}", by=BY)
+    if store.hold_again(found.spec.run_id, found.step, decision):
+        recording.permission(found.spec, found.classification, decision)
+        raise held_error(found.spec, found.classification, decision)

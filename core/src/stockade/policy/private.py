@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import os
 import re
 from collections.abc import Iterable
@@ -28,7 +29,6 @@ import attrs
 from attrs import frozen
 
 from ..errors import UsageError
-from .named import beneath
 
 if TYPE_CHECKING:
     from ..request.spec import ExecSpec, Profile
@@ -58,33 +58,30 @@ def find(workspace: str, globs: Iterable[str], marked: Iterable[str] = ()) -> Fo
     workspace to any private file among them."""
     relative = [g for g in globs if not g.startswith("/")]
     absolute = [g for g in globs if g.startswith("/")]
-    hits: dict[str, None] = {}
+    hits: dict[str, None] = {}  # to resolve
+    found: dict[str, None] = {}  # real already: found walking a real folder, not a symlink
     if relative:
-        _walk(workspace, "", _matcher(relative), relative, hits)
+        _walk(workspace, "", relative, found, hits)
     for glob in absolute:
         start = _literal_folder(glob)
-        if os.path.isdir(start):
-            _walk(
-                start,
-                start.rstrip("/") + "/" if start != "/" else "/",
-                _matcher([glob]),
-                [glob],
-                hits,
-            )
+        if os.path.isdir(start) and start == os.path.realpath(start):
+            _walk(start, start.rstrip("/") + "/" if start != "/" else "/", [glob], found, hits)
         elif os.path.lexists(start) and fnmatch.fnmatchcase(start, glob):
             hits.setdefault(start, None)
+        elif os.path.isdir(start):  # reached through a symlink: matched by letters, resolved
+            _walk(start, start.rstrip("/") + "/", [glob], hits, hits)
     for name in marked:
         path = os.path.join(workspace, name)
         if os.path.lexists(path):
             hits.setdefault(path, None)
-    real = _resolved(hits)
+    real = list(dict.fromkeys((*found, *_resolved(hits))))
     real = _with_links(workspace, real)
     outer = _outer(real)
     return Found(tuple(outer), tuple(_show(p, workspace) for p in outer))
 
 
 def for_step(
-    spec: ExecSpec, profile: Profile, workspace: str, marked: Iterable[str]
+    spec: ExecSpec, profile: Profile, workspace: str, marked: Iterable[str], *, held: bool = False
 ) -> tuple[ExecSpec, str | None]:
     """``spec`` with the private data it must not see (``private_data``), and ``None``; or,
     granted, ``spec`` as it is and what it was granted, in words (a ``grant`` taint's detail).
@@ -101,6 +98,7 @@ def for_step(
         spec.mode,
         asked=spec.read_private,
         readers=profile.private_readers,
+        held=held,
     )
     if why is not None:
         more = f" and {len(found.shown) - SHOWN} more" if len(found.shown) > SHOWN else ""
@@ -153,11 +151,18 @@ def refuse_read(root: str, path: str, found: Found) -> None:
 
 
 def grant(
-    argv0: str, program: str, mode: str, *, asked: bool, readers: Iterable[str]
+    argv0: str,
+    program: str,
+    mode: str,
+    *,
+    asked: bool,
+    readers: Iterable[str],
+    held: bool = False,
 ) -> str | None:
     """Why a step sees the private data, or ``None`` (it is masked): ``--read-private``
-    (``asked``), a program the profile's ``private_readers`` names (by name or path), or
-    ``danger-full-access`` (nothing is confined, so nothing is masked)."""
+    (``asked``), a program the profile's ``private_readers`` names (by name or path),
+    ``danger-full-access`` (nothing is confined, so nothing is masked), or a run that holds
+    private data already (``held``: seeing more adds nothing the breaker does not know)."""
     if mode == "danger-full-access":
         return "danger-full-access"
     if asked:
@@ -166,18 +171,65 @@ def grant(
     for reader in readers:
         if reader in names:
             return f"private_readers {reader}"
-    return None
+    return "the run holds private data already" if held else None
 
 
-def _matcher(globs: list[str]) -> re.Pattern[str]:
-    return re.compile("|".join(fnmatch.translate(g) for g in globs))
+@functools.lru_cache(maxsize=64)
+def _matcher(globs: tuple[str, ...]) -> _Globs:
+    return _Globs(globs)
+
+
+class _Globs:
+    """``globs`` ready for a walk: a name is tried only against the globs whose fixed
+    beginning (before the first wildcard) it starts with, and those that start with a
+    wildcard; a folder is gone into only when a glob could match beneath it."""
+
+    def __init__(self, globs: tuple[str, ...]) -> None:
+        cut = {g: min((i for i, c in enumerate(g) if c in "*?["), default=len(g)) for g in globs}
+        wild = [g for g in globs if cut[g] == 0]
+        fixed = [g for g in globs if cut[g] > 0]
+        # `*.pem`: a star, then letters only, is a suffix (`*` matches `/` too)
+        self.ends = tuple(g[1:] for g in wild if g[0] == "*" and not any(c in "*?[" for c in g[1:]))
+        self.any = bool(wild)
+        self.wild = _pattern([g for g in wild if g[1:] not in self.ends or g[0] != "*"])
+        self.fixed = _pattern(fixed)
+        self.starts = tuple(g[: cut[g]] for g in fixed)
+        # by first folder, so a name is compared with its own folder's beginnings only
+        self.by_head: dict[str, tuple[str, ...]] = {}
+        for start in (s for s in self.starts if "/" in s):
+            head = start.partition("/")[0]
+            self.by_head[head] = (*self.by_head.get(head, ()), start)
+        self.loose = tuple(s for s in self.starts if "/" not in s)
+        # every folder (with its "/") that leads to a fixed beginning
+        self.leading = frozenset(
+            f[: i + 1] for f in self.starts for i, c in enumerate(f) if c == "/"
+        )
+
+    def match(self, name: str) -> bool:
+        if name.endswith(self.ends) or (self.wild is not None and self.wild.match(name)):
+            return True
+        return self.fixed is not None and self._starts(name) and bool(self.fixed.match(name))
+
+    def _starts(self, name: str) -> bool:
+        own = self.by_head.get(name.partition("/")[0])
+        return (own is not None and name.startswith(own)) or name.startswith(self.loose)
+
+    def beneath(self, folder: str) -> bool:
+        """Whether a glob could match below ``folder`` (given with its ``/``)."""
+        return self.any or folder in self.leading or self._starts(folder)
+
+
+def _pattern(globs: list[str]) -> re.Pattern[str] | None:
+    return re.compile("|".join(fnmatch.translate(g) for g in globs)) if globs else None
 
 
 def _walk(
-    folder: str, prefix: str, matcher: re.Pattern[str], globs: list[str], hits: dict[str, None]
+    folder: str, prefix: str, globs: list[str], found: dict[str, None], links: dict[str, None]
 ) -> None:
     """Each entry below ``folder`` whose name (``prefix`` + its path from ``folder``) a glob
-    matches, without going below a match or into a folder no glob could match beneath."""
+    matches, without going below a match or into a folder no glob could match beneath: into
+    ``found``, or ``links`` for a symlink (its target is what is private)."""
+    matcher = _matcher(tuple(globs))
     stack = [(folder, prefix)]
     while stack:
         here, shown = stack.pop()
@@ -188,8 +240,8 @@ def _walk(
         for entry in entries:
             name = shown + entry.name
             if matcher.match(name):
-                hits.setdefault(entry.path, None)
-            elif entry.is_dir(follow_symlinks=False) and any(beneath(name, g) for g in globs):
+                (links if entry.is_symlink() else found).setdefault(entry.path, None)
+            elif entry.is_dir(follow_symlinks=False) and matcher.beneath(name + "/"):
                 stack.append((entry.path, name + "/"))
 
 

@@ -99,6 +99,11 @@ def _sort(args: Sequence[str]) -> Verdict:
 
 
 def _rsync(args: Sequence[str]) -> Verdict:
+    for arg in args:
+        if arg.split("=", 1)[0] in ("-e", "--rsh", "--rsync-path") or (
+            arg.startswith("-e") and not arg.startswith("--")
+        ):
+            return "destroys", f"rsync {arg.split('=', 1)[0][:12]} names a program to run"
     remote = any(
         "::" in a or a.startswith("rsync://") or (":" in a and not a.startswith(("-", "/", ".")))
         for a in args
@@ -124,6 +129,9 @@ def _git(args: Sequence[str]) -> Verdict:  # noqa: PLR0911 - one return per rule
     if not rest:
         return "reads", "git without a subcommand prints help"
     sub, sub_args = rest[0], rest[1:]
+    runs = _git_runs(sub, sub_args)
+    if runs is not None:
+        return "destroys", runs
     if sub in _GIT_READS:
         if sub == "grep" and any(a.startswith(("-O", "--open-files-in-pager")) for a in sub_args):
             return "destroys", f"git {sub} -O runs a program on the files it finds"
@@ -136,6 +144,102 @@ def _git(args: Sequence[str]) -> Verdict:  # noqa: PLR0911 - one return per rule
     if sub in _GIT_NETWORK:
         return "network", f"git {sub} talks to a remote"
     return "writes", f"git {sub} changes the repository or the working tree"
+
+
+_GIT_PROGRAM_OPTIONS = ("--upload-pack", "--receive-pack", "--exec", "--extcmd", "-x", "-u")
+"""Options that name a program git runs (``fetch --upload-pack``, ``difftool -x``, ``rebase
+-x``, ``clone -u``), given apart (``-x CMD``) or glued (``--exec=CMD``)."""
+_GIT_RUNS_SUBCOMMANDS = {
+    "bisect": "run",
+    "submodule": "foreach",
+}
+
+
+def _git_runs(sub: str, args: Sequence[str]) -> str | None:
+    """Why ``git SUB ARGS`` runs a program it is given, or ``None``."""
+    if _GIT_RUNS_SUBCOMMANDS.get(sub) in args[:1] or sub == "filter-branch":
+        return f"git {sub} {args[0] if args else ''} runs a command it is given".replace("  ", " ")
+    for arg in args:
+        if arg == "--":
+            break
+        option = arg.split("=", 1)[0]
+        if option in _GIT_PROGRAM_OPTIONS and not (sub in ("add", "commit", "log") and arg == "-u"):
+            return f"git {sub} {option} names a program git runs"
+    return None
+
+
+def _ssh(tool: str) -> Rule:
+    """ssh, scp, sftp: ``network``, unless an option or a config file names a program to run
+    (``-o ProxyCommand=...``, ``-F FILE``, ``scp -S PROGRAM``): then ``destroys``."""
+
+    def rule(args: Sequence[str]) -> Verdict:
+        given = list(args)
+        for i, arg in enumerate(given):
+            if arg == "--":
+                break
+            if arg.startswith("-F") or (tool != "ssh" and arg.startswith(("-S", "-D"))):
+                return "destroys", f"{tool} {arg[:2]} reads a file or names a program to run"
+            if arg.startswith("-I") and tool == "ssh":
+                return "destroys", "ssh -I loads a PKCS#11 library"
+            if arg.startswith("-o"):
+                value = arg[2:] or (given[i + 1] if i + 1 < len(given) else "")
+                key = value.replace("=", " ").split(" ", 1)[0].strip().lower()
+                if key in _SSH_COMMAND_KEYS:
+                    return "destroys", f"{tool} -o {key} names a command to run"
+        return "network", f"{tool} connects to a remote host"
+
+    return rule
+
+
+_SSH_COMMAND_KEYS = frozenset(
+    {
+        "proxycommand",
+        "localcommand",
+        "permitlocalcommand",
+        "knownhostscommand",
+        "match",
+        "include",
+        "pkcs11provider",
+        "securitykeyprovider",
+        "sshaskpass",
+    }
+)
+
+
+def _tar(args: Sequence[str]) -> Verdict:
+    runs = (
+        "--to-command",
+        "--use-compress-program",
+        "--checkpoint-action",
+        "--info-script",
+        "--new-volume-script",
+        "--rsh-command",
+        "--rmt-command",
+    )
+    for arg in args:
+        if arg.split("=", 1)[0] in runs:
+            return "destroys", f"tar {arg.split('=', 1)[0][:24]} runs a program it is given"
+        if arg.startswith("-") and not arg.startswith("--") and ("F" in arg or "I" in arg):
+            return "destroys", "tar -F or -I runs a program it is given"
+    return "writes", "tar makes or unpacks archives"
+
+
+def _curl(tool: str) -> Rule:
+    """curl and wget: ``network``; with options read from a file (``curl -K``, ``wget -e`` or
+    ``--config``) argv does not show what they do: ``destroys``."""
+
+    def rule(args: Sequence[str]) -> Verdict:
+        for arg in args:
+            if arg == "--":
+                break
+            option = arg.split("=", 1)[0]
+            if option in ("-K", "--config", "-e", "--execute") or (
+                tool == "curl" and arg.startswith("-K")
+            ):
+                return "destroys", f"{tool} {option[:9]} takes options argv does not show"
+        return "network", f"{tool} talks to the network"
+
+    return rule
 
 
 def _git_branch(args: Sequence[str]) -> Verdict:

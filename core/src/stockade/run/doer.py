@@ -32,7 +32,8 @@ from .executor import AbortToken, Executor
 if TYPE_CHECKING:
     from ..config.schema import Config
     from ..confine.provider import SandboxProvider
-    from ..egress.proxy import CommandProxy, Connection
+    from ..egress.command import CommandProxy
+    from ..egress.proxy import Connection
     from ..plugin.manager import Registry
     from ..request.plan import LaunchPlan
     from ..request.result import Changes, ProcessOutcome
@@ -227,8 +228,8 @@ class Doer:
         Raises:
             CredentialUnavailable: a bound credential's value cannot go in a header.
         """
+        from ..egress.command import CommandProxy
         from ..egress.inject import Injection
-        from ..egress.proxy import CommandProxy
         from ..errors import CredentialUnavailable
 
         assert step.egress is not None  # noqa: S101 - the caller checked
