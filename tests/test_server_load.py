@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import procs
 from helpers.server import FULL, STOCKADE, WAIT, Stockade, stockade_for
 
@@ -26,7 +28,10 @@ soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 held = []
 for _ in range(count):
-    s = socket.socket(socket.AF_UNIX)
+    try:
+        s = socket.socket(socket.AF_UNIX)
+    except OSError:  # out of descriptors itself: hold what it has
+        break
     try:
         s.connect(path)
     except OSError:
@@ -48,21 +53,8 @@ def _flood(path: str, count: int) -> subprocess.Popen[str]:
 
 
 def test_a_flood_of_idle_connections_never_stops_the_server(tmp_path: Path) -> None:
-    low = (256, 256)
     with stockade_for(tmp_path) as sk:
-
-        def limited() -> None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, low)
-
-        first = subprocess.run(  # the server it starts inherits the low limit
-            [*STOCKADE, "run", "--yes", "--mode", FULL, "--", "true"],
-            env=sk.environ(),
-            preexec_fn=limited,
-            capture_output=True,
-            timeout=WAIT,
-            check=False,
-        )
-        assert first.returncode == 0, first.stderr
+        _start_limited(sk)
         pid = sk.wait_server()
         running = sk.popen("run", "--yes", "--mode", FULL, "--json", "--", "sleep", "2")
         assert procs.wait_until(lambda: _calls_running(sk) == 1, WAIT)
@@ -89,9 +81,66 @@ def test_a_flood_of_idle_connections_never_stops_the_server(tmp_path: Path) -> N
         assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
+def _start_limited(sk: Stockade, *config: str) -> None:
+    """Start ``sk``'s server with a soft and hard limit of 256 descriptors."""
+
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    first = subprocess.run(  # the server it starts inherits the low limit
+        [*STOCKADE, *config, "run", "--yes", "--mode", FULL, "--", "true"],
+        env=sk.environ(),
+        preexec_fn=limited,
+        capture_output=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert first.returncode == 0, first.stderr
+
+
 def _calls_running(sk: Stockade) -> int:
     done = sk.run("serve", "--status", "--json", server=False)
     if done.returncode != 0:
         return -1
     found: int = json.loads(done.stdout)["calls_running"]
     return found
+
+
+def test_a_flood_from_a_confined_command_never_stops_the_server(tmp_path: Path) -> None:
+    # 1,800 connections of a command under Landlock, against a server of 256 descriptors.
+    # Landlock with unix_sockets = true: the command may open Unix sockets, and the socket's
+    # path (under XDG_RUNTIME_DIR) is visible to it; without the secret it gets no further.
+    config = tmp_path / "stockade.toml"
+    config.write_text("[plugins.settings.landlock]\nunix_sockets = true\n")
+    with stockade_for(tmp_path / "sk", runtime=True) as sk:
+        sk.env["STOCKADE_DISABLE_PLUGINS"] = "bubblewrap"
+        _start_limited(sk, "--config", str(config))
+        pid = sk.wait_server()
+        project = tmp_path / "project"  # not the test's folder: that holds the server's
+        project.mkdir()
+        held = project / "held"
+        flood = sk.popen(
+            "--config", str(config), "run", "--yes", "--sandbox", "landlock", "--json",
+            "--mode", "workspace-write", "--", "/usr/bin/python3", "-c",
+            FLOOD.replace("sys.stdin.read()", "held and held.pop().close(); "  # one for the file
+                          f"open({str(held)!r}, 'w').write(str(len(held))); time.sleep(3)"),
+            sk.place.socket, "1800",
+            cwd=project,
+        )  # fmt: skip
+        if not procs.wait_until(lambda: held.exists() or flood.poll() is not None, WAIT):
+            raise AssertionError(sk.log())
+        assert held.exists(), flood.communicate()
+        during = sk.run("run", "--yes", "--mode", FULL, "--", "echo", "during")
+        assert (during.returncode, during.stdout) == (0, b"during\n"), during.stderr
+        out, err = flood.communicate(timeout=WAIT)
+        assert flood.returncode == 0, err
+        result = json.loads(out)
+        assert (result["exit_code"], result["sandbox"]["provider"]) == (0, "landlock")
+        connected = int(held.read_text())
+        after = sk.run("run", "--yes", "--mode", FULL, "--", "echo", "after")
+        assert (after.returncode, after.stdout, after.stderr) == (0, b"after\n", b"")
+        assert sk.server_pid() == pid and procs.alive(pid)
+        verified = sk.run("verify", server=False)
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+    if connected == 0:  # nothing flooded: the sandbox kept the command away from the socket
+        pytest.skip("the confined command could not reach the server's socket here")

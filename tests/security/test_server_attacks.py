@@ -348,7 +348,9 @@ class Ground:
 def listener(pid: int, path: str) -> str:
     """The descriptor number of the socket ``pid`` listens on at ``path``."""
     lines = Path("/proc/net/unix").read_text().splitlines()[1:]
-    inodes = {f"socket:[{line.split()[6]}]" for line in lines if line.endswith(" " + path)}
+    # A path too long for sockaddr_un is bound through /proc/self/fd/N/socket (its folder)
+    bound = (" " + path, " /proc/self/fd/")
+    inodes = {f"socket:[{line.split()[6]}]" for line in lines if any(b in line for b in bound)}
     for fd in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(OSError):
             if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:

@@ -192,7 +192,7 @@ class Host:
             agent=agent,
             here=self.cwd if self.cwd is not None else caller.cwd(),
         )
-        secrets = credentials.recorded(self.hooks, spec, self.recording)
+        secrets = credentials.recorded(self.hooks, spec, self.recording, self.config)
         self.recording.action(spec)
         classification = self.classify(spec)
         spec = enforce_class(spec, classification)
@@ -497,7 +497,7 @@ class Host:
         decide.check_roots(spec, self.config, self.environ, self.recording)
         self.recording.permission(spec, found.classification, decision)
         try:
-            secrets = credentials.secrets(self.hooks, spec)
+            secrets = credentials.secrets(self.hooks, spec, self.config)
         except StockadeError as error:
             self.recording.error(spec, error)  # its action was recorded when it was held
             raise

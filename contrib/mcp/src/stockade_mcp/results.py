@@ -83,11 +83,25 @@ def failure(error: StockadeError) -> types.CallToolResult:
     The data matches ``run_command``'s output schema (its error branch), so a client that
     checks results against it shows the error, hint included.
     """
+    if error.code in _TO_A_MODEL:
+        error.hint = _TO_A_MODEL[error.code]
     return types.CallToolResult(
         content=[text(render.error_text(error))],
         structured_content=render.jsonable(error.to_dict()),
         is_error=True,
     )
+
+
+_TO_A_MODEL = {
+    "unsafe_root": (
+        "you cannot choose where commands may write: the person who started this server "
+        "chose its workspace, and this folder may never be written (a home, a system "
+        "folder, the store). Tell the person, who can start the server in a project "
+        "folder, or do without this command"
+    ),
+}
+"""Hints the core words for a person at a terminal (``--cwd``, ``--agent``), said to the model
+that called the tool instead."""
 
 
 def internal(error: Exception) -> types.CallToolResult:

@@ -47,7 +47,7 @@ def network_of(config: Config, held: HeldStep) -> Network:
         return Network(f"only {', '.join(hosts)}, through the egress proxy")
     return Network(
         f"none: letting it go ahead runs it with no network, because profile {spec.profile}"
-        f" names no hosts (add hosts = [...] to [agents.{spec.profile}] in the config, then"
-        " ask again)",
+        f" names no hosts (add hosts = [...] to [agents.{spec.profile}] in {config.named},"
+        " then ask again)",
         warn=True,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -37,7 +38,49 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         print(f"stockade: error[usage]: {message}", file=sys.stderr)
+        hint = _suggestion(self, message)
+        if hint:
+            print(f"  hint: {hint}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
+
+
+def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    """What a newcomer most likely meant: an option put before its command word, a
+    misspelled option, a misspelled command."""
+    import difflib
+
+    commands = {
+        name: sub
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, sub in action.choices.items()
+    }
+    own = {o for action in parser._actions for o in action.option_strings}
+    if message.startswith("unrecognized arguments: "):
+        for token in message.removeprefix("unrecognized arguments: ").split():
+            option = token.split("=", 1)[0]
+            if not option.startswith("--"):
+                continue
+            homes = sorted(
+                name
+                for name, sub in commands.items()
+                if any(option in a.option_strings for a in sub._actions)
+            )
+            if homes and option not in own:
+                where = " or ".join(f"`stockade {name} {option} ...`" for name in homes[:3])
+                return f"{option} belongs after the command word: {where}"
+            known = own | {
+                o for sub in commands.values() for a in sub._actions for o in a.option_strings
+            }
+            close = difflib.get_close_matches(option, sorted(known), n=1)
+            if close:
+                return f"did you mean {close[0]}?"
+    found = re.search(r"invalid choice: '([^']*)'", message)
+    if found and commands:
+        close = difflib.get_close_matches(found.group(1), sorted(commands), n=1)
+        if close:
+            return f"did you mean `stockade {close[0]}`?"
+    return ""
 
 
 def _add_run_options(run: argparse.ArgumentParser) -> None:

@@ -104,8 +104,16 @@ def interrupts(stop: Callable[[], None]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+_CLI_WORDS = {"list_commands shows": "`stockade tasks` shows"}
+"""The MCP tools a shared hint names, as the command line says them."""
+
+
 def report_error(error: StockadeError, *, as_json: bool) -> int:
-    """Print ``error`` for a person (stderr) or a program (JSON on stdout); its exit status."""
+    """Print ``error`` for a person (stderr) or a program (JSON on stdout); its exit status.
+    A hint that names an MCP tool names the command instead."""
+    for tool, command in _CLI_WORDS.items():
+        if error.hint and tool in error.hint:
+            error.hint = error.hint.replace(tool, command)
     if as_json:
         import json
 

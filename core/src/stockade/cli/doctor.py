@@ -37,6 +37,7 @@ class DoctorReport:
             enforces the mode only partly says so, and what it leaves out.
         broken: installed plugins that failed to load (skipped; selecting one fails).
         partial: the modes whose provider enforces them only partly.
+        problem: why nothing could be probed (an invalid config, say); empty otherwise.
     """
 
     ok: bool
@@ -48,6 +49,7 @@ class DoctorReport:
     modes: tuple[Fact, ...]
     broken: tuple[Fact, ...] = ()
     partial: tuple[str, ...] = ()
+    problem: str = ""
 
 
 def build_report(args: argparse.Namespace) -> DoctorReport:
@@ -61,8 +63,19 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
     try:
         host: Host = make_host(args, warn=False)
     except StockadeError as error:
-        unusable = (Fact("host", False, str(error)),)
-        return DoctorReport(False, python, "unusable", kernel, unusable, (), ())
+        from ..config.load import config_path
+        from ..errors import ConfigError
+
+        where = args.config or config_path(os.environ) or "embedded defaults (no config file)"
+        unusable = (Fact("host", False, error.message),)
+        problem = (
+            f"the config {where} cannot be used: fix it, then run doctor again"
+            if isinstance(error, ConfigError)
+            else f"no host could be made: {error.message}"
+        )
+        return DoctorReport(
+            False, python, f"{where} (unusable)", kernel, unusable, (), (), problem=problem
+        )
     config = host.config.source or "embedded defaults (no config file)"
     executors = tuple(
         Fact(c.PLUGIN_NAME, probe.usable, probe.detail)
@@ -184,7 +197,8 @@ def doctor_command(args: argparse.Namespace, _parser: object = None) -> int:
         print("plugins that failed to load (skipped; selecting one fails):")
         for fact in report.broken:
             print(f"  [no] {visible(fact.name)}: {visible(fact.detail)}")
-    verdict = "ready" if report.ok else "NOT ready: the default mode cannot run confined here"
+    why = report.problem or "the default mode cannot run confined here"
+    verdict = "ready" if report.ok else f"NOT ready: {why}"
     if report.ok and report.partial:
         verdict += f" (PARTIAL enforcement of {', '.join(report.partial)}: see modes)"
     print(f"verdict: {verdict}")

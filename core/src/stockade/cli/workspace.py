@@ -25,7 +25,8 @@ def workspace_command(args: argparse.Namespace, _parser: object = None) -> int:
                 raise UsageError(
                     f"agent {args.name!r} has no workspace of its own: it works in the "
                     "current directory",
-                    hint="configure [agents.NAME] to give an agent a workspace",
+                    hint=f"configure [agents.{args.name}] in {host.config.named} to give "
+                    "an agent a workspace",
                 )
             removed = None
             if args.clear:

@@ -217,6 +217,16 @@ class Config:
     system_secrets: tuple[str, ...] = field(default=(), validator=_absolute)
     source: str | None = field(default=None, kw_only=True)
 
+    @property
+    def named(self) -> str:
+        """The config as a hint names it: its file, or where to make one."""
+        if self.source:
+            return f"the config {self.source}"
+        return (
+            "a config file (none was read: make ~/.config/stockade/config.toml, or pass "
+            "--config or STOCKADE_CONFIG)"
+        )
+
     def profile(self, name: str) -> Profile:
         """The profile called ``name``; ``default`` is built in when not configured.
 
@@ -231,7 +241,7 @@ class Config:
         names = ", ".join(sorted(self.agents)) or "none"
         raise ConfigError(
             f"unknown agent profile {name!r}; configured: {names}",
-            hint=f"add [agents.{name}] to the config, or name a configured profile",
+            hint=f"add [agents.{name}] to {self.named}, or name a configured profile",
             details={"profile": name, "configured": sorted(self.agents)},
         )
 

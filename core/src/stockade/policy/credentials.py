@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import CredentialUnavailable
+from ..record.broker import where_to_put
 from ..request.step import BoundCredential
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ..config.schema import Config
     from ..plugin.manager import Hooks
     from ..record.recording import Recording
     from ..request.spec import ExecSpec, Profile
@@ -28,25 +30,30 @@ def used(spec: ExecSpec) -> Mapping[str, str]:
     return spec.credentials
 
 
-def credentials(hooks: Hooks, spec: ExecSpec) -> dict[str, str]:
+def credentials(hooks: Hooks, spec: ExecSpec, config: Config | None = None) -> dict[str, str]:
     """Each requested handle resolved to its value by a broker.
 
     Raises:
-        CredentialUnavailable: no broker resolved a handle.
+        CredentialUnavailable: no broker resolved a handle (with ``config``, its hint names
+            the variable and the secrets file the built-in broker reads).
     """
     values = {}
     for variable, handle in spec.credentials.items():
         value = hooks.resolve_credential(handle, spec)
         if value is None:
+            hint = "install or configure a credential broker plugin that knows it"
+            if config is not None:
+                hint = where_to_put(config, handle)
             raise CredentialUnavailable(
                 f"no credential broker resolved {handle!r} (for {variable})",
-                hint="install or configure a credential broker plugin that knows it",
+                hint=hint,
+                details={"handle": handle, "variable": variable},
             )
         values[variable] = value
     return values
 
 
-def secrets(hooks: Hooks, spec: ExecSpec) -> dict[str, str]:
+def secrets(hooks: Hooks, spec: ExecSpec, config: Config | None = None) -> dict[str, str]:
     """:func:`credentials`, refusing a command whose argv carries one of the values.
 
     Raises:
@@ -55,7 +62,7 @@ def secrets(hooks: Hooks, spec: ExecSpec) -> dict[str, str]:
     """
     if not spec.credentials:
         return {}
-    values = credentials(hooks, spec)
+    values = credentials(hooks, spec, config)
     from ..record.redact import refuse_in_argv
 
     refuse_in_argv(spec.argv, values.values())
@@ -71,7 +78,9 @@ def bound(profile: Profile, spec: ExecSpec) -> tuple[BoundCredential, ...]:
     )
 
 
-def recorded(hooks: Hooks, spec: ExecSpec, recording: Recording) -> dict[str, str]:
+def recorded(
+    hooks: Hooks, spec: ExecSpec, recording: Recording, config: Config | None = None
+) -> dict[str, str]:
     """:func:`secrets`, resolved before anything is recorded, so that an argv carrying one is
     refused before it could be written down; a handle no broker knows is recorded.
 
@@ -80,7 +89,7 @@ def recorded(hooks: Hooks, spec: ExecSpec, recording: Recording) -> dict[str, st
         UsageError: an argument holds a secret (nothing recorded).
     """
     try:
-        return secrets(hooks, spec)
+        return secrets(hooks, spec, config)
     except CredentialUnavailable as error:
         # No value was found, so none can be in argv: the refusal is recorded.
         recording.action(spec)

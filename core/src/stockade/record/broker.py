@@ -67,9 +67,13 @@ class CredentialBroker:
     Args:
         config: the ``[credentials]`` table.
         environ: the host's ambient environment.
+        named: the config as a hint names it (:attr:`Config.named`).
     """
 
-    def __init__(self, config: CredentialsConfig, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, config: CredentialsConfig, environ: Mapping[str, str], named: str = "the config"
+    ) -> None:
+        self.named = named
         self.prefix = config.env_prefix
         self.file = os.path.expanduser(config.file) if config.file else None
         self.environ = environ
@@ -111,7 +115,7 @@ class CredentialBroker:
             raise _unavailable(
                 f"the secrets file {path} (credentials.file) does not exist",
                 hint=f"create it with `install -m 600 /dev/null {path}` and add "
-                'handle = "secret" lines, or fix credentials.file in the config',
+                f'handle = "secret" lines, or fix credentials.file in {self.named}',
                 path=path,
             ) from None
         except OSError as error:
@@ -189,6 +193,21 @@ def _parse(path: str, raw: bytes) -> dict[str, str]:
     return secrets
 
 
+def where_to_put(config: Config, handle: str) -> str:
+    """Where the built-in broker looks for ``handle``, as a hint: the variable to set and the
+    secrets file to fill, with the config's path."""
+    creds = config.credentials
+    places = []
+    if creds.env_prefix:
+        variable = env_name(creds.env_prefix, handle)
+        places.append(f"set {variable} in the environment stockade runs with")
+    if creds.file:
+        places.append(f'add {handle} = "..." to the secrets file {creds.file}')
+    else:
+        places.append(f"name a secrets file as credentials.file in {config.named}")
+    return ", or ".join(places) + "; or install a credential broker plugin that knows it"
+
+
 def _toml_type(value: object) -> str:
     names = {dict: "table", list: "array", bool: "boolean", int: "integer", float: "float"}
     return names.get(type(value), "date or time")
@@ -197,11 +216,11 @@ def _toml_type(value: object) -> str:
 def _unavailable(message: str, *, path: str, hint: str | None = None) -> CredentialUnavailable:
     return CredentialUnavailable(
         message,
-        hint=hint or "fix the secrets file named by credentials.file in the config",
+        hint=hint or "fix the secrets file named by credentials.file",
         details={"file": path},
     )
 
 
 def make_plugin(config: Config, environ: Mapping[str, str]) -> CredentialBroker:
     """The broker for one host."""
-    return CredentialBroker(config.credentials, environ)
+    return CredentialBroker(config.credentials, environ, config.named)

@@ -1,12 +1,13 @@
 """Where one user's server lives: its socket, the secret a client presents, its log.
 
-One server serves one state directory (one store) for one user and one installation. Its
-socket sits in a 0700 folder named by a digest of the uid, the state directory, home, the
-interpreter's prefix, where this code lives and the runtime folder (so two state
-directories, two checkouts or two venvs never share a server), under
-``$XDG_RUNTIME_DIR/stockade/``, else under ``<state>/server/``. The secret, the pid file and
-the log are always in ``<state>/server/`` (0700), named with the same digest: the state
-directory is hidden from every sandboxed command, so no command can read the secret.
+One server serves one state directory (one store) for one user and one installation,
+named by a digest of the uid, the state directory, home, the interpreter's prefix, where
+this code lives and the runtime folder (so two state directories, two checkouts or two
+venvs never share a server). Its socket sits in a 0700 folder named by the digest under
+``$XDG_RUNTIME_DIR/stockade/``, else it is ``<state>/server/<digest[:8]>``. The secret,
+the pid file and the log are always in ``<state>/server/`` (0700), named with the same
+digest: the state directory is hidden from every sandboxed command, so no command can read
+the secret.
 
 Standard library only (the thin client imports it).
 """
@@ -48,10 +49,13 @@ class Place:
             (str(os.getuid()), state, environ.get("HOME", ""), sys.prefix, code, runtime or "")
         )
         digest = _sha256(key.encode("utf-8", "surrogateescape"))[:16]
-        base = self.private if runtime is None else os.path.join(runtime, "stockade")
-        self.folder = os.path.join(base, digest)
         suffix = f"-{digest}"
-        self.socket = os.path.join(self.folder, SOCKET)
+        if runtime is None:  # named by the digest alone: the path stays short for sockaddr_un
+            self.folder = self.private
+            self.socket = os.path.join(self.folder, digest[:8])
+        else:
+            self.folder = os.path.join(runtime, "stockade", digest)
+            self.socket = os.path.join(self.folder, SOCKET)
         self.token = os.path.join(self.private, TOKEN + suffix)
         self.pid = os.path.join(self.private, PID + suffix)
         self.log = os.path.join(self.private, LOG + suffix)
@@ -76,7 +80,7 @@ class Place:
         if len(self.socket.encode()) <= _MAX_SUN_PATH:
             return self.socket, None
         fd = os.open(self.folder, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        return f"/proc/self/fd/{fd}/{SOCKET}", fd
+        return f"/proc/self/fd/{fd}/{os.path.basename(self.socket)}", fd
 
 
 def _sha256(data: bytes) -> str:
