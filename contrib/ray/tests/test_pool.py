@@ -135,7 +135,7 @@ def test_a_step_that_would_ask_is_held_by_the_driver(state: Path, box: Box) -> N
     held_pool = StockadePool(1, config)  # the default policy: a shell asks
     try:
         with pytest.raises(PolicyHeld) as held:
-            held_pool.run(ExecRequest(("sh", "-c", "true"), str(box.ws)))
+            held_pool.run(ExecRequest(("sh", "-c", "rm -f none"), str(box.ws)))
         found = held_pool.host.store.get(held_pool.host.run_id, held.value.details["step"])
         assert found.state == "held"
         # Nothing was shipped: the step's record stops at its permission.
