@@ -262,3 +262,41 @@ def test_a_literal_word_has_the_value_the_shells_give_it(word):
             env={"PATH": os.defpath, "LC_ALL": "C.UTF-8"},
         )
         assert ran.stdout.decode("utf-8", "surrogateescape") == value + "\x1e", (shell, word)
+
+
+# --- what a person is shown -----------------------------------------------------------------
+
+
+def test_the_prompt_shows_the_parts_as_a_person_reads_them(make_host, tmp_path):
+    from stockade.errors import PolicyHeld
+    from stockade.policy.prompt import describe
+    from stockade.request.result import PendingApproval
+    from stockade.request.spec import ExecRequest
+
+    host = make_host()
+    script = "cd src && grep -rn 'TODO: x' . | head -n 3 > todo.txt 2>&1\nrm -f 'old log'"
+    (tmp_path / "src").mkdir()
+    with pytest.raises(PolicyHeld) as held:
+        host.run(ExecRequest(["bash", "-lc", script], str(tmp_path)))
+    [step] = host.store.waiting()
+    assert step.classification.parts == (
+        "cd src",
+        "&& grep -rn 'TODO: x' .",
+        "| head -n 3 >todo.txt 2>&1",
+        "; rm -f 'old log'",
+    )
+    text = describe(PendingApproval(step.spec, step.classification, step.decision))
+    assert "  script: cd src\n          && grep -rn 'TODO: x' .\n" in text
+    assert "          ; rm -f 'old log'\n  class:  destroys\n" in text
+    assert held.value.details["kind"] == "destroys"
+
+
+def test_a_part_cannot_rewrite_the_prompt(make_host, tmp_path):
+    from stockade.errors import PolicyHeld
+    from stockade.request.spec import ExecRequest
+
+    host = make_host()
+    with pytest.raises(PolicyHeld):
+        host.run(ExecRequest(["sh", "-c", "rm -f 'x\x1b[2K\b  run:    ls'"], str(tmp_path)))
+    [step] = host.store.waiting()
+    assert step.classification.parts == ("rm -f x$'\\x1b''[2K'$'\\x08''  run:    ls'",)

@@ -10,6 +10,7 @@ unread, never half read.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 
@@ -32,6 +33,7 @@ _TEST_NODES = frozenset({"unary_expression", "binary_expression"})
 # Bytes past ASCII are plain word characters to bash and dash, never an operator or a quote:
 # the grammar reads them as `a` (same offsets), since its scanner can crash on some of them.
 _ASCII = bytes(range(128)) + b"a" * 128
+_PLAIN = re.compile(rb"[A-Za-z0-9_./,%+^-]+")  # no ~, = or : (a tilde after them expands)
 _BLANK = re.compile(rb"(?:[ \t\n]|\\\n)*")
 _NAMES = {
     "command_substitution": "a command substitution",
@@ -127,11 +129,18 @@ class _Reader:
     def word(self, node: tree_sitter.Node) -> str:
         if node.type not in _WORDS:
             raise _NotRead(_name(node), node)
-        value = literal(self.text(node))
+        span = (node.start_byte, node.end_byte)
+        raw = self.source[span[0] : span[1]]
+        if _PLAIN.fullmatch(raw):  # most words: nothing to unquote, nothing that could expand
+            value: str | None = raw.decode("ascii")
+        else:
+            value = literal(raw.decode("utf-8", "surrogateescape"))
         if value is None:
             raise _NotRead(f"the word {self.text(node)!r} would expand", node)
-        self.take(node)
-        self.words.add((node.start_byte, node.end_byte))
+        self.spans.append(span)
+        if self.group is not None:
+            self.group.append(span)
+        self.words.add(span)
         return value
 
     def program(self, root: tree_sitter.Node) -> None:
@@ -203,16 +212,19 @@ class _Reader:
         argv: list[str] = []
         redirects: list[Redirect] = []
         for child in node.children:
-            if child.type == "command_name":
+            kind = child.type
+            if kind in _WORDS:
+                argv.append(self.word(child))
+            elif kind == "command_name":
                 if child.named_child_count != 1:
                     raise _NotRead("a command name the reader does not know", child)
                 argv.append(self.word(child.named_children[0]))
-            elif child.type.endswith("_redirect"):
+            elif kind.endswith("_redirect"):
                 redirects.append(self.redirect(child, argv))
             elif child.is_named:
                 argv.append(self.word(child))
             else:
-                raise _NotRead(f"the token {child.type!r}", child)
+                raise _NotRead(f"the token {kind!r}", child)
         if not argv:
             raise _NotRead("a redirection with no command", node)
         self.group = None
@@ -307,49 +319,40 @@ class _Reader:
         return Redirect(op.type, "", delimiter)
 
     def covered(self) -> None:
-        """Every byte belongs to a node read here, or is blank between them."""
-        position = 0
-        for start, end in sorted(self.spans):
-            if start < position:
-                raise _NotRead("text the grammar read twice")
-            gap = self.source[position:start]
-            if _BLANK.fullmatch(gap) is None:
-                raise _NotRead(f"text the reader did not understand ({gap[:20]!r})")
-            position = end
-        if _BLANK.fullmatch(self.source[position:]) is None:
-            raise _NotRead("text the reader did not understand at the end")
-        self.separated()
-
-    def separated(self) -> None:
-        """Parts are split where bash splits them: a part's words never span a bare newline,
-        and two parts are always apart by a joiner or a newline."""
-        extents = []
+        """Every byte belongs to a node read here, or is blank between them; and parts are
+        split where bash splits them: a part's words never span a bare newline, no two words
+        touch, and two parts are always apart by a joiner or a newline."""
+        spans = sorted(self.spans)
+        starts = [start for start, _ in spans]
+        source = self.source
+        ends = [0, *(end for _, end in spans)]
+        if any(start < end for start, end in zip(starts, ends, strict=False)):
+            raise _NotRead("text the grammar read twice")
+        gaps = [source[ends[i] : start] for i, start in enumerate([*starts, len(source)])]
+        if _BLANK.fullmatch(b"".join(gaps)) is None:
+            bad = next(gap for gap in gaps if _BLANK.fullmatch(gap) is None)
+            raise _NotRead(f"text the reader did not understand ({bad[:20]!r})")
+        # seen[i]: how many of the blanks before spans[0..i] (the end last) hold a newline.
+        bare = [b"\n" in gap and b"\n" in gap.replace(b"\\\n", b"") for gap in gaps]
+        seen = list(itertools.accumulate(map(int, bare)))
+        word_starts = {start for start, _ in self.words}
+        if any(end in word_starts for _, end in self.words):
+            raise _NotRead("a word the grammar split in two")
+        joiners = sorted(start for start, _ in self.joiners)
+        previous = -1
         for group in self.groups:
-            tokens = sorted(group)
-            for before, after in itertools.pairwise(tokens):
-                gap = self.source[before[1] : after[0]]
-                if _bare_newline(gap):
-                    raise _NotRead("a command whose words the grammar joined across a line")
-                if not gap and before in self.words and after in self.words:
-                    raise _NotRead("a word the grammar split in two")
-            extents.append((tokens[0][0], tokens[-1][1]))
-        for (_, end), (start, _) in itertools.pairwise(extents):
-            if start < end:
-                raise _NotRead("commands the grammar read out of order")
-            joined = any(end <= j_start and j_end <= start for j_start, j_end in self.joiners)
-            if not joined and not _bare_newline(self._gaps(end, start)):
-                raise _NotRead("commands the grammar split where bash would not")
-
-    def _gaps(self, start: int, end: int) -> bytes:
-        """The bytes between ``start`` and ``end`` that no read node holds."""
-        inside = sorted(s for s in self.spans if start <= s[0] and s[1] <= end)
-        out, position = b"", start
-        for span_start, span_end in inside:
-            out += self.source[position:span_start]
-            position = max(position, span_end)
-        return out + self.source[position:end]
-
-
-def _bare_newline(gap: bytes) -> bool:
-    """Whether ``gap`` holds a newline that is not a line continuation (backslash-newline)."""
-    return b"\n" in gap.replace(b"\\\n", b"")
+            first, last = (
+                bisect.bisect_left(starts, min(group)[0]),
+                bisect.bisect_left(starts, max(group)[0]),
+            )
+            if seen[last] > seen[first]:
+                raise _NotRead("a command whose words the grammar joined across a line")
+            if previous >= 0:
+                end, start = spans[previous][1], spans[first][0]
+                if start < end:
+                    raise _NotRead("commands the grammar read out of order")
+                newline = seen[first] > seen[previous]  # in a blank between the two
+                joined = bisect.bisect_left(joiners, end) < bisect.bisect_left(joiners, start)
+                if not joined and not newline:
+                    raise _NotRead("commands the grammar split where bash would not")
+            previous = last

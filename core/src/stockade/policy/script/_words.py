@@ -9,8 +9,13 @@ literal, and :func:`literal` returns ``None``: the caller treats the script as u
 
 from __future__ import annotations
 
+import re
+
 # Unquoted, these mean something to a shell: expansion, globbing, quoting, operators.
 _SPECIAL = frozenset("$`'\"\\*?[]{}!#|&;<>() \t\n")
+# The common words, read at once: plain unquoted ones, and one single-quoted string.
+_PLAIN = re.compile(r"[A-Za-z0-9_./,:@%+=^-][A-Za-z0-9_./,:@%+=^~-]*")
+_QUOTED = re.compile(r"'[^']*'")
 # In double quotes a backslash escapes only these; before anything else it stays.
 _DQ_ESCAPES = frozenset('$`"\\')
 
@@ -22,6 +27,10 @@ def literal(text: str) -> str | None:  # noqa: PLR0911, PLR0912 - one branch per
     ``abcd``. ``$x``, ``*.py``, ``~/x``, ``{a,b}``, ``$'...'``, a backslash before a
     newline, and a control character outside quotes are not literal.
     """
+    if _PLAIN.fullmatch(text):
+        return None if re.search(r"[=:]~", text) else text
+    if _QUOTED.fullmatch(text):
+        return text[1:-1]
     out: list[str] = []
     i, n = 0, len(text)
     if n == 0:
