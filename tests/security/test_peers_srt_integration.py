@@ -21,7 +21,7 @@ from stockade.errors import PolicyHeld, ProgramNotFound
 
 from .peers_common import SRT_INTEGRATION
 
-ARGV = "differs: argv, never a shell string; a shell's -c script is read by its parts, and one not read asks"
+ARGV = "differs: argv, never a shell string; a -c script is read by its parts; one not read asks"
 NO_SHELL_PICK = (
     "differs: no binShell: the shell is argv[0] (zsh is not on the test machine; "
     "the same shape runs with sh)"
