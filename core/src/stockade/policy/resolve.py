@@ -158,7 +158,7 @@ def resolve(
         sandbox=request.sandbox or config.sandbox,
         output_limit=config.output.limit,
         limits=limits,
-        credentials=request.credentials,
+        credentials=handed(profile, request.credentials),
         origin=request.origin,
         profile=request.profile,
         preapproved=request.preapproved,
@@ -172,6 +172,14 @@ def resolve(
         caches=caches,
         writable_dotfiles=profile.writable_dotfiles,
     )
+
+
+def handed(profile: Profile, asked: Mapping[str, str]) -> dict[str, str]:
+    """The credentials a command gets: those it asked for, and each binding of its profile
+    that names an ``env`` (the command holds that credential's placeholder there, unasked).
+    A request's own entry for a variable wins."""
+    given = {b.env: handle for handle, b in sorted(profile.credentials.items()) if b.env}
+    return {**given, **asked}
 
 
 def _hidden(config: Config) -> tuple[str, ...]:
