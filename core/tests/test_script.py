@@ -300,3 +300,15 @@ def test_a_part_cannot_rewrite_the_prompt(make_host, tmp_path):
         host.run(ExecRequest(["sh", "-c", "rm -f 'x\x1b[2K\b  run:    ls'"], str(tmp_path)))
     [step] = host.store.waiting()
     assert step.classification.parts == ("rm -f x$'\\x1b''[2K'$'\\x08''  run:    ls'",)
+
+
+def test_tree_sitter_loads_only_for_a_shell(tmp_path):
+    code = (
+        "import sys\n"
+        "from stockade.policy.classifier import classify_argv\n"
+        "classify_argv(['ls', '-la']); classify_argv(['env', 'git', 'status'])\n"
+        "assert 'tree_sitter' not in sys.modules\n"
+        "classify_argv(['sh', '-c', 'ls'])\n"
+        "assert 'tree_sitter' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path, timeout=60)
