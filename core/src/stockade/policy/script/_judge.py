@@ -167,7 +167,7 @@ def _part(
     return kind, why
 
 
-def _command(
+def _command(  # noqa: PLR0911 - one return per rule a part meets
     part: Part,
     folders: set[str | None],
     context: Context,
@@ -181,6 +181,8 @@ def _command(
         if problem:
             return "destroys", problem
         return "reads", STEERING[name]
+    if name == "exec" and args[:1] and args[0].startswith("-"):
+        return "destroys", "exec with options (-a NAME, -c, -l) is not one the reader judges"
     started = programs(argv)
     for program in started:
         if program in BUILTINS and program not in _JUDGED_BUILTINS | _WRAPPING_BUILTINS:
