@@ -75,7 +75,7 @@ def check(path: Path) -> Verdict:
 
 
 def _held(env: dict[str, str]) -> tuple[str, int]:
-    held = cli("run", "--mode", FULL, "--", "sh", "-c", "echo never", env=env)
+    held = cli("run", "--mode", FULL, "--", "sh", "-c", "echo never; rm -f none", env=env)
     assert held.returncode == 126, held.stderr
     [step] = json.loads(cli("pending", "--json", env=env).stdout)
     return step["run_id"], step["step"]
@@ -120,7 +120,7 @@ def test_host_answer_records_every_kind_of_decline(
     path = tmp_path / "s" / "store.db"
     host = make_host(config=Config(store=StoreConfig(str(path))))
     with pytest.raises(PolicyHeld) as held:
-        host.run(ExecRequest(["sh", "-c", "true"], str(tmp_path), mode=FULL))
+        host.run(ExecRequest(["sh", "-c", "rm -f none"], str(tmp_path), mode=FULL))
     run, step = held.value.details["run_id"], held.value.details["step"]
     host.answer(run, step, approve=False, by=by, reason=reason)
     [event] = [r for r in _rows(path) if r["kind"] == "decline"]
@@ -134,7 +134,7 @@ def test_an_approval_records_no_decline(make_host, tmp_path):
     path = tmp_path / "s" / "store.db"
     host = make_host(config=Config(store=StoreConfig(str(path))))
     with pytest.raises(PolicyHeld) as held:
-        host.run(ExecRequest(["sh", "-c", "true"], str(tmp_path), mode=FULL))
+        host.run(ExecRequest(["sh", "-c", "rm -f none"], str(tmp_path), mode=FULL))
     run, step = held.value.details["run_id"], held.value.details["step"]
     host.answer(run, step, approve=True, by="alice")
     assert "decline" not in [r["kind"] for r in _rows(path)]  # control for the test above
@@ -158,7 +158,7 @@ def test_the_run_page_declines_into_the_record_and_counts_only_its_run(ui):
     ui.run(["echo", "another run's step"])
     ui.agent.close()
     ui._agent = None  # a new host: a new run
-    run, step = ui.hold(["sh", "-c", "echo never"])
+    run, step = ui.hold(["sh", "-c", "echo never; rm -f none"])
     status, _, _ = ui.answer(run, step, "decline")
     assert status == 303
     page = ui.page(f"/runs/{run}")

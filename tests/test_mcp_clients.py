@@ -29,7 +29,11 @@ SANDBOXES = ("bubblewrap", "landlock")
 
 @contextlib.asynccontextmanager
 async def agents_sdk(
-    setup: dict[str, Path], agent: str = "tester", *, cwd: Path | None = None
+    setup: dict[str, Path],
+    agent: str = "tester",
+    *,
+    cwd: Path | None = None,
+    structured: bool = False,
 ) -> AsyncIterator[MCPServerStdio]:
     """``stockade mcp --agent AGENT`` as an Agents SDK MCP server, connected."""
     server = MCPServerStdio(
@@ -41,6 +45,7 @@ async def agents_sdk(
         },
         name="stockade",
         client_session_timeout_seconds=120,
+        use_structured_content=structured,
     )
     async with server:
         yield server
@@ -138,3 +143,51 @@ async def test_the_agents_sdk_runs_a_task_and_reads_whole_output(tmp_path):
     assert window.structured_content["text"] == whole[800_000:800_080]
     assert f'"action_id": "{action}"' in text_of(ran) and "/tmp/" not in text_of(ran)
     assert tail.structured_content["text"] == whole[1_399_920:]
+
+
+@pytest.mark.asyncio
+async def test_a_strict_agents_sdk_client_calls_every_tool(tmp_path):
+    """Strict mode makes every argument required and non-null-typed unless it may be null:
+    each tool converts to a strict schema, and each is called as a strict model would call
+    it, every key present, null for the ones it does not mean."""
+    import json
+
+    setup = make_setup(tmp_path)
+    (setup["ws"] / "notes.txt").write_text("a note\n")
+    async with agents_sdk(setup, structured=True) as server:
+        tools = await MCPUtil.get_function_tools(
+            server, True, RunContextWrapper(context=None), Agent(name="strict")
+        )
+        by_name = {tool.name: tool for tool in tools}
+        assert all(tool.strict_json_schema for tool in tools), [
+            t.name for t in tools if not t.strict_json_schema
+        ]
+        for tool in tools:  # strict: every property required, none left open
+            schema = tool.params_json_schema
+            assert set(schema["required"]) == set(schema["properties"]), tool.name
+
+        async def call(name: str, **given: object) -> str:
+            keys = by_name[name].params_json_schema["properties"]
+            arguments = {key: given.get(key) for key in keys}
+            context = RunContextWrapper(context=None)
+            out = await by_name[name].on_invoke_tool(context, json.dumps(arguments))
+            return out if isinstance(out, str) else json.dumps(out, default=str)
+
+        ran = await call("run_command", argv=["echo", "strict"])
+        action_id = ran.split('"action_id": "')[1].split('"')[0]
+        started = await call("start_command", argv=["sleep", "30"])
+        task = started.split("task-")[1].split('"')[0].split()[0].rstrip(".,")
+        outputs = {
+            "read by action": await call("read_output", action_id=action_id),
+            "read by task": await call("read_output", task_id=f"task-{task}"),
+            "list": await call("list_commands"),
+            "kill": await call("kill_command", task_id=f"task-{task}"),
+            "files": await call("file_list"),
+            "read": await call("file_read", path="notes.txt"),
+            "write": await call("file_write", path="new.txt", content="written\n"),
+        }
+    assert "strict" in ran and "strict" in outputs["read by action"], outputs
+    assert "notes.txt" in outputs["files"] and "a note" in outputs["read"]
+    assert (setup["ws"] / "new.txt").read_text() == "written\n"
+    for name, out in outputs.items():
+        assert "error[usage]" not in out and "unknown argument" not in out, (name, out)

@@ -269,7 +269,7 @@ async def test_an_unchecked_form_reads_declined_not_accept(setup):
 @pytest.mark.asyncio
 async def test_an_approved_start_command_starts_a_background_task(setup):
     asked: list[str] = []
-    argv = ["sh", "-c", "echo started; sleep 40"]  # inline code: it always asks
+    argv = ["sh", "-c", "echo started; sleep 40 && rm -f none"]  # it destroys: it asks
     async with connect(setup, "tester", elicit=answering("accept", asked)) as session:
         started = await session.call_tool("start_command", {"argv": argv})
         assert not started.is_error, text_of(started)

@@ -152,7 +152,7 @@ def test_a_denied_command_is_refused_the_same(sk: Stockade, tmp_path: Path) -> N
 
 
 def test_a_held_command_is_refused_the_same_but_for_its_run(sk: Stockade) -> None:
-    via, local = both_ways(sk, "run", "--mode", FULL, "--", "sh", "-c", "echo never")
+    via, local = both_ways(sk, "run", "--mode", FULL, "--", "sh", "-c", "echo never; rm -f none")
     assert via.returncode == local.returncode == 126
     assert (via.stdout, local.stdout) == (b"", b"")
     [mine, theirs] = sk.steps()

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from stockade.policy import classifier as classify
 from stockade.policy.classifier import classify_argv
 from stockade.policy.programs import INLINE, SHELLS
+from stockade.policy.script import READ_SHELLS
 
 CASES = {
     "reads": [
@@ -213,11 +214,11 @@ CASES = {
         "git restore f",
         "git stash drop",
         "git rm f",
-        "sh -c ls",
-        "bash -c 'echo hi'",
+        "sh -c 'rm x'",
+        "bash -c 'echo $HOME'",
         "bash script.sh",
         "zsh",
-        "dash -c x",
+        "dash -c 'x; rm y'",
         "fish -c x",
         "python -c 1",
         "python3 -c 'print(1)'",
@@ -228,7 +229,7 @@ CASES = {
         "ruby -e 1",
         "php -r 1",
         "awk '{print}' f",
-        "env sh -c x",
+        "env sh -c 'ls *'",
         "nice -n 1 rm f",
         "timeout 5 rm f",
         "sudo rm f",
@@ -283,6 +284,8 @@ def test_arbitrary_argv_never_crashes(argv):
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from(sorted(SHELLS)), st.lists(_word, max_size=5))
 def test_a_shell_is_always_destroys(shell, args):
+    # A -c script of sh, bash or dash is read by its parts (test_script.py); nothing else is.
+    assume(shell not in READ_SHELLS or not any(a[:1] == "-" and "c" in a for a in args))
     assert classify_argv([shell, *args])[0] == "destroys"
 
 

@@ -433,7 +433,8 @@ def test_a_plugin_rule_decides_its_program_but_never_a_shell(make_host, tmp_path
 
     assert kind("mytool", "status") == "reads"
     assert kind("env", "mytool", "sync") == "network"
-    assert kind("sh", "-c", "ls") == "destroys"
+    assert kind("sh", "-c", "ls *") == "destroys"  # a script not read stays destroys
+    assert kind("sh", "-c", "mytool status && mytool sync") == "network"  # its parts: the rule
     assert kind("python", "-c", "1") == "destroys"
 
 

@@ -297,11 +297,11 @@ def test_workspace_write_at_a_home_is_refused_before_the_decision_and_recorded(
 def test_a_refused_root_is_never_held_for_a_person(make_host, event_log, home):
     host = make_host(plugins=[event_log])  # the built-in policy: a shell asks
     with pytest.raises(UnsafeRoot):
-        host.run(ExecRequest(["sh", "-c", "true"], str(home), origin="api"))
+        host.run(ExecRequest(["sh", "-c", "rm -f none"], str(home), origin="api"))
     assert host.store.waiting() == []
     # The control: the same command in the project is held, not refused.
     with pytest.raises(PolicyHeld):
-        host.run(ExecRequest(["sh", "-c", "true"], str(home / "project"), origin="api"))
+        host.run(ExecRequest(["sh", "-c", "rm -f none"], str(home / "project"), origin="api"))
 
 
 @pytest.mark.parametrize("through", ["direct", "symlink", "dotdot", "env-home-of-command"])

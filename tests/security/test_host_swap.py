@@ -230,7 +230,7 @@ def test_the_snapshot_before_a_run_reads_nothing_beyond_a_folder_swapped_while_r
     real_take = guard.take
     monkeypatch.setattr(guard, "take", lambda survey: kept.append(real_take(survey)) or kept[-1])
     with pytest.raises(SandboxUnavailable) as refused:
-        host.run(box.request(["sh", "-c", "echo ran"]))
+        host.run(box.request(["sh", "-c", "echo ran; touch ran"]))
     assert swapped and "symlink" in str(refused.value), refused.value
     assert not kept  # no snapshot was made to be written back
     assert (fake / "config").read_text() == box.canary

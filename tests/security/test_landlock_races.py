@@ -88,6 +88,6 @@ def test_an_entry_replaced_by_another_kind_fails_with_a_structured_error(host, b
 
     _after_listing(monkeypatch, replace)
     with pytest.raises(SandboxUnavailable) as caught:
-        host.run(box.request(["sh", "-c", "true"]))
+        host.run(box.request(["sh", "-c", "touch made"]))  # writes: the roots are set up
     assert str(box.ws / "a") in caught.value.message
     assert caught.value.details["path"] == str(box.ws / "a") and caught.value.hint

@@ -135,7 +135,7 @@ def test_a_held_step_approved_later_runs_on_the_pool(state: Path, box: Box) -> N
     held_pool = StockadePool(1, config)  # the default policy: a shell asks
     try:
         future = held_pool.run(ExecRequest(("sh", "-c", "echo approved-$((6*7))"), str(box.ws)))
-        declined = held_pool.run(ExecRequest(("sh", "-c", "echo never"), str(box.ws)))
+        declined = held_pool.run(ExecRequest(("sh", "-c", "rm -f none"), str(box.ws)))
         assert future.held is not None and declined.held is not None
         run_id, step = future.held["run_id"], future.held["step"]
         assert held_pool.host.store.get(run_id, step).state == "held"

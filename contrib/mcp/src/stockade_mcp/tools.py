@@ -88,12 +88,28 @@ RUN_OUTPUT: dict[str, Any] = {
 
 
 def _object(properties: dict[str, Any], *required: str) -> dict[str, Any]:
+    """An input schema a strict client can satisfy: every property it leaves optional may
+    be null (strict clients send every key, null for the ones not meant), with no default
+    (the description says it)."""
     return {
         "type": "object",
-        "properties": properties,
+        "properties": {
+            name: schema if name in required else _optional(schema)
+            for name, schema in properties.items()
+        },
         "required": list(required),
         "additionalProperties": False,
     }
+
+
+def _optional(schema: dict[str, Any]) -> dict[str, Any]:
+    if any(choice.get("type") == "null" for choice in schema.get("anyOf", ())):
+        return schema
+    inner = {k: v for k, v in schema.items() if k not in ("description", "default")}
+    description = schema.get("description", "")
+    if "default" in schema:
+        description = f"{description} (default {schema['default']!r})".strip()
+    return _nullable(inner, description or "may be null: left out")
 
 
 def _annotations(
@@ -179,9 +195,24 @@ def command_tools(config: Config) -> list[types.Tool]:
                         "type": "string",
                         "description": "the action_id of a run_command result",
                     },
-                    "stream": {"type": "string", "enum": ["stdout", "stderr"], "default": "stdout"},
-                    "offset": {"type": "integer", "minimum": 0, "default": 0},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": OUTPUT_LIMIT},
+                    "stream": {
+                        "type": "string",
+                        "enum": ["stdout", "stderr"],
+                        "default": "stdout",
+                        "description": "the stream to read",
+                    },
+                    "offset": {
+                        "type": "integer",
+                        "minimum": 0,
+                        "default": 0,
+                        "description": "the byte of the stream to start at",
+                    },
+                    "limit": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": OUTPUT_LIMIT,
+                        "description": f"bytes to read at most (at most {OUTPUT_LIMIT})",
+                    },
                 }
             ),
             annotations=_annotations(
@@ -227,8 +258,18 @@ FILE_TOOLS = [
             {
                 "path": _PATH,
                 "read_private": _READ_PRIVATE,
-                "offset": {"type": "integer", "minimum": 0, "default": 0},
-                "limit": {"type": "integer", "minimum": 1, "maximum": READ_LIMIT},
+                "offset": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "default": 0,
+                    "description": "the byte of the file to start at",
+                },
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": READ_LIMIT,
+                    "description": f"bytes to read at most (at most {READ_LIMIT})",
+                },
             },
             "path",
         ),

@@ -163,23 +163,29 @@ class Injector:
                 return injection
         return None
 
-    def _refuse(self, found: Injection, where: str, host: str, port: int) -> http.Refusal:
+    def _refuse(
+        self, found: Injection, where: str, host: str, port: int, *, plain: bool = False
+    ) -> http.Refusal:
+        # Over plain HTTP the value would travel in the clear: it is never put in there.
+        how = " over plain HTTP, where it is never put in (use https://)" if plain else ""
         return http.Refusal(
             "403 Forbidden",
             f"the request to {show(host, port)} carries the placeholder of credential "
-            f"{found.handle!r} ({found.variable}) in {where}; stockade puts that credential "
-            f"only into the {found.header} header of requests to {show(found.host, found.port)}",
+            f"{found.handle!r} ({found.variable}) in {where}{how}; stockade puts that "
+            f"credential only into the {found.header} header of HTTPS requests to "
+            f"{show(found.host, found.port)}",
         )
 
     def screen(self, request: http.Request, host: str, port: int) -> Callable[[bytes], None]:
         """Refuse a request head (forwarded, or a CONNECT) that carries a placeholder; the
         returned check refuses a body that does, fed piece by piece."""
+        plain = request.method != "CONNECT"
         if (found := self.carried(request.target.encode("latin-1"))) is not None:
-            raise self._refuse(found, "its target (the URL)", host, port)
+            raise self._refuse(found, "its target (the URL)", host, port, plain=plain)
         for name, value in request.headers:
             if (found := self.carried(f"{name}:{value}".encode("latin-1"))) is not None:
-                raise self._refuse(found, f"the {name} header", host, port)
-        return self._body_check(host, port)
+                raise self._refuse(found, f"the {name} header", host, port, plain=plain)
+        return self._body_check(host, port, plain=plain)
 
     def screen_tunnel(self, first: bytes, gate: Gate | None, host: str, port: int) -> Gate:
         """The up gate of a plain tunnel to another host, which also refuses a placeholder
@@ -201,7 +207,7 @@ class Injector:
         screen(first)  # it passed ``gate`` already
         return screened
 
-    def _body_check(self, host: str, port: int) -> Callable[[bytes], None]:
+    def _body_check(self, host: str, port: int, *, plain: bool = False) -> Callable[[bytes], None]:
         longest = max((len(f) for _, forms in self._placeholders for f in forms), default=1)
         carry = b""
 
@@ -209,7 +215,7 @@ class Injector:
             nonlocal carry
             window = carry + data
             if (found := self.carried(window)) is not None:
-                raise self._refuse(found, "its body", host, port)
+                raise self._refuse(found, "its body", host, port, plain=plain)
             carry = window[-(longest - 1) :] if longest > 1 else b""
 
         return check

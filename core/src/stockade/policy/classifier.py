@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from .. import hookimpl
 from ..request.literals import Kind
@@ -51,6 +52,9 @@ from .programs import (
     _tar,
 )
 from .resolve import FIXED_ENV  # PAGER=cat, set by Stockade itself
+
+if TYPE_CHECKING:
+    from .script import Context, Part
 
 NAME = "builtin-classifier"
 
@@ -247,15 +251,17 @@ def classify_argv(
     extra: Mapping[str, Rule] | None = None,
     *,
     path: str | None = None,
+    context: Context | None = None,
 ) -> Verdict:
     """The class of ``argv`` and the reason, with ``extra`` rules taking precedence.
 
     The table knows programs by name, so ``reads`` is given only to one that is what its
     name says: named bare (found on ``path``, the command's ``PATH``, when given) or by a
     path, in a system directory. ``./ls`` in a workspace, or an ``ls`` that ``PATH`` finds
-    in one, could be anything: it counts as ``writes``.
+    in one, could be anything: it counts as ``writes``. ``context`` is what a shell script's
+    redirections are judged against (:mod:`stockade.policy.script`).
     """
-    kind, why = _classify(argv, extra)
+    kind, why = _classify(argv, extra, context=context)
     if kind == "reads":
         inner = _unwrap(argv)[0]
         if inner and not _trusted_name(inner[0], path):
@@ -278,7 +284,7 @@ def _trusted_name(name: str, path: str | None) -> bool:
 
 
 def _classify(  # noqa: PLR0911 - one return per kind of program, in the order checked
-    argv: Sequence[str], extra: Mapping[str, Rule] | None = None
+    argv: Sequence[str], extra: Mapping[str, Rule] | None = None, *, context: Context | None = None
 ) -> Verdict:
     unseen = _runs_unseen(argv, extra)
     if unseen is not None:
@@ -291,7 +297,8 @@ def _classify(  # noqa: PLR0911 - one return per kind of program, in the order c
         return "writes", "no program: treated as unknown"
     name, args = _base(inner[0]), inner[1:]
     if name in SHELLS:
-        return "destroys", f"{name} runs a shell script, which argv cannot show{through}"
+        kind, why = _shell(name, args, argv[: len(argv) - len(inner)], extra, context)
+        return kind, why + through
     if name in INLINE and _inline(name, args):
         return "destroys", f"{name} is given code inline, which argv cannot show{through}"
     rule = (extra or {}).get(name) or RULES.get(name)
@@ -304,8 +311,28 @@ def _classify(  # noqa: PLR0911 - one return per kind of program, in the order c
     return _listed(name, through)
 
 
+def _shell(
+    name: str,
+    args: Sequence[str],
+    prefix: Sequence[str],
+    extra: Mapping[str, Rule] | None,
+    context: Context | None,
+) -> Verdict:
+    """A shell's class: its ``-c`` script read by its parts, each part classified here."""
+    from .script import classify_shell  # tree-sitter loads only for a command that runs a shell
+
+    def part(words: Sequence[str], inner: Context) -> Verdict:
+        return classify_argv(words, extra, path=inner.path, context=inner)
+
+    kind, why, _shown, _parts = classify_shell(
+        name, args=args, prefix=prefix, context=context, classify=part, programs=programs_run
+    )
+    return kind, why
+
+
 def programs_run(argv: Sequence[str]) -> tuple[str, ...]:
-    """The programs ``argv`` starts, by name: each wrapper, then what they run.
+    """The programs ``argv`` starts, by name: each wrapper, then what they run, then the
+    programs of each part of a shell script it runs, when the script is read by its parts.
 
     A program named by a path outside the system directories keeps its path: ``/tmp/git``
     is not ``git``.
@@ -315,7 +342,26 @@ def programs_run(argv: Sequence[str]) -> tuple[str, ...]:
         return tuple(wrappers)
     name = inner[0]
     trusted = "/" not in name or os.path.dirname(os.path.normpath(name)) in SYSTEM_DIRS
-    return (*wrappers, os.path.basename(name) if trusted else name)
+    found = (*wrappers, os.path.basename(name) if trusted else name)
+    if _base(name) in SHELLS:
+        from .script import STEERING  # the builtins that only steer the shell start nothing
+
+        parts = [part for part in script_parts(argv) if part.argv[0] not in STEERING]
+        found += tuple(p for part in parts for p in programs_run(part.argv))
+    return tuple(dict.fromkeys(found))
+
+
+def script_parts(argv: Sequence[str]) -> tuple[Part, ...]:
+    """The parts of the shell script ``argv`` runs (through wrappers), or ``()`` when it runs
+    none or the script is not read by its parts."""
+    inner = _unwrap(argv)[0]
+    if not inner or _base(inner[0]) not in SHELLS:
+        return ()
+    from .script import READ_SHELLS, Script, read_cached, shell_script
+
+    text = shell_script(inner[1:]) if _base(inner[0]) in READ_SHELLS else None
+    script = read_cached(text) if isinstance(text, str) else None
+    return script.parts if isinstance(script, Script) else ()
 
 
 def _inline(name: str, args: Sequence[str]) -> bool:
@@ -353,7 +399,13 @@ def _listed(name: str, through: str) -> Verdict:
 @hookimpl
 def stockade_classify(spec: ExecSpec, rules: Mapping[str, Rule]) -> Classification:
     """Classify ``spec.argv`` with the built-in table and the plugins' rules."""
-    kind, why = classify_argv(spec.argv, rules, path=spec.env.get("PATH", ""))
+    inner = _unwrap(spec.argv)[0]
+    context, parts = None, tuple[str, ...]()
+    if inner and _base(inner[0]) in SHELLS:
+        from .script import context_of, shown
+
+        context, parts = context_of(spec), tuple(map(shown, script_parts(spec.argv)))
+    kind, why = classify_argv(spec.argv, rules, path=spec.env.get("PATH", ""), context=context)
     named = sorted(
         v for v, value in spec.env.items() if names_a_program(v) and FIXED_ENV.get(v) != value
     )
@@ -361,4 +413,4 @@ def stockade_classify(spec: ExecSpec, rules: Mapping[str, Rule]) -> Classificati
         kind, why = "destroys", f"its environment sets {named[0]}, which names a program to run"
     if kind == "reads" and os.path.dirname(spec.program) not in SYSTEM_DIRS:
         kind, why = "writes", f"{spec.program} is not in a system directory, so it counts as writes"
-    return Classification(kind, (why,), by=(NAME,), programs=programs_run(spec.argv))
+    return Classification(kind, (why,), by=(NAME,), programs=programs_run(spec.argv), parts=parts)

@@ -38,6 +38,7 @@ def classify(hooks: Hooks, rules: Mapping[str, ClassifierRule], spec: ExecSpec) 
         tuple(reason for vote in votes for reason in vote.reasons),
         by=tuple(name for vote in votes for name in vote.by),
         programs=tuple(dict.fromkeys(p for vote in votes for p in vote.programs)),
+        parts=next((vote.parts for vote in votes if vote.parts), ()),
     )
 
 

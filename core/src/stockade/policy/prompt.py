@@ -37,6 +37,10 @@ def describe(pending: PendingApproval) -> str:
     lines = [
         f"  run:    {shown}",
         f"  in:     {quote(spec.cwd)}  (mode {visible(spec.mode)}, sandbox {sandbox})",
+        *(
+            f"  {'script:' if i == 0 else '       '} {visible(part)}"
+            for i, part in enumerate(classification.parts)
+        ),
         f"  class:  {visible(classification.kind)}",
         *(f"          - {visible(reason)}" for reason in classification.reasons),
         f"  asks:   {visible(pending.decision.reason)}",

@@ -143,6 +143,7 @@ def resolve(
         given = {name: os.path.join(cache, sub) for name, sub in CACHE_ENV.items()}
         explicit = {"HOME": home, **given, **request.env}
     env = child_env(ambient, explicit, config.env.allow)
+    check_exec_size(request.argv, env)
     grants = tuple(_granted(path, cwd) for path in request.grant_writable)
     return ExecSpec(
         new_action_id(),
@@ -158,7 +159,7 @@ def resolve(
         sandbox=request.sandbox or config.sandbox,
         output_limit=config.output.limit,
         limits=limits,
-        credentials=request.credentials,
+        credentials=handed(profile, request.credentials),
         origin=request.origin,
         profile=request.profile,
         preapproved=request.preapproved,
@@ -175,6 +176,48 @@ def resolve(
         layer_store=store_folder(config),
         commit="never" if request.dry_run else profile.commit,
     )
+
+
+MAX_ARG_BYTES = 131072
+"""The kernel's limit on one argument or environment entry (``MAX_ARG_STRLEN``), with its NUL."""
+
+
+def check_exec_size(argv: Iterable[str], env: Mapping[str, str]) -> None:
+    """Refuse, as a usage error, an argv the kernel would not start (``E2BIG``).
+
+    Raises:
+        UsageError: an argument is longer than :data:`MAX_ARG_BYTES`, or the argv and the
+            environment together pass half of ``ARG_MAX`` (the rest is the sandbox's own).
+    """
+    total = 0
+    for index, arg in enumerate(argv):
+        size = len(arg.encode("utf-8", "surrogateescape")) + 1
+        if size > MAX_ARG_BYTES:
+            raise UsageError(
+                f"argument {index} is {size - 1} bytes long; the kernel starts no program "
+                f"with an argument longer than {MAX_ARG_BYTES - 1} bytes",
+                hint="write it to a file in the workspace and pass the file's name",
+            )
+        total += size + 8
+    total += sum(
+        len(k.encode()) + len(v.encode("utf-8", "surrogateescape")) + 10 for k, v in env.items()
+    )
+    budget = os.sysconf("SC_ARG_MAX") // 2
+    if total > budget:
+        raise UsageError(
+            f"the arguments and environment take {total} bytes; the kernel starts programs "
+            f"with at most {budget * 2}, and the sandbox needs room of its own",
+            hint="pass a long list in a file (xargs -a FILE, or a tool's @FILE), or split "
+            "the command into several",
+        )
+
+
+def handed(profile: Profile, asked: Mapping[str, str]) -> dict[str, str]:
+    """The credentials a command gets: those it asked for, and each binding of its profile
+    that names an ``env`` (the command holds that credential's placeholder there, unasked).
+    A request's own entry for a variable wins."""
+    given = {b.env: handle for handle, b in sorted(profile.credentials.items()) if b.env}
+    return {**given, **asked}
 
 
 def _hidden(config: Config) -> tuple[str, ...]:

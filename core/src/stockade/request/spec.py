@@ -263,6 +263,13 @@ def _header_name(_inst: object, _attr: object, value: str) -> None:
         raise ValueError(f"header {value!r} frames or routes the request; it cannot carry one")
 
 
+def _env_name(_inst: object, _attr: object, value: str | None) -> None:
+    import re
+
+    if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        raise ValueError(f"env {value!r} is not an environment variable name")
+
+
 def _header_text(_inst: object, attr: attrs.Attribute[str | None], value: str | None) -> None:
     if value is not None and any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
         raise ValueError(f"{attr.name} {value!r} holds a control character")
@@ -284,12 +291,16 @@ class CredentialBinding:
             (``"Bearer {}"`` when neither this nor ``username`` is given).
         username: for HTTP basic auth (git over HTTPS): the header becomes ``Basic
             base64(username:secret)``.
+        env: a variable every command of the profile gets, holding the placeholder, without
+            naming the handle (an agent over MCP cannot name one); ``None``: only a command
+            that asks for the handle gets it.
     """
 
     host: str
     header: str = field(kw_only=True, default="Authorization", validator=_header_name)
     format: str | None = field(kw_only=True, default=None, validator=_header_text)
     username: str | None = field(kw_only=True, default=None, validator=_header_text)
+    env: str | None = field(kw_only=True, default=None, validator=_env_name)
 
     def __attrs_post_init__(self) -> None:
         if self.username is not None and self.format is not None:

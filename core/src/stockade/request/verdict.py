@@ -19,12 +19,16 @@ class Classification:
         programs: the programs the command would start, by name: wrappers (``env``,
             ``xargs``, ...) and what they run. A profile's ``programs`` list is checked
             against every one.
+        parts: the parts of the shell script it runs (``sh -c SCRIPT``), as a person reads
+            them: each simple command as shell words, after the operator that joins it
+            (``&& rm -rf build``); empty when it runs no script, or one not read by its parts.
     """
 
     kind: Kind = field(validator=_one_of(KINDS))
     reasons: tuple[str, ...] = field(default=(), converter=_strings)
     by: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     programs: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    parts: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
     @property
     def severity(self) -> int:

@@ -25,7 +25,7 @@ from stockade.confine import seccomp
 from stockade.confine.hiding import Recent
 from stockade.confine.promises import Gap, Promise
 from stockade.confine.provider import SandboxProvider, looks_denied, proxy_env, sealed_memfd
-from stockade.errors import SandboxUnavailable
+from stockade.errors import SandboxUnavailable, UsageError
 from stockade.layers import place
 from stockade.layers.place import Layer
 from stockade.request.literals import Mode, Writes
@@ -165,6 +165,7 @@ class BubblewrapSandbox(SandboxProvider):
             args += ["--seccomp", str(filter_fd)]
             if bwrap.capable and bridge is None:
                 args += ["--argv0", spec.argv[0]]
+            _check_count(spec, len(args) + 4 + len(command))
             args_fd = sealed_memfd(
                 "stockade-bwrap-args", b"".join(a.encode() + b"\0" for a in args)
             )
@@ -310,3 +311,22 @@ def _inside_python() -> str:
         "no Python interpreter outside /tmp and /run can start the egress forwarder",
         hint="install python3 in a system directory, or run Stockade from one",
     )
+
+
+MAX_ARGS = 9000
+"""bwrap refuses more arguments than this, its own options (read from ``--args``) included."""
+
+
+def _check_count(spec: ExecSpec, total: int) -> None:
+    """Refuse, as a usage error before anything starts, a command bwrap would refuse.
+
+    Raises:
+        UsageError: its arguments and bwrap's own options pass :data:`MAX_ARGS`.
+    """
+    if total > MAX_ARGS:
+        raise UsageError(
+            f"{spec.argv[0]} is given {len(spec.argv) - 1} arguments; bubblewrap takes at most "
+            f"{MAX_ARGS} in all, {total - len(spec.argv)} of them its own options here",
+            hint="pass a long list in a file (xargs -a FILE, or a tool's @FILE), or split the "
+            "command into several",
+        )
