@@ -91,8 +91,10 @@ def start_time(pid: int) -> int:
     return int(text.rsplit(b")", 1)[1].split()[19])
 
 
-def write(store: str, entry: Entry) -> None:
-    """Write ``entry`` atomically: the old state or the new one, never a mix."""
+def write(store: str, entry: Entry, *, durable: bool = True) -> None:
+    """Write ``entry`` atomically: the old state or the new one, never a mix; ``durable``:
+    synced to disk too (a ``running`` entry need not be: lost at a power cut, it would only
+    leave a layer nothing lands)."""
     where = folder(store)
     os.makedirs(where, mode=0o700, exist_ok=True)
     path = os.path.join(where, f"{entry.action_id}.json")
@@ -100,11 +102,13 @@ def write(store: str, entry: Entry) -> None:
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, wire.to_json(entry).encode())
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(temporary, path)
-    _sync(where)
+    if durable:
+        _sync(where)
 
 
 def remove(store: str, action_id: str) -> None:

@@ -84,6 +84,7 @@ class Session:
 
     def _write(self, state: journal.State) -> None:
         pid = os.getpid()
+        durable = state == "landing"
         journal.write(
             self.store,
             journal.Entry(
@@ -94,6 +95,7 @@ class Session:
                 pid=pid,
                 started=journal.start_time(pid),
             ),
+            durable=durable,
         )
 
     def uppers(self) -> tuple[str, ...]:
@@ -132,6 +134,8 @@ class Session:
                 return self._discard("over-quota")
             if not keep:
                 return self._discard("discarded")
+            if not any(os.listdir(layer.upper) for layer in self.layers):
+                return Landing("landed", Changes(method="layer"))  # it wrote nothing
             self._write("landing")
             tally = Tally()
             for layer in self.layers:
