@@ -235,3 +235,14 @@ def test_a_host_killed_mid_commit_is_finished_or_discarded_on_the_next_start(tmp
     else:
         assert after == landed  # nothing more lands; what the killed host landed stays
     assert (root / "old").read_text() == "old"
+
+
+def test_a_stray_layer_folder_no_journal_names_is_swept_once_old(tmp_path):
+    layers = tmp_path / "store" / "layers"
+    old, fresh = layers / "deadbeef.0", layers / "cafe.0"
+    for folder in (old, fresh):
+        (folder / "upper").mkdir(parents=True)
+    stale = time.time() - journal.STRAY_AGE - 60
+    os.utime(old, (stale, stale))
+    assert journal.recover(str(tmp_path / "store")) == []
+    assert not old.exists() and fresh.exists()

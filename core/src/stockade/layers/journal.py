@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from typing import Literal
 
@@ -25,7 +26,7 @@ from attrs import field, frozen
 from ..record.events import LayerEvent
 from ..request import wire
 from .commit import Rules, Tally, land
-from .place import LAYERS, Layer, discard
+from .place import LAYERS, Layer, discard, remove_tree
 
 State = Literal["running", "landing"]
 JOURNAL = "journal"
@@ -131,13 +132,40 @@ def _alive(entry: Entry) -> bool:
     )
 
 
+STRAY_AGE = 3600.0
+"""Seconds after which a layer folder that no journal names is removed: its host died
+between making it and writing the journal (a live host writes it at once)."""
+
+
 def recover(store: str) -> list[Recovery]:
-    """Finish or discard every commit a dead host left in ``store`` (see the module)."""
+    """Finish or discard every commit a dead host left in ``store`` (see the module), and
+    remove stray layer folders (:data:`STRAY_AGE`)."""
     where = folder(store)
     try:
         names = sorted(os.listdir(where))
     except OSError:
-        return []
+        names = []
+    done = _recover(where, names)
+    _sweep(os.path.dirname(where), {n.removesuffix(".json") for n in names})
+    return done
+
+
+def _sweep(layers: str, named: set[str]) -> None:
+    try:
+        entries = list(os.scandir(layers))
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        action_id = entry.name.rsplit(".", 1)[0]
+        if entry.name == JOURNAL or action_id in named or not entry.is_dir(follow_symlinks=False):
+            continue
+        with contextlib.suppress(OSError):
+            if now - entry.stat(follow_symlinks=False).st_mtime > STRAY_AGE:
+                remove_tree(entry.path)
+
+
+def _recover(where: str, names: list[str]) -> list[Recovery]:
     done: list[Recovery] = []
     for name in names:
         path = os.path.join(where, name)
