@@ -26,7 +26,8 @@ WORK = (
 def test_a_dry_run_lands_nothing_and_says_what_it_would_change(box, make_host, sandbox):
     (box.ws / "old.txt").write_text("old")
     host = make_host(allow_all=True, config=Config(sandbox=sandbox))
-    result = host.run(box.py(WORK, "0", dry_run=True))
+    planting = WORK.replace("import os, sys", "import os, sys\nos.makedirs('.vscode')")
+    result = host.run(box.py(planting, "0", dry_run=True))
     assert result.ok and result.landed == "discarded", result.stderr.text
     assert result.changes is not None
     assert (result.changes.created, result.changes.deleted) == (("new.txt",), ("old.txt",))

@@ -19,6 +19,7 @@ from typing import Literal
 import attrs
 from attrs import frozen
 
+from ..confine.protected import kind_of
 from ..request.result import Changes, Guarded
 from . import journal
 from .commit import Rules, Tally, land, marks, whiteout
@@ -153,7 +154,7 @@ class Session:
         """What the layers would have changed; nothing of it lands."""
         tally = Tally()
         for layer in self.layers:
-            _survey(layer.upper, layer.root, tally)
+            _survey(layer.upper, layer.root, tally, self.rules.dotfiles)
         return Landing(why, self._changes(tally))
 
     def _remember(self, tally: Tally) -> None:
@@ -194,10 +195,21 @@ class Session:
         return path[len(base) :] if path.startswith(base) else path
 
 
-def _survey(upper: str, root: str, tally: Tally) -> None:
-    """What an upper folder would change in ``root``, without changing anything."""
+def _survey(upper: str, root: str, tally: Tally, dotfiles: frozenset[str]) -> None:
+    """What an upper folder would change in ``root``, without changing anything (a
+    protected name, which would never land, is left out, with all it holds)."""
     for directory, folders, files in os.walk(upper):
         rel = os.path.relpath(directory, upper)
+        folders[:] = [
+            n
+            for n in folders
+            if kind_of(os.path.normpath(os.path.join(root, rel, n)), dotfiles) is None
+        ]
+        files = [
+            n
+            for n in files
+            if kind_of(os.path.normpath(os.path.join(root, rel, n)), dotfiles) is None
+        ]
         for name in (*folders, *files):
             source = os.path.join(directory, name)
             target = os.path.normpath(os.path.join(root, rel, name))
