@@ -198,19 +198,13 @@ class Session:
 def _survey(upper: str, root: str, tally: Tally, dotfiles: frozenset[str]) -> None:
     """What an upper folder would change in ``root``, without changing anything (a
     protected name, which would never land, is left out, with all it holds)."""
+    def landing(rel: str, name: str) -> bool:
+        return kind_of(os.path.normpath(os.path.join(root, rel, name)), dotfiles) is None
+
     for directory, folders, files in os.walk(upper):
         rel = os.path.relpath(directory, upper)
-        folders[:] = [
-            n
-            for n in folders
-            if kind_of(os.path.normpath(os.path.join(root, rel, n)), dotfiles) is None
-        ]
-        files = [
-            n
-            for n in files
-            if kind_of(os.path.normpath(os.path.join(root, rel, n)), dotfiles) is None
-        ]
-        for name in (*folders, *files):
+        folders[:] = [n for n in folders if landing(rel, n)]
+        for name in (*folders, *(n for n in files if landing(rel, n))):
             source = os.path.join(directory, name)
             target = os.path.normpath(os.path.join(root, rel, name))
             info = os.lstat(source)
