@@ -198,6 +198,7 @@ class Session:
 def _survey(upper: str, root: str, tally: Tally, dotfiles: frozenset[str]) -> None:
     """What an upper folder would change in ``root``, without changing anything (a
     protected name, which would never land, is left out, with all it holds)."""
+
     def landing(rel: str, name: str) -> bool:
         return kind_of(os.path.normpath(os.path.join(root, rel, name)), dotfiles) is None
 
