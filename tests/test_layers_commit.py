@@ -28,9 +28,12 @@ from hypothesis import strategies as st
 from stockade_bubblewrap import discover
 from stockade_bubblewrap.layout import overlay_args
 
+from stockade.config.schema import Config, store_folder
 from stockade.confine.protected import enclosing
-from stockade.layers import Rules, Tally, journal, land
+from stockade.layers import Rules, Tally, journal, land, place
 from stockade.layers.place import Layer
+from stockade.request.spec import ExecRequest
+from stockade.testing import EventLog
 
 NAMES = ("a", "b", "c", ".vscode")
 # Applies each action, ignoring the ones that fail (the same ones fail both ways).
@@ -246,3 +249,24 @@ def test_a_stray_layer_folder_no_journal_names_is_swept_once_old(tmp_path):
     os.utime(old, (stale, stale))
     assert journal.recover(str(tmp_path / "store")) == []
     assert not old.exists() and fresh.exists()
+
+
+def test_a_starting_host_finishes_a_left_commit_and_records_it(tmp_path, make_host):
+    store = store_folder(Config())
+    root = tmp_path / "root"
+    root.mkdir()
+    made = place.make((str(root),), store, "left")
+    assert made is not None
+    (Path(made[0].upper) / "landed.txt").write_text("x")
+    rules = Rules(os.path.join(store, "quarantine", "left"))
+    left = journal.Entry(
+        "left", state="landing", layers=made, rules=rules, pid=2**22 + 1, started=1
+    )
+    journal.write(store, left)  # a host that died before it landed anything
+    log = EventLog()
+    host = make_host(allow_all=True, config=Config(sandbox="bubblewrap"), plugins=[log])
+    assert host.run(ExecRequest(["true"], str(tmp_path))).ok
+    layer_events = [e for e in log.events if e.kind == "layer"]
+    assert [(e.action_id, e.outcome) for e in layer_events] == [("left", "finished")]
+    assert (root / "landed.txt").read_text() == "x"
+    assert not os.path.exists(made[0].folder)
