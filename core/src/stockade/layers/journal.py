@@ -216,7 +216,7 @@ def _finish(entry: Entry) -> Recovery:
         roots=tuple(layer.root for layer in entry.layers),
         changed=(*tally.created, *tally.modified, *tally.deleted),
         quarantined=tuple(tally.quarantined),
-        failed=tuple(tally.failed),
+        failed=(*tally.failed, *(f"{p}: changed since; kept aside" for p in tally.conflicts)),
     )
 
 
