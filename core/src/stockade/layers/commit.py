@@ -120,11 +120,12 @@ def land(layer: Layer, rules: Rules, tally: Tally) -> None:
     """
     root = os.open(layer.root, _DIR)
     try:
-        upper = os.open(layer.upper, _DIR)
+        upper = _open_dir(os.open(layer.folder, _DIR), "upper", close=True)
     except BaseException:
         os.close(root)
         raise
     try:
+        os.fchmod(upper, 0o700)  # the command may have chmodded its root (that mode stays its)
         xwhite = marks(f"/proc/self/fd/{upper}").get("opaque") == b"x"
         _merge(upper, root, layer.root, rules, tally, top=True, xwhite=xwhite)
     finally:
@@ -132,9 +133,17 @@ def land(layer: Layer, rules: Rules, tally: Tally) -> None:
         os.close(root)
 
 
-def _open_dir(fd: int, name: str) -> int:
+def _open_dir(fd: int, name: str, *, close: bool = False) -> int:
     """Folder ``name`` in ``fd``, not followed; a folder of this user whose rights the
-    command took away is given them back first."""
+    command took away is given them back first. ``close``: ``fd`` is closed after."""
+    try:
+        return _open_own(fd, name)
+    finally:
+        if close:
+            os.close(fd)
+
+
+def _open_own(fd: int, name: str) -> int:
     try:
         return os.open(name, _DIR, dir_fd=fd)
     except PermissionError:
@@ -321,15 +330,21 @@ def _folder(
                 _empty(inner_dst, target, rules, tally)
             _unmark(up, name)
         inner_up = _open_dir(up, name)
+        # The command may have taken its own rights away (chmod 644 on a folder): the host
+        # needs them in both folders while it lands; the folder's own mode is set last.
+        os.fchmod(inner_up, 0o700)
+        was = stat.S_IMODE(os.fstat(inner_dst).st_mode)
+        if was & 0o700 != 0o700:
+            os.fchmod(inner_dst, was | 0o700)
         try:
             xwhite = marks.get("opaque") == b"x"
             _merge(inner_up, inner_dst, target, rules, tally, top=False, xwhite=xwhite)
         finally:
             os.close(inner_up)
         mode = stat.S_IMODE(info.st_mode)
-        if below is None or stat.S_IMODE(below.st_mode) != mode:
+        if below is None or stat.S_IMODE(below.st_mode) != mode or was & 0o700 != 0o700:
             os.fchmod(inner_dst, mode)
-            if below is not None:
+            if below is not None and stat.S_IMODE(below.st_mode) != mode:
                 tally.modified.append(target + "/")
     finally:
         os.close(inner_dst)
