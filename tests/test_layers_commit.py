@@ -1,4 +1,5 @@
-"""Landing a layer (:mod:`stockade.layers`) gives what the same actions give run directly.
+"""Landing a layer (:mod:`stockade.layers`) gives what the same actions give run directly
+(a folder keeps its owner's rights, as the check after a direct run gives them back).
 
 Random trees and random actions (create, delete, rename, chmod, symlink, a folder replaced by
 a file and back) run once directly in one copy of a tree and once in an overlay over another
@@ -110,7 +111,7 @@ def _snapshot(root: Path) -> dict[str, object]:
             if stat.S_ISLNK(info.st_mode):
                 seen[rel] = ("link", os.readlink(path))
             elif stat.S_ISDIR(info.st_mode):
-                seen[rel] = ("dir", stat.S_IMODE(info.st_mode))
+                seen[rel] = ("dir", stat.S_IMODE(info.st_mode) | 0o700)  # kept for the owner
             else:
                 try:
                     content = Path(path).read_bytes()

@@ -17,7 +17,8 @@ the real root in one place, with every rule on the way:
   ``overlay.whiteout``) removes the name; an opaque folder (``overlay.opaque = y``) first
   loses what the root held there; a folder replaced by a file (or back) is handled both ways;
 - files, symlinks and other entries land by ``rename`` (same filesystem: no copy, modes,
-  times, links and symlinks as the command left them); folders take the upper's mode;
+  times, links and symlinks as the command left them); folders take the upper's mode, with
+  the owner's rights (``u+rwx``) kept, as the check after a direct run gives them back;
 - an entry the overlay marked in a way the host does not apply (``redirect``,
   ``metacopy``) is refused, named in ``failed``.
 
@@ -341,7 +342,9 @@ def _folder(
             _merge(inner_up, inner_dst, target, rules, tally, top=False, xwhite=xwhite)
         finally:
             os.close(inner_up)
-        mode = stat.S_IMODE(info.st_mode)
+        # A folder lands with its owner's rights, whatever the command left: one it hid
+        # from the owner would hide a planted .git from the next run's survey.
+        mode = stat.S_IMODE(info.st_mode) | 0o700
         if below is None or stat.S_IMODE(below.st_mode) != mode or was & 0o700 != 0o700:
             os.fchmod(inner_dst, mode)
             if below is not None and stat.S_IMODE(below.st_mode) != mode:
