@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from stockade.config.schema import Config
+from stockade.config.schema import Config, PluginsConfig
 from stockade.errors import SandboxUnavailable
 from stockade.request.spec import Profile
 from stockade.testing import EventLog
@@ -26,7 +26,8 @@ WORK = (
 def test_a_dry_run_lands_nothing_and_says_what_it_would_change(box, make_host, sandbox):
     (box.ws / "old.txt").write_text("old")
     host = make_host(allow_all=True, config=Config(sandbox=sandbox))
-    result = host.run(box.py(WORK, "0", dry_run=True))
+    planting = WORK.replace("import os, sys", "import os, sys\nos.makedirs('.vscode')")
+    result = host.run(box.py(planting, "0", dry_run=True))
     assert result.ok and result.landed == "discarded", result.stderr.text
     assert result.changes is not None
     assert (result.changes.created, result.changes.deleted) == (("new.txt",), ("old.txt",))
@@ -83,3 +84,23 @@ def test_two_commands_on_one_root_the_later_commit_keeps_its_version_aside(box, 
     assert events[0].folder is not None
     kept = os.path.join(events[0].folder, "conflicts", str(box.ws / "shared.txt").lstrip("/"))
     assert Path(kept).read_text() == "slow"
+
+
+@pytest.mark.sandboxes("bubblewrap")
+def test_every_writable_root_is_layered_and_checked(box, make_host, sandbox):
+    second = box.root / "second"
+    second.mkdir()
+    settings = {"bubblewrap": {"writable_roots": [str(second)]}}
+    config = Config(sandbox=sandbox, plugins=PluginsConfig(settings=settings))
+    host = make_host(allow_all=True, config=config)
+    source = (
+        "import os, sys\nopen('a.txt', 'w').write('a')\n"
+        "open(os.path.join(sys.argv[1], 'b.txt'), 'w').write('b')\n"
+        "os.makedirs(os.path.join(sys.argv[1], 'x', '.vscode'))\n"
+        "open(os.path.join(sys.argv[1], 'x', '.vscode', 'tasks.json'), 'w').write('{}')\n"
+    )
+    result = host.run(box.py(source, str(second)))
+    assert result.ok and result.landed == "landed", result.stderr.text
+    assert (box.ws / "a.txt").read_text() == "a" and (second / "b.txt").read_text() == "b"
+    assert result.quarantined == (str(second / "x" / ".vscode"),)
+    assert not (second / "x" / ".vscode").exists()

@@ -119,13 +119,12 @@ def test_the_spawning_thread_lives_as_long_as_the_run(make_host, box):
     if not root and box.sandbox != "landlock":
         pytest.xfail("an ordinary user's run without Landlock spawns from its own thread")
     host = _host(make_host, box.sandbox, **({"processes": 40} if root else {}))
-    (box.ws / "work").mkdir()
-    runner = threading.Thread(
-        target=_run, args=(host, box, ["sh", "-c", "touch work/started; sleep 1"])
-    )
+    # Seen by its process, not a file: a layered run's files are not seen while it runs.
+    marker = f"1.{os.getpid() % 1000}37"
+    runner = threading.Thread(target=_run, args=(host, box, ["sh", "-c", f"sleep {marker}"]))
     runner.start()
     try:
-        assert procs.wait_until((box.ws / "work" / "started").exists, timeout=30)
+        assert procs.wait_until(lambda: procs.sleeping(marker), timeout=30)
         names = [t.name for t in threading.enumerate() if t.is_alive()]
         assert "stockade-spawner" in names, names
     finally:

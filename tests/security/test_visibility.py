@@ -27,5 +27,11 @@ def test_without_layers_the_observer_sees_what_is_planted(box, make_host, sandbo
     assert result.sandbox.writes == "direct"
     assert "PLANTED" in result.stdout.text, result.stderr.text
     # .git/config is a read-only mount under bubblewrap either way: refused, never seen.
-    assert observer.seen >= {"nested/.git", ".claude/settings.json", ".vscode/tasks.json"}
+    assert observer.seen >= {
+        "nested/.git",
+        ".claude/settings.json",
+        ".vscode/tasks.json",
+        "viagit/.git",
+        ".idea/workspace.xml",
+    }
     assert not (box.ws / ".claude").exists()  # quarantined after it, as before

@@ -17,7 +17,8 @@ the real root in one place, with every rule on the way:
   ``overlay.whiteout``) removes the name; an opaque folder (``overlay.opaque = y``) first
   loses what the root held there; a folder replaced by a file (or back) is handled both ways;
 - files, symlinks and other entries land by ``rename`` (same filesystem: no copy, modes,
-  times, links and symlinks as the command left them); folders take the upper's mode;
+  times, links and symlinks as the command left them); folders take the upper's mode, with
+  the owner's rights (``u+rwx``) kept, as the check after a direct run gives them back;
 - an entry the overlay marked in a way the host does not apply (``redirect``,
   ``metacopy``) is refused, named in ``failed``.
 
@@ -120,11 +121,12 @@ def land(layer: Layer, rules: Rules, tally: Tally) -> None:
     """
     root = os.open(layer.root, _DIR)
     try:
-        upper = os.open(layer.upper, _DIR)
+        upper = _open_dir(os.open(layer.folder, _DIR), "upper", close=True)
     except BaseException:
         os.close(root)
         raise
     try:
+        os.fchmod(upper, 0o700)  # the command may have chmodded its root (that mode stays its)
         xwhite = marks(f"/proc/self/fd/{upper}").get("opaque") == b"x"
         _merge(upper, root, layer.root, rules, tally, top=True, xwhite=xwhite)
     finally:
@@ -132,9 +134,17 @@ def land(layer: Layer, rules: Rules, tally: Tally) -> None:
         os.close(root)
 
 
-def _open_dir(fd: int, name: str) -> int:
+def _open_dir(fd: int, name: str, *, close: bool = False) -> int:
     """Folder ``name`` in ``fd``, not followed; a folder of this user whose rights the
-    command took away is given them back first."""
+    command took away is given them back first. ``close``: ``fd`` is closed after."""
+    try:
+        return _open_own(fd, name)
+    finally:
+        if close:
+            os.close(fd)
+
+
+def _open_own(fd: int, name: str) -> int:
     try:
         return os.open(name, _DIR, dir_fd=fd)
     except PermissionError:
@@ -321,15 +331,23 @@ def _folder(
                 _empty(inner_dst, target, rules, tally)
             _unmark(up, name)
         inner_up = _open_dir(up, name)
+        # The command may have taken its own rights away (chmod 644 on a folder): the host
+        # needs them in both folders while it lands; the folder's own mode is set last.
+        os.fchmod(inner_up, 0o700)
+        was = stat.S_IMODE(os.fstat(inner_dst).st_mode)
+        if was & 0o700 != 0o700:
+            os.fchmod(inner_dst, was | 0o700)
         try:
             xwhite = marks.get("opaque") == b"x"
             _merge(inner_up, inner_dst, target, rules, tally, top=False, xwhite=xwhite)
         finally:
             os.close(inner_up)
-        mode = stat.S_IMODE(info.st_mode)
-        if below is None or stat.S_IMODE(below.st_mode) != mode:
+        # A folder lands with its owner's rights, whatever the command left: one it hid
+        # from the owner would hide a planted .git from the next run's survey.
+        mode = stat.S_IMODE(info.st_mode) | 0o700
+        if below is None or stat.S_IMODE(below.st_mode) != mode or was & 0o700 != 0o700:
             os.fchmod(inner_dst, mode)
-            if below is not None:
+            if below is not None and stat.S_IMODE(below.st_mode) != mode:
                 tally.modified.append(target + "/")
     finally:
         os.close(inner_dst)

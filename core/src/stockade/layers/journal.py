@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from typing import Literal
 
@@ -25,7 +26,7 @@ from attrs import field, frozen
 from ..record.events import LayerEvent
 from ..request import wire
 from .commit import Rules, Tally, land
-from .place import LAYERS, Layer, discard
+from .place import LAYERS, Layer, discard, remove_tree
 
 State = Literal["running", "landing"]
 JOURNAL = "journal"
@@ -91,8 +92,10 @@ def start_time(pid: int) -> int:
     return int(text.rsplit(b")", 1)[1].split()[19])
 
 
-def write(store: str, entry: Entry) -> None:
-    """Write ``entry`` atomically: the old state or the new one, never a mix."""
+def write(store: str, entry: Entry, *, durable: bool = True) -> None:
+    """Write ``entry`` atomically: the old state or the new one, never a mix; ``durable``:
+    synced to disk too (a ``running`` entry need not be: lost at a power cut, it would only
+    leave a layer nothing lands)."""
     where = folder(store)
     os.makedirs(where, mode=0o700, exist_ok=True)
     path = os.path.join(where, f"{entry.action_id}.json")
@@ -100,11 +103,13 @@ def write(store: str, entry: Entry) -> None:
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, wire.to_json(entry).encode())
-        os.fsync(fd)
+        if durable:
+            os.fsync(fd)
     finally:
         os.close(fd)
     os.replace(temporary, path)
-    _sync(where)
+    if durable:
+        _sync(where)
 
 
 def remove(store: str, action_id: str) -> None:
@@ -127,13 +132,40 @@ def _alive(entry: Entry) -> bool:
     )
 
 
+STRAY_AGE = 3600.0
+"""Seconds after which a layer folder that no journal names is removed: its host died
+between making it and writing the journal (a live host writes it at once)."""
+
+
 def recover(store: str) -> list[Recovery]:
-    """Finish or discard every commit a dead host left in ``store`` (see the module)."""
+    """Finish or discard every commit a dead host left in ``store`` (see the module), and
+    remove stray layer folders (:data:`STRAY_AGE`)."""
     where = folder(store)
     try:
         names = sorted(os.listdir(where))
     except OSError:
-        return []
+        names = []
+    done = _recover(where, names)
+    _sweep(os.path.dirname(where), {n.removesuffix(".json") for n in names})
+    return done
+
+
+def _sweep(layers: str, named: set[str]) -> None:
+    try:
+        entries = list(os.scandir(layers))
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        action_id = entry.name.rsplit(".", 1)[0]
+        if entry.name == JOURNAL or action_id in named or not entry.is_dir(follow_symlinks=False):
+            continue
+        with contextlib.suppress(OSError):
+            if now - entry.stat(follow_symlinks=False).st_mtime > STRAY_AGE:
+                remove_tree(entry.path)
+
+
+def _recover(where: str, names: list[str]) -> list[Recovery]:
     done: list[Recovery] = []
     for name in names:
         path = os.path.join(where, name)
@@ -184,7 +216,7 @@ def _finish(entry: Entry) -> Recovery:
         roots=tuple(layer.root for layer in entry.layers),
         changed=(*tally.created, *tally.modified, *tally.deleted),
         quarantined=tuple(tally.quarantined),
-        failed=tuple(tally.failed),
+        failed=(*tally.failed, *(f"{p}: changed since; kept aside" for p in tally.conflicts)),
     )
 
 

@@ -19,6 +19,7 @@ from typing import Literal
 import attrs
 from attrs import frozen
 
+from ..confine.protected import kind_of
 from ..request.result import Changes, Guarded
 from . import journal
 from .commit import Rules, Tally, land, marks, whiteout
@@ -84,6 +85,7 @@ class Session:
 
     def _write(self, state: journal.State) -> None:
         pid = os.getpid()
+        durable = state == "landing"
         journal.write(
             self.store,
             journal.Entry(
@@ -94,6 +96,7 @@ class Session:
                 pid=pid,
                 started=journal.start_time(pid),
             ),
+            durable=durable,
         )
 
     def uppers(self) -> tuple[str, ...]:
@@ -132,6 +135,8 @@ class Session:
                 return self._discard("over-quota")
             if not keep:
                 return self._discard("discarded")
+            if not any(os.listdir(layer.upper) for layer in self.layers):
+                return Landing("landed", Changes(method="layer"))  # it wrote nothing
             self._write("landing")
             tally = Tally()
             for layer in self.layers:
@@ -149,7 +154,7 @@ class Session:
         """What the layers would have changed; nothing of it lands."""
         tally = Tally()
         for layer in self.layers:
-            _survey(layer.upper, layer.root, tally)
+            _survey(layer.upper, layer.root, tally, self.rules.dotfiles)
         return Landing(why, self._changes(tally))
 
     def _remember(self, tally: Tally) -> None:
@@ -190,11 +195,17 @@ class Session:
         return path[len(base) :] if path.startswith(base) else path
 
 
-def _survey(upper: str, root: str, tally: Tally) -> None:
-    """What an upper folder would change in ``root``, without changing anything."""
+def _survey(upper: str, root: str, tally: Tally, dotfiles: frozenset[str]) -> None:
+    """What an upper folder would change in ``root``, without changing anything (a
+    protected name, which would never land, is left out, with all it holds)."""
+
+    def landing(rel: str, name: str) -> bool:
+        return kind_of(os.path.normpath(os.path.join(root, rel, name)), dotfiles) is None
+
     for directory, folders, files in os.walk(upper):
         rel = os.path.relpath(directory, upper)
-        for name in (*folders, *files):
+        folders[:] = [n for n in folders if landing(rel, n)]
+        for name in (*folders, *(n for n in files if landing(rel, n))):
             source = os.path.join(directory, name)
             target = os.path.normpath(os.path.join(root, rel, name))
             info = os.lstat(source)

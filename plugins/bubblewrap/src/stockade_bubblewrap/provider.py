@@ -202,8 +202,8 @@ class BubblewrapSandbox(SandboxProvider):
 
     def _layers(self, spec: ExecSpec, bwrap: str) -> tuple[Layer, ...]:
         """``spec``'s layers (:func:`.overlay.layers_for`), unless ``layers = false``."""
-        if not self.settings.layers:
-            return ()
+        if not self.settings.layers or spec.mode != "workspace-write" or not spec.layer_store:
+            return ()  # (a read-only command's folder is no writable root: a home may be)
         roots = paths.writable_roots(
             (spec.workspace, *self.settings.writable_roots, *spec.grant_writable)
         )

@@ -350,6 +350,8 @@ def test_a_command_started_after_a_planted_hook_does_not_put_it_back(host, box):
     """A background task writes a hook and waits; a second command starts (the hook is
     there), the task ends (its check removes the hook), then the second one ends: its
     check must restore what was there before the *first* started, not the hook."""
+    if box.keeps(Promise.PROTECTED_NEVER_VISIBLE):
+        pytest.xfail("a layered command's writes are not in the folder while it runs: no put-back")
     before = _repo(box)
     hook, flag = box.ws / ".git" / "hooks" / "pre-commit", box.ws / "a-wrote"
     first = host.start(box.py(WAIT_THEN, str(hook), str(flag), str(box.ws / "go-a")), owner="t")

@@ -2,8 +2,9 @@
 at the workspace (an editor's git integration, every few seconds) never sees a protected name
 the command planted, before or after the host's checks.
 
-The attack plants, then sleeps: a new nested repository with a hook, ``.claude/settings.json``,
-``.vscode/tasks.json``, and a ``core.fsmonitor`` program in the existing ``.git/config``. A
+The attack plants, then sleeps: a new nested repository with a hook (by hand, and by ``git
+init``), ``.claude/settings.json``, ``.vscode/tasks.json``, ``.idea`` (a folder renamed into
+the name), and a ``core.fsmonitor`` program in the existing ``.git/config``. A
 thread of the host polls every 20 ms for each of them while the command runs and once after.
 The control: the same thread sees a file the test itself drops into the workspace mid-run, so
 an observer that sees nothing is an observer that would have seen.
@@ -31,10 +32,23 @@ try:
     open('.git/config', 'a').write('[core]\\n\\tfsmonitor = echo PWNED\\n')
 except OSError as error:
     print('config refused:', error)
+# Other programs and other spellings: git itself, and a folder renamed into a protected name.
+import subprocess
+subprocess.run(['git', 'init', '-q', 'viagit'], check=True)
+open('viagit/.git/hooks/post-checkout', 'w').write('#!/bin/sh\\necho PWNED\\n')
+os.makedirs('staged')
+open('staged/workspace.xml', 'w').write('PWNED')
+os.rename('staged', '.idea')
 print('PLANTED', flush=True)
 time.sleep(float(sys.argv[1]))
 """
-PLANTED = ("nested/.git", ".claude/settings.json", ".vscode/tasks.json")
+PLANTED = (
+    "nested/.git",
+    ".claude/settings.json",
+    ".vscode/tasks.json",
+    "viagit/.git",
+    ".idea/workspace.xml",
+)
 POLL = 0.02
 
 
