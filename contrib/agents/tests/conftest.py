@@ -1,0 +1,52 @@
+"""Shared by the Agents SDK client's tests: a private store, a host per backend."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from stockade.config.load import parse_config
+from stockade.host import Host
+
+PROFILES = """
+[agents.tester]
+workspace = "{ws}"
+ask = []
+
+[agents.careful]
+workspace = "{ws}"
+ask = ["writes"]
+
+[agents.echoer]
+workspace = "{ws}"
+programs = ["echo", "sh"]
+"""
+
+
+@pytest.fixture(autouse=True)
+def _private_state(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # Held steps go to a store of the test's own, never the user's.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
+@pytest.fixture
+def make_host(tmp_path: Path) -> Iterator[Callable[[str], Host]]:
+    """``make_host(sandbox)``: a host on that backend, its profiles' workspace ``tmp_path/ws``."""
+    made: list[Host] = []
+    ws = tmp_path / "ws"
+    ws.mkdir()
+
+    def factory(sandbox: str) -> Host:
+        config = parse_config(f'sandbox = "{sandbox}"\n' + PROFILES.format(ws=ws))
+        host = Host(config, environ=dict(os.environ))
+        made.append(host)
+        return host
+
+    yield factory
+    for host in made:
+        host.close()

@@ -1,0 +1,166 @@
+"""The OpenAI Agents SDK's ``SandboxAgent`` run on Stockade, driven by the SDK's own
+``ScriptedModel`` (no network): commands confined and recorded, held steps through the SDK's
+tool approval, denials as structured tool results, files, the workspace tar, and what
+Stockade refuses."""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+from pathlib import Path
+
+import pytest
+from agents import Runner
+from agents.run_config import RunConfig, SandboxRunConfig
+from agents.sandbox import Manifest, SandboxAgent
+from agents.sandbox.errors import WorkspaceArchiveWriteError
+from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+import stockade_agents
+from stockade_agents import StockadeSandboxClient, StockadeSandboxClientOptions
+
+SANDBOXES = ("bubblewrap", "landlock")
+
+
+def scripted(*cmds: str) -> ScriptedModel:
+    """A model that runs ``cmds`` with ``exec_command``, one turn each, then says done."""
+    steps: list[object] = [
+        [function_call("exec_command", {"cmd": cmd}, call_id=f"call-{i}")]
+        for i, cmd in enumerate(cmds)
+    ]
+    return ScriptedModel([*steps, [assistant_message("done")]])
+
+
+def tool_outputs(model: ScriptedModel) -> list[str]:
+    """What the model was given back by its tools, in order."""
+    last = model.calls[-1].input
+    return [item["output"] for item in last if item.get("type") == "function_call_output"]
+
+
+async def run_on(client, model, options=None, manifest=None):
+    agent = SandboxAgent(name="builder", model=model, capabilities=[stockade_agents.shell()])
+    session = await client.create(manifest=manifest, options=options)
+    async with session:
+        config = RunConfig(sandbox=SandboxRunConfig(session=session))
+        return await Runner.run(agent, "work", run_config=config), session, agent, config
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.asyncio
+async def test_a_sandbox_agent_runs_confined_through_stockade(make_host, tmp_path, sandbox):
+    host = make_host(sandbox)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    canary = outside / f"canary-{secrets.token_hex(4)}"
+    script = f"echo hi > made.txt && cat made.txt; touch {canary}; echo after"
+    model = scripted(script)
+    await run_on(
+        StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="tester")
+    )
+    (output,) = tool_outputs(model)
+    assert "hi" in output and "after" in output
+    assert (tmp_path / "ws" / "made.txt").read_text() == "hi\n"
+    assert not canary.exists()  # confined: the workspace is the only writable root
+    # Control: the SDK's own local client lets the same script write there.
+    control = scripted(script)
+    await run_on(UnixLocalSandboxClient(), control, manifest=Manifest(root=str(tmp_path / "ctl")))
+    assert canary.exists()
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.asyncio
+async def test_a_held_step_interrupts_the_run_and_runs_once_approved(make_host, sandbox):
+    host = make_host(sandbox)
+    client = StockadeSandboxClient(host)
+    made = Path(host.config.agents["careful"].workspace or "") / "made"
+    agent = SandboxAgent(
+        name="builder", model=scripted("touch made"), capabilities=[stockade_agents.shell()]
+    )
+    session = await client.create(options=StockadeSandboxClientOptions(profile="careful"))
+    async with session:
+        config = RunConfig(sandbox=SandboxRunConfig(session=session))
+        first = await Runner.run(agent, "work", run_config=config)
+        assert len(first.interruptions) == 1 and first.interruptions[0].name == "exec_command"
+        assert not made.exists()  # held: nothing ran before a person answered
+        state = first.to_state()
+        state.approve(first.interruptions[0])
+        second = await Runner.run(agent, state, run_config=config)
+    assert second.final_output == "done"
+    assert made.exists()
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.asyncio
+async def test_a_rejected_step_never_runs_and_is_declined(make_host, sandbox):
+    host = make_host(sandbox)
+    client = StockadeSandboxClient(host)
+    made = Path(host.config.agents["careful"].workspace or "") / "made"
+    model = scripted("touch made")
+    agent = SandboxAgent(name="builder", model=model, capabilities=[stockade_agents.shell()])
+    session = await client.create(options=StockadeSandboxClientOptions(profile="careful"))
+    async with session:
+        config = RunConfig(sandbox=SandboxRunConfig(session=session))
+        first = await Runner.run(agent, "work", run_config=config)
+        state = first.to_state()
+        state.reject(first.interruptions[0])
+        await Runner.run(agent, state, run_config=config)
+        run = stockade_agents.client.inner(session)
+        assert run is not None
+        run_id = run.host.run_id
+    assert not made.exists()
+    (output,) = tool_outputs(model)
+    assert output == "Tool execution was not approved."
+    held = host.store.get(run_id, 1)
+    assert held.state == "declined"
+
+
+@pytest.mark.asyncio
+async def test_a_denied_step_is_a_structured_tool_result(make_host):
+    host = make_host("landlock")
+    model = scripted("rm -rf .")
+    (ws := Path(host.config.agents["echoer"].workspace or "")).joinpath("keep").write_text("x")
+    await run_on(
+        StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="echoer")
+    )
+    (output,) = tool_outputs(model)
+    body = json.loads(output.split("Output:\n", 1)[1])
+    assert body["stockade"]["code"] == "policy_denied"
+    assert "exited with code 126" in output
+    assert (ws / "keep").exists()
+
+
+@pytest.mark.asyncio
+async def test_files_go_through_the_file_tools(make_host):
+    client = StockadeSandboxClient(make_host("landlock"))
+    session = await client.create(options=StockadeSandboxClientOptions(profile="tester"))
+    async with session:
+        await session.write(Path("notes/a.txt"), io.BytesIO(b"written\n"))
+        assert (await session.read(Path("notes/a.txt"))).read() == b"written\n"
+        with pytest.raises(WorkspaceArchiveWriteError, match=r"\.git"):
+            await session.write(Path(".git/config"), io.BytesIO(b"[core]\n"))
+        tar = await session.persist_workspace()
+        data = tar.read()
+    other = StockadeSandboxClient(make_host("bubblewrap"))
+    root = Path(session.state.manifest.root).parent / "restored"
+    restored = await other.create(manifest=Manifest(root=str(root)))
+    async with restored:
+        await restored.hydrate_workspace(io.BytesIO(data))
+    assert (root / "notes" / "a.txt").read_text() == "written\n"
+
+
+@pytest.mark.asyncio
+async def test_what_stockade_does_not_offer_is_refused(make_host):
+    client = StockadeSandboxClient(make_host("landlock"))
+    with pytest.raises(ValueError, match="exposes no ports"):
+        await client.create(
+            options=StockadeSandboxClientOptions(profile="tester", exposed_ports=(8080,))
+        )
+    session = await client.create(options=StockadeSandboxClientOptions(profile="tester"))
+    async with session:
+        assert not session.supports_pty()
+        with pytest.raises(NotImplementedError, match="no\\s+pty"):
+            await session.pty_exec_start("true")
+        with pytest.raises(ValueError, match="does not switch"):
+            await session.exec("true", user="root")
