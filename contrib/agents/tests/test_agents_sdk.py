@@ -56,9 +56,7 @@ async def test_a_sandbox_agent_runs_confined_through_stockade(make_host, tmp_pat
     canary = outside / f"canary-{secrets.token_hex(4)}"
     script = f"echo hi > made.txt && cat made.txt; touch {canary}; echo after"
     model = scripted(script)
-    await run_on(
-        StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="tester")
-    )
+    await run_on(StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="tester"))
     (output,) = tool_outputs(model)
     assert "hi" in output and "after" in output
     assert (tmp_path / "ws" / "made.txt").read_text() == "hi\n"
@@ -121,9 +119,7 @@ async def test_a_denied_step_is_a_structured_tool_result(make_host):
     host = make_host("landlock")
     model = scripted("rm -rf .")
     (ws := Path(host.config.agents["echoer"].workspace or "")).joinpath("keep").write_text("x")
-    await run_on(
-        StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="echoer")
-    )
+    await run_on(StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="echoer"))
     (output,) = tool_outputs(model)
     body = json.loads(output.split("Output:\n", 1)[1])
     assert body["stockade"]["code"] == "policy_denied"
@@ -160,7 +156,7 @@ async def test_what_stockade_does_not_offer_is_refused(make_host):
     session = await client.create(options=StockadeSandboxClientOptions(profile="tester"))
     async with session:
         assert not session.supports_pty()
-        with pytest.raises(NotImplementedError, match="no\\s+pty"):
+        with pytest.raises(NotImplementedError, match=r"no\s+pty"):
             await session.pty_exec_start("true")
         with pytest.raises(ValueError, match="does not switch"):
             await session.exec("true", user="root")
