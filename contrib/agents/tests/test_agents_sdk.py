@@ -160,3 +160,53 @@ async def test_what_stockade_does_not_offer_is_refused(make_host):
             await session.pty_exec_start("true")
         with pytest.raises(ValueError, match="does not switch"):
             await session.exec("true", user="root")
+
+
+def _example():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[3] / "docs" / "examples" / "agents_sdk.py"
+    spec = importlib.util.spec_from_file_location("agents_sdk_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("approve", [True, False])
+@pytest.mark.asyncio
+async def test_the_docs_example_runs_and_asks(tmp_path, approve):
+    from stockade.config.load import parse_config
+    from stockade.host import Host
+
+    example = _example()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    asked = []
+
+    def answer(item):
+        asked.append(item.arguments)
+        return approve
+
+    with Host(parse_config('sandbox = "landlock"\n[agents.default]\nask = ["writes"]\n')) as host:
+        final = await example.run(host, str(ws), example.offline_model(), answer)
+    assert final == "hello.py written and run"
+    assert len(asked) == 1 and "hello.py" in asked[0]
+    assert (ws / "hello.py").exists() is approve
+
+
+@pytest.mark.asyncio
+async def test_cancelling_the_awaiting_task_kills_the_command(make_host):
+    import asyncio
+
+    host = make_host("landlock")
+    client = StockadeSandboxClient(host)
+    ws = Path(host.config.agents["tester"].workspace or "")
+    session = await client.create(options=StockadeSandboxClientOptions(profile="tester"))
+    async with session:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(session.exec("sleep 1.5 && touch late"), 0.5)
+        await asyncio.sleep(2)
+        control = await session.exec("touch early")
+    assert control.exit_code == 0 and (ws / "early").exists()
+    assert not (ws / "late").exists()

@@ -10,11 +10,13 @@ user) is refused with an error that says so.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import tarfile
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +39,7 @@ from stockade.host import Host
 from stockade.request.result import RunResult
 from stockade.request.spec import ExecRequest
 from stockade.run.doer import Admission
+from stockade.run.executor import AbortToken
 from stockade.workspace.file_types import READ_LIMIT
 from stockade.workspace.files import Workspace
 
@@ -205,42 +208,31 @@ class StockadeSandboxSession(BaseSandboxSession):
         entry = parked.popleft() if parked else None
         if parked is not None and not parked:
             del self._parked[argv]
+        if isinstance(entry, StockadeError):
+            return results.refusal(entry)
         try:
-            if entry is None:
-                run = await self.host.run_async(self.request(argv, timeout))
-            elif isinstance(entry, StockadeError):
-                return results.refusal(entry)
-            elif isinstance(entry, _Held):
-                run = await self._release(entry)
-            else:
-                run = await self._carry(entry)
+            run = await _in_thread(partial(self._run, argv, timeout, entry))
         except StockadeError as error:
             return results.refusal(error)
         return results.of_run(run)
 
-    async def _release(self, held: _Held) -> RunResult:
-        # Only reached through the SDK's approval: a rejected call never runs its tool.
-        await asyncio.to_thread(
-            self.host.answer, held.run_id, held.step, approve=True, by=APPROVED_BY
-        )
-        return await asyncio.to_thread(self.host.resume, held.run_id, held.step)
-
-    async def _carry(self, admission: Admission) -> RunResult:
+    def _run(
+        self,
+        argv: tuple[str, ...],
+        timeout: float | None,
+        entry: Admission | _Held | None,
+        abort: AbortToken,
+    ) -> RunResult:
+        """One step on the host, on a worker thread: one hop, as ``Host.run`` costs."""
         host = self.host
-        prepared = await asyncio.to_thread(host.prepare, admission)
-        try:
-            carried = await host.doer.carry_out_async(prepared)
-        except StockadeError as error:
-            host.recording.error(prepared.spec, error)
-            raise
-        except asyncio.CancelledError:
-            host.recording.error(
-                prepared.spec,
-                code="cancelled",
-                message="the awaiting task was cancelled, so the command was killed",
-            )
-            raise
-        return host.breaker.finish(prepared.spec, carried, host.recording.result)
+        if entry is None:
+            return host.run(self.request(argv, timeout), abort=abort)
+        if isinstance(entry, _Held):
+            # Only reached through the SDK's approval: a rejected call never runs its tool.
+            host.answer(entry.run_id, entry.step, approve=True, by=APPROVED_BY)
+            return host.resume(entry.run_id, entry.step, abort=abort)
+        carried = host.carry_out(host.prepare(entry), abort=abort)
+        return host.breaker.finish(entry.spec, carried, host.recording.result)
 
     # --- files -----------------------------------------------------------------------------
 
@@ -348,3 +340,20 @@ class StockadeSandboxSession(BaseSandboxSession):
             ) from error
         except (tarfile.TarError, OSError) as error:
             raise WorkspaceArchiveWriteError(path=root, cause=error) from error
+
+
+async def _in_thread(call: Callable[[AbortToken], RunResult]) -> RunResult:
+    """``call(abort)`` on a worker thread; cancelling the awaiting task kills the command
+    (the abort token) and waits for its record to close."""
+    abort = AbortToken()
+    future = asyncio.get_running_loop().run_in_executor(None, call, abort)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        abort.abort()
+        with contextlib.suppress(Exception):
+            await future
+        raise
+    finally:
+        if future.done():
+            abort.close()
