@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -50,3 +52,16 @@ def make_host(tmp_path: Path) -> Iterator[Callable[[str], Host]]:
     yield factory
     for host in made:
         host.close()
+
+
+@pytest.fixture
+def home_tmp() -> Iterator[Path]:
+    """A private folder under the home: the sandbox's /tmp is its own, so a canary there
+    would not show a breach."""
+    base = Path.home() / ".stockade-tests"
+    base.mkdir(mode=0o700, exist_ok=True)
+    root = Path(tempfile.mkdtemp(dir=base))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -44,27 +44,60 @@ async def run_on(client, model, options=None, manifest=None):
     session = await client.create(manifest=manifest, options=options)
     async with session:
         config = RunConfig(sandbox=SandboxRunConfig(session=session))
-        return await Runner.run(agent, "work", run_config=config), session, agent, config
+        return await Runner.run(agent, "work", run_config=config)
+
+
+async def run_approving_all(client, model, options=None, manifest=None):
+    """Run to the end, a policy approving every held step (confinement must still hold)."""
+    agent = SandboxAgent(name="builder", model=model, capabilities=[stockade_agents.shell()])
+    session = await client.create(manifest=manifest, options=options)
+    async with session:
+        config = RunConfig(sandbox=SandboxRunConfig(session=session))
+        result = await Runner.run(agent, "work", run_config=config)
+        while result.interruptions:
+            state = result.to_state()
+            for item in result.interruptions:
+                state.approve(item)
+            result = await Runner.run(agent, state, run_config=config)
+    return result
+
+
+def front_ends(outside: Path) -> dict[Path, str]:
+    """Canaries outside the workspace, each written by another program or spelling."""
+    c = {name: outside / f"{name}-{secrets.token_hex(4)}" for name in ("sh", "py", "cp", "nest")}
+    return {
+        c["sh"]: f"echo hi > made.txt && cat made.txt; touch {c['sh']}; echo after",
+        c["py"]: f"python3 -c \"open('{c['py']}', 'w').write('x')\"",
+        c["cp"]: f"cp made.txt {c['cp']}",
+        c["nest"]: f"bash -c 'echo x > {c['nest']}'",
+    }
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 @pytest.mark.asyncio
-async def test_a_sandbox_agent_runs_confined_through_stockade(make_host, tmp_path, sandbox):
+async def test_a_sandbox_agent_runs_confined_through_stockade(make_host, home_tmp, sandbox):
     host = make_host(sandbox)
-    outside = tmp_path / "outside"
+    outside = home_tmp / "outside"
     outside.mkdir()
-    canary = outside / f"canary-{secrets.token_hex(4)}"
-    script = f"echo hi > made.txt && cat made.txt; touch {canary}; echo after"
-    model = scripted(script)
-    await run_on(StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="tester"))
-    (output,) = tool_outputs(model)
-    assert "hi" in output and "after" in output
-    assert (tmp_path / "ws" / "made.txt").read_text() == "hi\n"
-    assert not canary.exists()  # confined: the workspace is the only writable root
-    # Control: the SDK's own local client lets the same script write there.
-    control = scripted(script)
-    await run_on(UnixLocalSandboxClient(), control, manifest=Manifest(root=str(tmp_path / "ctl")))
-    assert canary.exists()
+    attacks = front_ends(outside)
+    model = scripted(*attacks.values())
+    result = await run_approving_all(
+        StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="tester")
+    )
+    assert result.final_output == "done"
+    outputs = tool_outputs(model)
+    assert "hi" in outputs[0] and "after" in outputs[0]
+    assert all('{"stockade"' not in output for output in outputs)  # each ran, none refused
+    ws = Path(host.config.agents["tester"].workspace or "")
+    assert (ws / "made.txt").read_text() == "hi\n"
+    # Confined, even approved: the workspace is the only writable root.
+    assert [canary for canary in attacks if canary.exists()] == []
+    # Control: the SDK's own local client lets the same commands write there.
+    control = scripted(*attacks.values())
+    await run_approving_all(
+        UnixLocalSandboxClient(), control, manifest=Manifest(root=str(home_tmp / "ctl"))
+    )
+    assert [canary for canary in attacks if not canary.exists()] == []
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
