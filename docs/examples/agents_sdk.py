@@ -40,7 +40,7 @@ async def run(
     )
     client = StockadeSandboxClient(host)
     session = await client.create(manifest=Manifest(root=workspace))
-    async with session:  # one session, one Stockade run; held steps live as long as it
+    async with session:  # one session, one Stockade run
         config = RunConfig(sandbox=SandboxRunConfig(session=session))
         result = await Runner.run(agent, task, run_config=config)
         while result.interruptions:  # steps the policy holds for a person

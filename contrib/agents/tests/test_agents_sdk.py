@@ -124,7 +124,7 @@ async def test_a_held_step_interrupts_the_run_and_runs_once_approved(make_host, 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
 @pytest.mark.asyncio
-async def test_a_rejected_step_never_runs_and_is_declined(make_host, sandbox):
+async def test_a_rejected_step_never_runs(make_host, sandbox):
     host = make_host(sandbox)
     client = StockadeSandboxClient(host)
     made = Path(host.config.agents["careful"].workspace or "") / "made"
@@ -137,14 +137,55 @@ async def test_a_rejected_step_never_runs_and_is_declined(make_host, sandbox):
         state = first.to_state()
         state.reject(first.interruptions[0])
         await Runner.run(agent, state, run_config=config)
-        run = stockade_agents.client.inner(session)
-        assert run is not None
-        run_id = run.host.run_id
+        (held,) = session.state.held
     assert not made.exists()
     (output,) = tool_outputs(model)
     assert output == "Tool execution was not approved."
-    held = host.store.get(run_id, 1)
-    assert held.state == "declined"
+    # Unanswered in Stockade's store: `stockade pending` shows it, a person may decline it.
+    assert host.store.get(held.run_id, held.step).state == "held"
+
+
+@pytest.mark.asyncio
+async def test_an_approval_reaches_a_step_the_runner_stopped_its_session_for(make_host):
+    # The runner owns the session: it stops it at the interruption and resumes it from the
+    # RunState; the held step travels in the session state.
+    host = make_host("landlock")
+    made = Path(host.config.agents["careful"].workspace or "") / "made"
+    agent = SandboxAgent(
+        name="builder", model=scripted("touch made"), capabilities=[stockade_agents.shell()]
+    )
+    config = RunConfig(
+        sandbox=SandboxRunConfig(
+            client=StockadeSandboxClient(host),
+            options=StockadeSandboxClientOptions(profile="careful"),
+        )
+    )
+    first = await Runner.run(agent, "work", run_config=config)
+    assert not made.exists()
+    state = first.to_state()
+    state.approve(first.interruptions[0])
+    second = await Runner.run(agent, state, run_config=config)
+    assert second.final_output == "done" and made.exists()
+
+
+@pytest.mark.asyncio
+async def test_a_state_naming_another_commands_held_step_is_not_approved(make_host):
+    host = make_host("landlock")
+    client = StockadeSandboxClient(host)
+    ws = Path(host.config.agents["careful"].workspace or "")
+    session = await client.create(options=StockadeSandboxClientOptions(profile="careful"))
+    async with session:
+        run = stockade_agents.client.inner(session)
+        assert run is not None
+        assert await run.admit(("sh", "-lc", "touch other"), None)
+        (held,) = run.state.held
+        # A tampered RunState pairs that held step with a command the person approved.
+        run.state.held = (held.model_copy(update={"argv": ("sh", "-lc", "true")}),)
+        result = await session.exec("true")
+    assert result.exit_code == stockade_agents.REFUSED
+    assert b"not this call's command" in result.stderr
+    assert not (ws / "other").exists()
+    assert host.store.get(held.run_id, held.step).state == "held"
 
 
 @pytest.mark.asyncio

@@ -20,7 +20,6 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-import attrs
 from agents.sandbox.errors import (
     ExposedPortUnavailableError,
     WorkspaceArchiveReadError,
@@ -33,6 +32,7 @@ from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, safe_extract_tarfile
+from pydantic import BaseModel, ConfigDict
 
 from stockade.errors import PolicyHeld, StockadeError, UsageError
 from stockade.host import Host
@@ -47,24 +47,30 @@ from . import results
 
 APPROVED_BY = "openai-agents (the run's tool approval)"
 """Who answered a held step the SDK's approval let run (the store's ``answered_by``)."""
-EXPIRED_BY = "stockade-agents (the sandbox session ended with it unanswered)"
-"""Who answered a held step whose tool call was rejected, or never ran."""
 
 
-class StockadeSandboxSessionState(SandboxSessionState):
-    """The session's state: the SDK's, plus the Stockade profile its commands run as."""
+class HeldCall(BaseModel):
+    """A step Stockade holds for the SDK's approval: the argv the tool call will run and
+    where the store keeps it."""
 
-    type: Literal["stockade"] = "stockade"
-    profile: str = "default"
+    model_config = ConfigDict(frozen=True)
 
-
-@attrs.frozen
-class _Held:
+    argv: tuple[str, ...]
     run_id: str
     step: int
 
 
-_Parked = Admission | _Held | StockadeError
+class StockadeSandboxSessionState(SandboxSessionState):
+    """The session's state: the SDK's, plus the Stockade profile its commands run as and
+    the steps held for the SDK's approval. The held steps travel in the SDK's ``RunState``,
+    so an approval given after the runner stopped the session still finds its step."""
+
+    type: Literal["stockade"] = "stockade"
+    profile: str = "default"
+    held: tuple[HeldCall, ...] = ()
+
+
+_Parked = Admission | StockadeError
 
 
 class StockadeSandboxSession(BaseSandboxSession):
@@ -115,18 +121,12 @@ class StockadeSandboxSession(BaseSandboxSession):
         return self._running
 
     def _expire_parked(self) -> None:
-        """Close the record of every step admitted for a tool call that never came: a held
-        one is declined (it never runs later), an allowed one is recorded as not run."""
+        """Close the record of every step admitted for a tool call that never came. Held
+        steps stay in the store and in the state: the runner stops its session at every
+        interruption, and the approval comes in the next run."""
         for parked in self._parked.values():
             for entry in parked:
-                if isinstance(entry, _Held):
-                    try:
-                        self.host.answer(
-                            entry.run_id, entry.step, approve=False, by=EXPIRED_BY, reason="expired"
-                        )
-                    except StockadeError:
-                        continue  # already answered elsewhere
-                elif isinstance(entry, Admission):
+                if isinstance(entry, Admission):
                     self.host.recording.error(
                         entry.spec,
                         code="cancelled",
@@ -194,20 +194,32 @@ class StockadeSandboxSession(BaseSandboxSession):
         try:
             entry = await asyncio.to_thread(self.host.admit, request)
         except PolicyHeld as held:
-            entry = _Held(str(held.details["run_id"]), int(str(held.details["step"])))
+            run_id, step = str(held.details["run_id"]), int(str(held.details["step"]))
+            call = HeldCall(argv=request.argv, run_id=run_id, step=step)
+            self.state.held = (*self.state.held, call)
+            return True
         except StockadeError as error:
             entry = error
         self._parked.setdefault(request.argv, deque()).append(entry)
-        return isinstance(entry, _Held)
+        return False
+
+    def _take_held(self, argv: tuple[str, ...]) -> HeldCall | None:
+        for index, call in enumerate(self.state.held):
+            if call.argv == argv:
+                self.state.held = self.state.held[:index] + self.state.held[index + 1 :]
+                return call
+        return None
 
     async def _exec_internal(
         self, *command: str | Path, timeout: float | None = None
     ) -> ExecResult:
         argv = tuple(str(part) for part in command)
         parked = self._parked.get(argv)
-        entry = parked.popleft() if parked else None
+        entry: _Parked | HeldCall | None = parked.popleft() if parked else None
         if parked is not None and not parked:
             del self._parked[argv]
+        if entry is None:
+            entry = self._take_held(argv)
         if isinstance(entry, StockadeError):
             return results.refusal(entry)
         try:
@@ -220,15 +232,24 @@ class StockadeSandboxSession(BaseSandboxSession):
         self,
         argv: tuple[str, ...],
         timeout: float | None,
-        entry: Admission | _Held | None,
+        entry: Admission | HeldCall | None,
         abort: AbortToken,
     ) -> RunResult:
         """One step on the host, on a worker thread: one hop, as ``Host.run`` costs."""
         host = self.host
         if entry is None:
             return host.run(self.request(argv, timeout), abort=abort)
-        if isinstance(entry, _Held):
+        if isinstance(entry, HeldCall):
             # Only reached through the SDK's approval: a rejected call never runs its tool.
+            # The state travels in the RunState: it names only a step held for this argv.
+            found = host.store.get(entry.run_id, entry.step).spec
+            if found.argv != argv or found.profile != self.state.profile:
+                raise UsageError(
+                    f"step {entry.step} of run {entry.run_id} is not this call's command",
+                    hint="the session state names a held step of another command; it is "
+                    "not approved",
+                    details={"run_id": entry.run_id, "step": entry.step},
+                )
             host.answer(entry.run_id, entry.step, approve=True, by=APPROVED_BY)
             return host.resume(entry.run_id, entry.step, abort=abort)
         carried = host.carry_out(host.prepare(entry), abort=abort)
