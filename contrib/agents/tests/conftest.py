@@ -37,10 +37,11 @@ def _private_state(
 
 
 @pytest.fixture
-def make_host(tmp_path: Path) -> Iterator[Callable[[str], Host]]:
-    """``make_host(sandbox)``: a host on that backend, its profiles' workspace ``tmp_path/ws``."""
+def make_host(home_tmp: Path) -> Iterator[Callable[[str], Host]]:
+    """``make_host(sandbox)``: a host on that backend, its profiles' workspace ``ws`` under
+    the home (on Landlock a folder under /tmp is the runs' scratch, not readable to them)."""
     made: list[Host] = []
-    ws = tmp_path / "ws"
+    ws = home_tmp / "ws"
     ws.mkdir()
 
     def factory(sandbox: str) -> Host:

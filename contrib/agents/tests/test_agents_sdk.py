@@ -284,3 +284,32 @@ async def test_cancelling_the_awaiting_task_kills_the_command(make_host):
         control = await session.exec("touch early")
     assert control.exit_code == 0 and (ws / "early").exists()
     assert not (ws / "late").exists()
+
+
+@pytest.mark.parametrize("sandbox", SANDBOXES)
+@pytest.mark.asyncio
+async def test_a_script_that_only_reads_runs_without_asking(make_host, sandbox):
+    # The SDK's shell tool sends `sh -lc SCRIPT` (with `cd DIR || exit` for a workdir): read by
+    # its parts, a script of reads is `reads`, so a profile that asks for writes runs it.
+    host = make_host(sandbox)
+    ws = Path(host.config.agents["careful"].workspace or "")
+    (ws / "sub").mkdir()
+    (ws / "sub" / "notes.txt").write_text("from the workspace\n")
+    model = ScriptedModel(
+        [
+            [
+                function_call(
+                    "exec_command",
+                    {"cmd": "ls && cat notes.txt", "workdir": "sub"},
+                    call_id="call-0",
+                )
+            ],
+            [assistant_message("done")],
+        ]
+    )
+    result = await run_on(
+        StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="careful")
+    )
+    assert result.interruptions == [] and result.final_output == "done"
+    (output,) = tool_outputs(model)
+    assert "from the workspace" in output and "exited with code 0" in output
