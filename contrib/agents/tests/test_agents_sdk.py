@@ -313,3 +313,38 @@ async def test_a_script_that_only_reads_runs_without_asking(make_host, sandbox):
     assert result.interruptions == [] and result.final_output == "done"
     (output,) = tool_outputs(model)
     assert "from the workspace" in output and "exited with code 0" in output
+
+
+@pytest.mark.asyncio
+async def test_file_operations_never_leave_the_workspace(make_host, home_tmp):
+    from agents.sandbox.errors import (
+        InvalidManifestPathError,
+        WorkspaceArchiveReadError,
+        WorkspaceReadNotFoundError,
+    )
+
+    host = make_host("landlock")
+    ws = Path(host.config.agents["tester"].workspace or "")
+    outside = home_tmp / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("outside\n")
+    (ws / "out").symlink_to(outside)
+    (ws / "link").symlink_to(outside / "secret")
+    (ws / "hard").hardlink_to(outside / "secret")
+    client = StockadeSandboxClient(host)
+    session = await client.create(options=StockadeSandboxClientOptions(profile="tester"))
+    async with session:
+        for path in ("out/secret", "link", "hard"):
+            with pytest.raises((WorkspaceArchiveReadError, WorkspaceReadNotFoundError)):
+                await session.read(Path(path))
+        for path in ("out/planted", "link"):
+            with pytest.raises(WorkspaceArchiveWriteError):
+                await session.write(Path(path), io.BytesIO(b"planted\n"))
+        for path in ("../planted", "/etc/planted", str(outside / "planted")):
+            with pytest.raises((InvalidManifestPathError, WorkspaceArchiveWriteError)):
+                await session.write(Path(path), io.BytesIO(b"planted\n"))
+        # Control: the same calls inside the workspace work.
+        await session.write(Path("inside"), io.BytesIO(b"ok\n"))
+        assert (await session.read(Path("inside"))).read() == b"ok\n"
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+    assert (outside / "secret").read_text() == "outside\n"
