@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from agents import set_tracing_disabled
 
 from stockade.config.load import parse_config
 from stockade.host import Host
@@ -34,6 +35,8 @@ def _private_state(
 ) -> None:
     # Held steps go to a store of the test's own, never the user's.
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    # No network: the SDK's traces would be exported to OpenAI when a key is set.
+    set_tracing_disabled(True)
 
 
 @pytest.fixture
