@@ -118,8 +118,20 @@ async def test_a_held_step_interrupts_the_run_and_runs_once_approved(make_host, 
         state = first.to_state()
         state.approve(first.interruptions[0])
         second = await Runner.run(agent, state, run_config=config)
+        run = stockade_agents.client.inner(session)
+        assert run is not None
+        run_id = run.host.run_id
     assert second.final_output == "done"
     assert made.exists()
+    # Recorded: the action, its hold, the approval (who gave it) and the result.
+    from stockade.record.chain import rows
+
+    events = [(row.kind, row.body) for row in rows(host.store, run_id)]
+    kinds = [kind for kind, _ in events]
+    assert kinds.index("action") < kinds.index("result")
+    decisions = [body["decision"] for kind, body in events if kind == "permission"]
+    assert [d["verdict"] for d in decisions] == ["ask", "allow"]
+    assert decisions[1]["by"] == stockade_agents.session.APPROVED_BY
 
 
 @pytest.mark.parametrize("sandbox", SANDBOXES)
