@@ -103,6 +103,8 @@ class StockadeSandboxSession(BaseSandboxSession):
 
     async def _after_start(self) -> None:
         profile = self.host.config.profile(self.state.profile)
+        if self._files is not None:  # started again after a stop
+            self._files.close()
         self._files = Workspace(self.root, quota_mb=profile.quota_mb)
         self._running = True
 
