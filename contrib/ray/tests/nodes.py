@@ -71,11 +71,16 @@ class Node:
         )
         self.session = started.pid
         out, _ = started.communicate(timeout=180)
-        if started.returncode != 0:
+        # On a loaded machine a raylet can take longer to register than `ray start` waits
+        # (30 s, fixed): the node is then still coming up, and is waited for by its id.
+        slow = "timed out during startup" in out and bool(self.pids("raylet/raylet"))
+        if started.returncode != 0 and not slow:
             self.stop()
             raise RuntimeError(f"ray start failed:\n{out[-3000:]}")
         found = re.search(r"ray start --address='([^']+)'", out)
+        local = re.search(r"Local node IP: (\S+)", out)
         self.address = found.group(1) if found else ""
+        self.local_ip = local.group(1) if local else ip
 
     def pids(self, name: str = "") -> list[int]:
         """The live processes of this node's session (whose command line holds ``name``)."""
@@ -97,9 +102,14 @@ class Node:
         """This node's id, as the cluster (a connected driver) knows it."""
         import ray
 
-        nodes = ray.nodes()
-        [found] = [n["NodeID"] for n in nodes if n["NodeManagerAddress"] == self.ip and n["Alive"]]
-        return str(found)
+        deadline = time.monotonic() + 180
+        while True:
+            alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+            found = [n for n in ray.nodes() if n["NodeManagerAddress"] == self.local_ip]
+            mine = [n["NodeID"] for n in found if n["NodeID"] in alive]
+            if mine or time.monotonic() > deadline:
+                return str(mine[-1])
+            time.sleep(0.5)
 
     def raylet(self) -> int:
         """The pid of this node's raylet."""
@@ -135,7 +145,7 @@ class Cluster:
              "--num-cpus", str(cpus), "--include-dashboard", "false", "--temp-dir", temp],
             self.env,
         )  # fmt: skip
-        self.address = self.head.address or f"127.0.0.1:{port}"
+        self.address = self.head.address or f"{self.head.local_ip}:{port}"
         self.sides: list[Node] = []
 
     def add_side(self, name: str = "side", *, cpus: int = 1) -> Node:

@@ -81,7 +81,7 @@ def test_a_lost_node(cluster: Cluster, state: Path, box: Box) -> None:
         episodes = [spread.episode() for _ in range(4)]  # one on each worker
         [episode] = [e for e in episodes if e.where["node"] == doomed_id]
         # Two steps a worker: one running, one queued behind it; and the pinned pool's.
-        work = [_step(box, 6) for _ in range(8)]
+        work = [_step(box, 4) for _ in range(8)]
         futures = [spread.run(request) for request, _ in work]
         request, marker = _step(box, 60)
         cut = pinned.run(request)

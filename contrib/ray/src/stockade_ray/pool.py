@@ -210,11 +210,12 @@ class StockadePool:
     async def amap(self, requests: Iterable[Item], *, chunk: int = 64) -> AsyncIterator[Any]:
         """:meth:`map`, awaited: admitted on a thread; yields each step's future as it ends."""
         futures = await asyncio.to_thread(self._map, self.host, list(requests), chunk, None)
-        for done in asyncio.as_completed([asyncio.wrap_future(f) for f in futures]):
-            with contextlib.suppress(StockadeError):
-                await done
-        for future in futures:
-            yield future
+        pending = {asyncio.wrap_future(f): f for f in futures}
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for waited in done:
+                waited.exception()  # retrieved here; the caller reads it from the future
+                yield pending.pop(waited)
 
     def ship(
         self,
@@ -234,14 +235,21 @@ class StockadePool:
                 try:
                     _check_inputs(files)
                     admission = run.admit(self._in(request, episode))
-                    future.action_id = admission.spec.action_id
-                    sticky = admission.step.agent.own_workspace or request.workspace is not None
+                except PolicyHeld as held:
+                    self.collector.hold(Held(future, run, dict(files or {}), episode), held)
+                    continue
+                except StockadeError as error:
+                    future.set_exception(error)
+                    continue
+                future.action_id = admission.spec.action_id
+                sticky = admission.step.agent.own_workspace or request.workspace is not None
+                try:
                     ready.append(
                         self.place(future, admission, run, files, episode=episode, sticky=sticky)
                     )
-                except PolicyHeld as held:
-                    self.collector.hold(Held(future, run, dict(files or {}), episode), held)
-                except StockadeError as error:
+                except StockadeError as error:  # admitted, yet nowhere to run: recorded so
+                    with contextlib.suppress(StockadeError):
+                        self.host.recording.error(admission.spec, error)
                     future.set_exception(error)
         if failed:  # nothing of the batch is recorded, so nothing of it runs
             for shipped in ready:

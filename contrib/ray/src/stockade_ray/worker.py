@@ -90,7 +90,7 @@ class Worker:
         from .forks import CopySnapshots, manifest
 
         os.makedirs(os.path.dirname(workspace), mode=0o700, exist_ok=True)
-        CopySnapshots().fork(None, archive, workspace)  # type: ignore[arg-type]
+        CopySnapshots().fork(archive, workspace)
         self._bases[workspace] = manifest(workspace)
         return {"files": len(self._bases[workspace]), "digest": digest}
 
