@@ -20,13 +20,39 @@ import sys
 import time
 from pathlib import Path
 
-RAY = str(Path(sys.executable).parent / "ray")
+# `ray start` itself, with the one wait it cannot be told to lengthen (a raylet must register
+# with the head within 30 s) made six times longer: on a machine shared by busy test runs the
+# raylet often takes longer, and `ray start` then kills the node it started.
+RAY_START = """
+import sys, time
+import ray._private.node as node
+
+class Patient:
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    def monotonic(self):
+        return time.monotonic() / 6
+
+node.time = Patient()
+from ray.scripts.scripts import main
+sys.argv = ["ray", *sys.argv[1:]]
+sys.exit(main())
+"""
 
 # Fast node-death detection for the tests (the defaults take tens of seconds).
 FAST = {
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_failure_threshold": "5",
 }
+
+
+AGENT_PORTS = (
+    "--metrics-export-port",
+    "--dashboard-agent-grpc-port",
+    "--dashboard-agent-listen-port",
+    "--runtime-env-agent-port",
+)
 
 
 def token_env() -> dict[str, str]:
@@ -61,8 +87,13 @@ class Node:
 
     def __init__(self, args: list[str], env: dict[str, str], ip: str = "") -> None:
         self.ip = ip
+        # The agents' ports given, not chosen by the agents: a raylet otherwise waits a fixed
+        # 15 s for the files naming them and dies when a slow agent writes them later
+        # (ray-project/ray#65983).
+        for flag in AGENT_PORTS:
+            args = [*args, flag, str(_free_port())]
         started = subprocess.Popen(
-            [RAY, "start", "--disable-usage-stats", *args],
+            [sys.executable, "-c", RAY_START, "start", "--disable-usage-stats", *args],
             env={**os.environ, **env, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -70,7 +101,11 @@ class Node:
             start_new_session=True,
         )
         self.session = started.pid
-        out, _ = started.communicate(timeout=180)
+        try:
+            out, _ = started.communicate(timeout=300)
+        except BaseException:
+            self.stop()
+            raise
         # On a loaded machine a raylet can take longer to register than `ray start` waits
         # (30 s, fixed): the node is then still coming up, and is waited for by its id.
         slow = "timed out during startup" in out and bool(self.pids("raylet/raylet"))
