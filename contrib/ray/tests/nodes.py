@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 # `ray start` itself, with the one wait it cannot be told to lengthen (a raylet must register
-# with the head within 30 s) made six times longer: on a machine shared by busy test runs the
+# with the head within 30 s) made twice as long: on a machine shared by busy test runs the
 # raylet often takes longer, and `ray start` then kills the node it started.
 RAY_START = """
 import sys, time
@@ -32,7 +32,7 @@ class Patient:
         return getattr(time, name)
 
     def monotonic(self):
-        return time.monotonic() / 6
+        return time.monotonic() / 2
 
 node.time = Patient()
 from ray.scripts.scripts import main
