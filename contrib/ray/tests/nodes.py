@@ -102,7 +102,7 @@ class Node:
         )
         self.session = started.pid
         try:
-            out, _ = started.communicate(timeout=300)
+            out = self._wait(started)
         except BaseException:
             self.stop()
             raise
@@ -116,6 +116,22 @@ class Node:
         local = re.search(r"Local node IP: (\S+)", out)
         self.address = found.group(1) if found else ""
         self.local_ip = local.group(1) if local else ip
+
+    def _wait(self, started: subprocess.Popen[str]) -> str:
+        """``ray start``'s output once it exits; a node whose raylet died while it waited
+        (ray-project/ray#65983) is given up at once, to be started again."""
+        seen, deadline = False, time.monotonic() + 300
+        while started.poll() is None:
+            alive = bool(self.pids("raylet/raylet"))
+            if seen and not alive:
+                started.kill()
+                raise RuntimeError("ray start failed: the raylet died while starting")
+            seen = seen or alive
+            if time.monotonic() > deadline:
+                raise RuntimeError("ray start failed: it did not end within 300 s")
+            time.sleep(0.5)
+        out, _ = started.communicate()
+        return out
 
     def pids(self, name: str = "") -> list[int]:
         """The live processes of this node's session (whose command line holds ``name``)."""
