@@ -123,12 +123,11 @@ class Node:
         seen, deadline = False, time.monotonic() + 300
         while started.poll() is None:
             alive = bool(self.pids("raylet/raylet"))
-            if seen and not alive:
+            if (seen and not alive) or time.monotonic() > deadline:
                 started.kill()
-                raise RuntimeError("ray start failed: the raylet died while starting")
+                started.communicate()
+                raise RuntimeError("ray start failed: the raylet died, or it took over 300 s")
             seen = seen or alive
-            if time.monotonic() > deadline:
-                raise RuntimeError("ray start failed: it did not end within 300 s")
             time.sleep(0.5)
         out, _ = started.communicate()
         return out

@@ -116,7 +116,9 @@ def test_a_lost_node(cluster: Cluster, state: Path, box: Box) -> None:
 
         # No gap: every step placed has an outcome, and the chain verifies.
         store, found = _record(spread)
-        assert len(found) == 10 and all(s["state"] in ("ran", "error") for s in found), found
+        _, cut_steps = _record(pinned)
+        found += cut_steps + episode.steps()
+        assert len(found) == 8 + 1 + 2 and all(s["state"] in ("ran", "error") for s in found), found
         assert verify(store).ok
         store.close()
         # The replacement: on a live node, never the dead one; the pool goes on.
