@@ -91,7 +91,10 @@ def _pool_rate(config: Any, source: Path, workers: int, episodes: int) -> float:
 
 
 def _raw_rate(source: Path, scratch: Path, threads: int, episodes: int) -> float:
-    bwrap = shutil.which("bwrap") or "bwrap"
+    from stockade_bubblewrap.discover import system_binaries, wheel_binary
+
+    found = system_binaries() or [wheel_binary() or "bwrap"]
+    bwrap = found[0]  # the one the bubblewrap plugin would use
 
     def episode(i: int) -> int:
         ws = scratch / f"raw-{threads}-{i}"
