@@ -50,8 +50,16 @@ def nodes() -> Iterator[Cluster]:
     temp = tempfile.mkdtemp(prefix="sr-", dir="/tmp")  # Ray's socket paths must stay short
     made = Cluster(temp)
     try:
-        made.add_side("side")
-        ray.init(address=made.address, log_to_driver=False)
+        side = made.add_side("side")
+        for attempt in range(3):  # the head may still be registering (see nodes.py)
+            try:
+                ray.init(address=made.address, log_to_driver=False)
+                break
+            except (ConnectionError, RuntimeError):
+                ray.shutdown()
+                if attempt == 2:
+                    raise
+        side.node_id()  # the side node is up
         yield made
     finally:
         ray.shutdown()

@@ -20,13 +20,39 @@ import sys
 import time
 from pathlib import Path
 
-RAY = str(Path(sys.executable).parent / "ray")
+# `ray start` itself, with the one wait it cannot be told to lengthen (a raylet must register
+# with the head within 30 s) made twice as long: on a machine shared by busy test runs the
+# raylet often takes longer, and `ray start` then kills the node it started.
+RAY_START = """
+import sys, time
+import ray._private.node as node
+
+class Patient:
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+    def monotonic(self):
+        return time.monotonic() / 2
+
+node.time = Patient()
+from ray.scripts.scripts import main
+sys.argv = ["ray", *sys.argv[1:]]
+sys.exit(main())
+"""
 
 # Fast node-death detection for the tests (the defaults take tens of seconds).
 FAST = {
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_failure_threshold": "5",
 }
+
+
+AGENT_PORTS = (
+    "--metrics-export-port",
+    "--dashboard-agent-grpc-port",
+    "--dashboard-agent-listen-port",
+    "--runtime-env-agent-port",
+)
 
 
 def token_env() -> dict[str, str]:
@@ -61,8 +87,13 @@ class Node:
 
     def __init__(self, args: list[str], env: dict[str, str], ip: str = "") -> None:
         self.ip = ip
+        # The agents' ports given, not chosen by the agents: a raylet otherwise waits a fixed
+        # 15 s for the files naming them and dies when a slow agent writes them later
+        # (ray-project/ray#65983).
+        for flag in AGENT_PORTS:
+            args = [*args, flag, str(_free_port())]
         started = subprocess.Popen(
-            [RAY, "start", "--disable-usage-stats", *args],
+            [sys.executable, "-c", RAY_START, "start", "--disable-usage-stats", *args],
             env={**os.environ, **env, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -70,12 +101,36 @@ class Node:
             start_new_session=True,
         )
         self.session = started.pid
-        out, _ = started.communicate(timeout=180)
-        if started.returncode != 0:
+        try:
+            out = self._wait(started)
+        except BaseException:
+            self.stop()
+            raise
+        # On a loaded machine a raylet can take longer to register than `ray start` waits
+        # (30 s, fixed): the node is then still coming up, and is waited for by its id.
+        slow = "timed out during startup" in out and bool(self.pids("raylet/raylet"))
+        if started.returncode != 0 and not slow:
             self.stop()
             raise RuntimeError(f"ray start failed:\n{out[-3000:]}")
         found = re.search(r"ray start --address='([^']+)'", out)
+        local = re.search(r"Local node IP: (\S+)", out)
         self.address = found.group(1) if found else ""
+        self.local_ip = local.group(1) if local else ip
+
+    def _wait(self, started: subprocess.Popen[str]) -> str:
+        """``ray start``'s output once it exits; a node whose raylet died while it waited
+        (ray-project/ray#65983) is given up at once, to be started again."""
+        seen, deadline = False, time.monotonic() + 300
+        while started.poll() is None:
+            alive = bool(self.pids("raylet/raylet"))
+            if (seen and not alive) or time.monotonic() > deadline:
+                started.kill()
+                started.communicate()
+                raise RuntimeError("ray start failed: the raylet died, or it took over 300 s")
+            seen = seen or alive
+            time.sleep(0.5)
+        out, _ = started.communicate()
+        return out
 
     def pids(self, name: str = "") -> list[int]:
         """The live processes of this node's session (whose command line holds ``name``)."""
@@ -97,9 +152,14 @@ class Node:
         """This node's id, as the cluster (a connected driver) knows it."""
         import ray
 
-        nodes = ray.nodes()
-        [found] = [n["NodeID"] for n in nodes if n["NodeManagerAddress"] == self.ip and n["Alive"]]
-        return str(found)
+        deadline = time.monotonic() + 180
+        while True:
+            alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+            found = [n for n in ray.nodes() if n["NodeManagerAddress"] == self.local_ip]
+            mine = [n["NodeID"] for n in found if n["NodeID"] in alive]
+            if mine or time.monotonic() > deadline:
+                return str(mine[-1])
+            time.sleep(0.5)
 
     def raylet(self) -> int:
         """The pid of this node's raylet."""
@@ -135,7 +195,7 @@ class Cluster:
              "--num-cpus", str(cpus), "--include-dashboard", "false", "--temp-dir", temp],
             self.env,
         )  # fmt: skip
-        self.address = self.head.address or f"127.0.0.1:{port}"
+        self.address = self.head.address or f"{self.head.local_ip}:{port}"
         self.sides: list[Node] = []
 
     def add_side(self, name: str = "side", *, cpus: int = 1) -> Node:

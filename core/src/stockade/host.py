@@ -140,9 +140,8 @@ class Host:
         ``profiles`` are agent profiles of this run only, beside the configured ones (a
         rollout's episode, made while the host runs). Closing it leaves the warm parts open."""
         run = object.__new__(Host)
-        agents = {**self.config.agents, **(profiles or {})}
-        run.config, run.pm = attrs.evolve(self.config, agents=agents), self.pm
-        run.hooks = self.hooks
+        config = attrs.evolve(self.config, agents={**self.config.agents, **(profiles or {})})
+        run.config, run.pm, run.hooks = config, self.pm, self.hooks
         run.executors, run.sandboxes, run.rules = self.executors, self.sandboxes, self.rules
         run.environ = dict(self.environ if environ is None else environ)
         run.cwd = cwd

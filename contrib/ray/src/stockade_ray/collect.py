@@ -295,17 +295,24 @@ class Collector:
         with self.pool.batch() as failed:
             admission = item.run.readmit(*key)
             own = admission.step.agent.own_workspace
-            shipped = self.pool.place(
-                item.future,
-                admission,
-                item.run,
-                item.files,
-                episode=item.episode,
-                held=key,
-                sticky=own,
-            )
+            try:
+                shipped = self.pool.place(
+                    item.future,
+                    admission,
+                    item.run,
+                    item.files,
+                    episode=item.episode,
+                    held=key,
+                    sticky=own,
+                )
+            except StockadeError as error:  # claimed, yet nowhere to run: kept and recorded
+                item.run.store.finish(*key, outcome=to_json(error.to_dict()), failed=True)
+                self.pool.host.recording.error(admission.spec, error)
+                raise
         if failed:
-            item.run.store.finish(*key, outcome=to_json(failed[0]), failed=True)
+            item.run.store.finish(
+                *key, outcome=to_json(cast_error(failed[0]).to_dict()), failed=True
+            )
             raise cast_error(failed[0])
         item.future.action_id = admission.spec.action_id
         item.future.held = None

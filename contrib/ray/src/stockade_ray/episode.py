@@ -208,6 +208,8 @@ def make_episode(
         made.append(episode)
     if snapshot is not None:
         archive = snapshot.data
-        seeded = [e.actor.seed.remote(e.workspace, snapshot.digest, archive) for e in made]
+        seeded = [
+            e.actor.seed.remote(e.workspace, snapshot.digest, archive, pool.snapshots) for e in made
+        ]
         ray.get(seeded)
     return made

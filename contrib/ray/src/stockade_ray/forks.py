@@ -75,8 +75,9 @@ class Snapshots(Protocol):
     def take(self, folder: str, *, cap: int) -> Snapshot:
         """The folder as it is now."""
 
-    def fork(self, snapshot: Snapshot, archive: bytes, into: str) -> None:
-        """``into`` (made here, empty) holding what ``snapshot`` holds."""
+    def fork(self, archive: bytes, into: str) -> None:
+        """``into`` (made here, empty) holding what the snapshot whose ``data`` is
+        ``archive`` holds (run on the worker's node)."""
 
 
 class CopySnapshots:
@@ -90,8 +91,7 @@ class CopySnapshots:
         digest = hashlib.sha256(archive).hexdigest()
         return Snapshot(digest, files, len(archive), ray.put(archive))
 
-    def fork(self, snapshot: Snapshot, archive: bytes, into: str) -> None:
-        del snapshot
+    def fork(self, archive: bytes, into: str) -> None:
         unpack(archive, into)
 
 

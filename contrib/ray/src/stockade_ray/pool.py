@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from stockade.run.doer import Admission
 
     from .episode import Episode
-    from .forks import Snapshot
+    from .forks import Snapshot, Snapshots
 
 INPUT_BYTES = 1024 * 1024
 """The most a request's input files may hold in all."""
@@ -75,6 +75,9 @@ class StockadePool:
         caps: how much of the changed files comes back (:class:`~stockade_ray.worker.Caps`).
         plugins: extra plugin objects for the driver's host (policies, classifiers,
             recorders: everything that decides or records runs here, never on a worker).
+        snapshots: how snapshots are taken and forked (:class:`~stockade_ray.forks.Snapshots`;
+            a copy, :class:`~stockade_ray.forks.CopySnapshots`, unless given): handed to
+            every worker, which forks with it on its node.
     """
 
     def __init__(
@@ -86,14 +89,18 @@ class StockadePool:
         environ: Mapping[str, str] | None = None,
         caps: Caps | None = None,
         plugins: Sequence[object] = (),
+        snapshots: Snapshots | None = None,
     ) -> None:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from .forks import CopySnapshots
 
         if size < 1:
             raise UsageError(f"a pool needs at least one worker, not {size}")
         self.host = Host(_pinned(config or Config()), environ=environ, plugins=plugins)
         self.caps = caps or Caps()
+        self.snapshots: Snapshots = snapshots or CopySnapshots()
         env = self.host.environ
         worker_env = {k: env[k] for k in ("STOCKADE_DISABLE_PLUGINS",) if k in env}
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -151,9 +158,7 @@ class StockadePool:
 
     def snapshot(self, folder: str, *, cap: int = 1024 * 1024 * 1024) -> Snapshot:
         """``folder`` (on the driver's node) as it is now, for :meth:`fork`."""
-        from .forks import CopySnapshots
-
-        return CopySnapshots().take(os.path.realpath(folder), cap=cap)
+        return self.snapshots.take(os.path.realpath(folder), cap=cap)
 
     # --- shipping ------------------------------------------------------------------------
 
@@ -210,11 +215,12 @@ class StockadePool:
     async def amap(self, requests: Iterable[Item], *, chunk: int = 64) -> AsyncIterator[Any]:
         """:meth:`map`, awaited: admitted on a thread; yields each step's future as it ends."""
         futures = await asyncio.to_thread(self._map, self.host, list(requests), chunk, None)
-        for done in asyncio.as_completed([asyncio.wrap_future(f) for f in futures]):
-            with contextlib.suppress(StockadeError):
-                await done
-        for future in futures:
-            yield future
+        pending = {asyncio.wrap_future(f): f for f in futures}
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for waited in done:
+                waited.exception()  # retrieved here; the caller reads it from the future
+                yield pending.pop(waited)
 
     def ship(
         self,
@@ -234,14 +240,21 @@ class StockadePool:
                 try:
                     _check_inputs(files)
                     admission = run.admit(self._in(request, episode))
-                    future.action_id = admission.spec.action_id
-                    sticky = admission.step.agent.own_workspace or request.workspace is not None
+                except PolicyHeld as held:
+                    self.collector.hold(Held(future, run, dict(files or {}), episode), held)
+                    continue
+                except StockadeError as error:
+                    future.set_exception(error)
+                    continue
+                future.action_id = admission.spec.action_id
+                sticky = admission.step.agent.own_workspace or request.workspace is not None
+                try:
                     ready.append(
                         self.place(future, admission, run, files, episode=episode, sticky=sticky)
                     )
-                except PolicyHeld as held:
-                    self.collector.hold(Held(future, run, dict(files or {}), episode), held)
-                except StockadeError as error:
+                except StockadeError as error:  # admitted, yet nowhere to run: recorded so
+                    with contextlib.suppress(StockadeError):
+                        self.host.recording.error(admission.spec, error)
                     future.set_exception(error)
         if failed:  # nothing of the batch is recorded, so nothing of it runs
             for shipped in ready:

@@ -85,12 +85,18 @@ class Worker:
             self._runs[run_id] = self.doer.for_run(run_id)
         return self._runs[run_id]
 
-    def seed(self, workspace: str, digest: str, archive: bytes) -> dict[str, Any]:
+    def seed(
+        self,
+        workspace: str,
+        digest: str,
+        archive: bytes,
+        snapshots: Any = None,  # noqa: ANN401 - a stockade_ray.forks.Snapshots
+    ) -> dict[str, Any]:
         """Make ``workspace`` (new) a fork of the snapshot ``digest``; how many files."""
         from .forks import CopySnapshots, manifest
 
         os.makedirs(os.path.dirname(workspace), mode=0o700, exist_ok=True)
-        CopySnapshots().fork(None, archive, workspace)  # type: ignore[arg-type]
+        (snapshots or CopySnapshots()).fork(archive, workspace)
         self._bases[workspace] = manifest(workspace)
         return {"files": len(self._bases[workspace]), "digest": digest}
 

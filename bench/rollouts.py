@@ -1,0 +1,239 @@
+"""stockade-ray rollouts: episodes forked from one snapshot, and the sharded record (one command).
+
+    uv run --locked --group ray python bench/rollouts.py           # 64 episodes x 8 steps
+    uv run --locked --group ray python bench/rollouts.py --quick   # 16 episodes, fewer events
+
+1. **Rollouts.** ``--episodes`` episodes of 8 steps each (file reads and writes, an input
+   file, ``sed -i``, a test run with ``python3``), forked from one snapshot of a small
+   repository, through pools of 1, 2, 4 and 8 workers: steps per second from the first fork
+   to the last result. The baseline, measured in the same run: the same steps under raw
+   ``bwrap`` (no Stockade: no deciding, no record, no watching), each episode in a copy of
+   the repository, run by as many threads as the pool has workers. The target: at 4 workers,
+   within 1.5x of raw ``bwrap`` at 4 threads.
+2. **A fork.** The time to fork one episode from a snapshot of a 10,000-file workspace (the
+   copy this package does where no layers are available), against a 100-file one.
+3. **The sharded record.** Events per second into one signed chain (``append_many``, 64 a
+   transaction, in this process), then through 1, 2 and 4 shard writers (each a Ray actor
+   appending its own chain, fed 64 events a batch, all shards at once, anchored at the end).
+   The target: 4 shards at least 1.8x one chain.
+
+Prints a table, then one line ``BENCH {...}`` of JSON with every figure. Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # read when Ray is imported
+
+WORKERS = (1, 2, 4, 8)
+SHARDS = (1, 2, 4)
+CODE = "def add(a, b):\n    return a + b\n"
+TEST = "from app import add\nassert add(2, 3) == 5\n"
+# Eight steps: argv, and whether the step hands in fix.py.
+STEPS: tuple[tuple[tuple[str, ...], bool], ...] = (
+    (("cat", "app.py"), False),
+    (("cp", "fix.py", "app.py"), True),
+    (("python3", "test_app.py"), False),
+    (("ls", "-la"), False),
+    (("sed", "-i", "s/a + b/b + a/", "app.py"), False),
+    (("python3", "test_app.py"), False),
+    (("cat", "notes.txt"), False),
+    (("wc", "-l", "app.py"), False),
+)
+
+
+def repository(folder: Path, files: int = 0) -> None:
+    folder.mkdir(parents=True)
+    (folder / "app.py").write_text(CODE)
+    (folder / "test_app.py").write_text(TEST)
+    (folder / "notes.txt").write_text("notes\n")
+    for i in range(files):
+        sub = folder / "data" / f"d{i // 500}"
+        sub.mkdir(parents=True, exist_ok=True)
+        (sub / f"f{i}.txt").write_text(f"file {i}\n")
+
+
+def _pool_rate(config: Any, source: Path, workers: int, episodes: int) -> float:  # noqa: ANN401
+    from stockade.request.spec import ExecRequest, Profile
+    from stockade_ray import StockadePool
+
+    agent = Profile(name="rollout", ask=())
+    with StockadePool(workers, config) as pool:
+        warm = pool.fork(pool.snapshot(str(source)), workers, profile=agent)
+        for episode in warm:
+            episode.run(ExecRequest(("true",))).result()
+            episode.discard()
+        start = time.perf_counter()
+        forks = pool.fork(pool.snapshot(str(source)), episodes, profile=agent)
+        futures = []
+        for episode in forks:
+            for argv, given in STEPS:
+                files = {"fix.py": CODE.encode()} if given else None
+                futures.append(episode.run(ExecRequest(argv), files=files))
+        failed = sum(f.result().result.exit_code != 0 for f in futures)
+        seconds = time.perf_counter() - start
+        for episode in forks:
+            episode.discard()
+    if failed:
+        print(f"  ({failed} steps did not exit 0)", file=sys.stderr)
+    return len(futures) / seconds
+
+
+def _raw_rate(source: Path, scratch: Path, threads: int, episodes: int) -> float:
+    from stockade_bubblewrap.discover import system_binaries, wheel_binary
+
+    found = system_binaries() or [wheel_binary() or "bwrap"]
+    bwrap = found[0]  # the one the bubblewrap plugin would use
+
+    def episode(i: int) -> int:
+        ws = scratch / f"raw-{threads}-{i}"
+        shutil.copytree(source, ws)
+        failed = 0
+        for argv, given in STEPS:
+            if given:
+                (ws / "fix.py").write_text(CODE)
+            cmd = [bwrap, "--ro-bind", "/", "/", "--bind", str(ws), str(ws), "--dev", "/dev",
+                   "--proc", "/proc", "--tmpfs", "/tmp",  # noqa: S108 - the sandbox's own /tmp
+                   "--unshare-all", "--die-with-parent", "--chdir", str(ws), *argv]  # fmt: skip
+            failed += subprocess.run(cmd, capture_output=True, check=False).returncode != 0
+        return failed
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(episode, range(episodes)))
+    return episodes * len(STEPS) / (time.perf_counter() - start)
+
+
+def _fork_ms(config: Any, scratch: Path) -> dict[str, float]:  # noqa: ANN401
+    from stockade.request.spec import Profile
+    from stockade_ray import StockadePool
+
+    found = {}
+    with StockadePool(1, config) as pool:
+        for files in (100, 10_000):
+            source = scratch / f"fork-{files}"
+            repository(source, files)
+            snapshot = pool.snapshot(str(source))
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                (episode,) = pool.fork(snapshot, 1, profile=Profile(name="f", ask=()))
+                times.append((time.perf_counter() - start) * 1000)
+                episode.discard()
+            found[f"fork_{files}_files_ms"] = sorted(times)[1]
+    return found
+
+
+def _shards(scratch: Path, count: int) -> dict[str, float]:
+    import ray
+
+    from stockade.record.chain import Chain
+    from stockade.record.events import AnnotationEvent
+    from stockade.record.store import Store
+    from stockade_ray.shards import ShardedRecord
+
+    def events(run: int) -> list[Any]:
+        return [
+            AnnotationEvent(f"b{run}-{i}", run_id=f"run{run}", step=i, name="reward", score=i)
+            for i in range(64)
+        ]
+
+    batches = count // 64
+    found: dict[str, float] = {}
+    chain = Chain(Store(str(scratch / "one" / "store.db")))
+    start = time.perf_counter()
+    for b in range(batches):
+        chain.append_many(events(b))
+    found["chain_1_events_per_s"] = batches * 64 / (time.perf_counter() - start)
+    chain.close()
+    for shards in SHARDS:
+        main = Chain(Store(str(scratch / f"sharded{shards}" / "store.db")))
+        record = ShardedRecord(main, shards)
+        ray.get([w.head.remote() for w in record.writers])  # started
+        start = time.perf_counter()
+        pending: list[Any] = []
+        for b in range(0, batches, shards):  # one batch to every shard at once
+            pending = [w.append.remote(events(b + i)) for i, w in enumerate(record.writers)]
+            ray.get(pending)
+        record.anchor()
+        rate = (batches // shards * shards) * 64 / (time.perf_counter() - start)
+        found[f"shards_{shards}_events_per_s"] = rate
+        found[f"shards_{shards}_ratio"] = rate / found["chain_1_events_per_s"]
+        record.close()
+        main.close()
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="stockade-ray rollouts bench")
+    parser.add_argument("--quick", action="store_true", help="16 episodes, fewer events")
+    parser.add_argument("--address", help="join this Ray cluster instead of starting one")
+    args = parser.parse_args()
+    import ray
+
+    from stockade.config.schema import Config, StoreConfig
+
+    episodes, events = (16, 6400) if args.quick else (64, 25600)
+    base = Path.home() / ".stockade-bench"
+    base.mkdir(mode=0o700, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=base))
+    temp = tempfile.mkdtemp(prefix="sr-", dir="/tmp")
+    if args.address:
+        ray.init(address=args.address, log_to_driver=False)
+    else:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
+    figures: dict[str, Any] = {"episodes": episodes, "steps_per_episode": len(STEPS)}
+    try:
+        source = scratch / "repository"
+        repository(source)
+        config = Config(store=StoreConfig(path=str(scratch / "state" / "store.db")))
+        figures.update(_shards(scratch, events))
+        figures.update(_fork_ms(config, scratch))
+        for workers in WORKERS:
+            figures[f"raw_{workers}_steps_per_s"] = _raw_rate(source, scratch, workers, episodes)
+            rate = _pool_rate(config, source, workers, episodes)
+            figures[f"pool_{workers}_steps_per_s"] = rate
+            figures[f"raw_over_pool_{workers}"] = figures[f"raw_{workers}_steps_per_s"] / rate
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+    _table(figures)
+    print("BENCH " + json.dumps(figures, default=float))
+    return 0
+
+
+def _table(f: dict[str, Any]) -> None:
+    print(f"rollouts: {f['episodes']} episodes x {f['steps_per_episode']} steps, forked")
+    for w in WORKERS:
+        ratio = f[f"raw_over_pool_{w}"]
+        mark = f" (target <= 1.5x: {_met(ratio <= 1.5)})" if w == 4 else ""
+        pool, raw = f[f"pool_{w}_steps_per_s"], f[f"raw_{w}_steps_per_s"]
+        print(f"  {w} workers {pool:8.1f} steps/s   raw bwrap x{w} {raw:8.1f} steps/s"
+              f"   raw/pool {ratio:5.2f}x{mark}")  # fmt: skip
+    print(f"fork: 100 files {f['fork_100_files_ms']:.1f} ms, 10,000 files"
+          f" {f['fork_10000_files_ms']:.1f} ms (a copy; target 50 ms needs layers)")  # fmt: skip
+    print(f"record: one chain {f['chain_1_events_per_s']:8.0f} events/s")
+    for s in SHARDS:
+        mark = f" (target >= 1.8x: {_met(f[f'shards_{s}_ratio'] >= 1.8)})" if s == 4 else ""
+        print(f"  {s} shards {f[f'shards_{s}_events_per_s']:8.0f} events/s"
+              f"  {f[f'shards_{s}_ratio']:5.2f}x{mark}")  # fmt: skip
+
+
+def _met(ok: bool) -> str:  # noqa: FBT001
+    return "met" if ok else "not met"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

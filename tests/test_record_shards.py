@@ -1,0 +1,104 @@
+"""The sharded record (``stockade.record.shards``) without Ray: shard chains written beside the
+main store, anchored in it; ``stockade verify`` checks each; each shard rewritten, cut past its
+anchor, re-signed under another key, or never anchored fails it, naming the shard, where the
+untouched copy passes (the control)."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stockade.record.chain import Chain
+from stockade.record.events import AnchorEvent, AnnotationEvent
+from stockade.record.shards import head_of, shard_path, verify_shards
+from stockade.record.store import Store
+
+STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+SHARDS = ("s0", "s1")
+
+
+def _events(run: str, count: int) -> list[AnnotationEvent]:
+    return [
+        AnnotationEvent(f"{run}-{i}", run_id=run, step=i, name="r", score=float(i))
+        for i in range(count)
+    ]
+
+
+def _anchor(main: Chain, name: str) -> None:
+    shard = Store(shard_path(main.store, name))
+    seq, digest, key = head_of(shard)
+    shard.close()
+    main.append(
+        AnchorEvent(f"anchor-{name}-{seq}", shard=name, seq=seq, hash=digest, public_key=key)
+    )
+
+
+@pytest.fixture
+def record(tmp_path: Path) -> Path:
+    store = tmp_path / "state" / "store.db"
+    main = Chain(Store(str(store)))
+    main.append(AnnotationEvent("main-0", run_id="driver", name="r", verdict="pass"))
+    for i, name in enumerate(SHARDS):
+        path = shard_path(main.store, name)
+        Path(path).parent.mkdir(parents=True)
+        shard = Chain(Store(path))
+        shard.append_many(_events(f"episode{i}", 5))
+        shard.close()
+        _anchor(main, name)
+    main.close()
+    return store
+
+
+def _verify(store: Path) -> subprocess.CompletedProcess[str]:
+    config = store.parent.parent / "config.toml"
+    config.write_text(f'[store]\npath = "{store}"\n')
+    env = {"STOCKADE_CONFIG": str(config), "STOCKADE_NO_SERVER": "1", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [*STOCKADE, "verify"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def test_every_shard_is_verified_with_the_main_chain(record: Path) -> None:
+    store = Store(str(record))
+    checks = verify_shards(store)
+    store.close()
+    assert [(c.name, c.ok, c.anchored, c.after) for c in checks] == [
+        ("s0", True, 5, 0),
+        ("s1", True, 5, 0),
+    ]
+    ran = _verify(record)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "ok: shard s0: anchored at event 5" in ran.stdout and "shard s1" in ran.stdout
+
+
+@pytest.mark.parametrize("shard", SHARDS)
+@pytest.mark.parametrize("how", ["rewritten", "cut", "re-signed", "unanchored"])
+def test_a_shard_tampered_with_fails(record: Path, shard: str, how: str) -> None:
+    assert _verify(record).returncode == 0  # the control
+    path = shard_path(Store(str(record)), shard)
+    if how == "rewritten":
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE events SET body = replace(body, '\"score\":1.0', '\"score\":9.0')")
+    elif how == "cut":  # the anchored tail cut, the head file too
+        with sqlite3.connect(path) as db:
+            db.execute("DELETE FROM events WHERE seq = (SELECT MAX(seq) FROM events)")
+        Path(path + ".head").unlink()
+    elif how == "re-signed":  # a whole new history under a key of its own
+        shutil.rmtree(Path(path).parent)
+        Path(path).parent.mkdir()
+        forged = Chain(Store(path))
+        forged.append_many(_events("forged", 5))
+        forged.close()
+    else:  # a shard no anchor names
+        stray = Path(shard_path(Store(str(record)), "stray"))
+        stray.parent.mkdir()
+        shutil.copy(path, stray)
+        shard = "stray"
+    ran = _verify(record)
+    assert ran.returncode == 1, ran.stdout
+    assert f"shard {shard}" in ran.stderr
