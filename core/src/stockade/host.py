@@ -33,7 +33,7 @@ from . import caller
 from .config.load import load_config
 from .config.schema import Config
 from .errors import StockadeError
-from .layers.journal import recover_recorded
+from .layers.journal import recover_once
 from .plugin.manager import Hooks, get_plugin_manager
 from .policy import credentials, decide, held
 from .policy.breaker import BY, Breaker
@@ -51,10 +51,6 @@ if TYPE_CHECKING:
     from .request.result import RunResult
     from .run.tasks import TaskInfo, TaskOutput, Tasks
     from .workspace.folders import Home
-
-
-_RECOVERED: set[str] = set()
-"""The stores whose left-over layers this process has finished or discarded."""
 
 
 class Host:
@@ -98,14 +94,18 @@ class Host:
         self.doer = Doer(
             self.config, sandboxes=self.sandboxes, executors=self.executors, run_id=self.run_id
         )
+        self._own_run(None, None)
+
+    def _own_run(self, cwd: str | None, warm: Host | None) -> None:
+        """What a run owns: its steps, clock, store, home, tasks and lock (:meth:`for_run`)."""
         self._steps = 0
         self._started: float | None = None
-        self.cwd: str | None = None
+        self.cwd = cwd
         self._store: Store | None = None
         self._home: Home | None = None
         self._tasks: Tasks | None = None
         self._lock = threading.Lock()
-        self._warm: Host | None = None  # the host whose plugins, provider and store it shares
+        self._warm = warm  # the host whose plugins, provider and store it shares
         self.kept = False  # a run that spans calls: closing it at the end of one does nothing
 
     @classmethod
@@ -132,28 +132,21 @@ class Host:
         run_id: str | None = None,
         profiles: Mapping[str, Profile] | None = None,
     ) -> Host:
-        """A host for a run of its own that shares this one's warm parts: the plugins, the
-        sandbox providers and their probes, the executor, the store. What a run owns (its
-        id and steps, its home, its tasks, its workspace locks) is its own. ``environ`` is
-        the ambient environment of the caller (the one children are filtered from), ``cwd``
-        the folder a request without one runs in (else the caller's: :mod:`stockade.caller`).
-        ``profiles`` are agent profiles of this run only, beside the configured ones (a
-        rollout's episode, made while the host runs). Closing it leaves the warm parts open."""
+        """A host for a run of its own sharing this one's warm parts (plugins, providers and
+        their probes, executor, store); what a run owns (:meth:`_own_run`) is its own.
+        ``environ``: the caller's ambient environment; ``cwd``: where a request without one
+        runs (else :mod:`stockade.caller`'s); ``profiles``: this run's own agent profiles
+        beside the configured ones (an episode). Closing it leaves the warm parts open."""
         run = object.__new__(Host)
         config = attrs.evolve(self.config, agents={**self.config.agents, **(profiles or {})})
         run.config, run.pm, run.hooks = config, self.pm, self.hooks
         run.executors, run.sandboxes, run.rules = self.executors, self.sandboxes, self.rules
         run.environ = dict(self.environ if environ is None else environ)
-        run.cwd = cwd
         run.run_id = run_id or new_run_id()
         run.recording = self.recording
         run.breaker = Breaker(run.recording, lambda: run.store, run.run_id, run.config)
         run.doer = self.doer.for_run(run.run_id)
-        run._steps, run._started = 0, None
-        run._store, run._home, run._tasks = None, None, None
-        run._lock = threading.Lock()
-        run._warm = self
-        run.kept = False
+        run._own_run(cwd, self)
         return run
 
     # --- the path of one command ---------------------------------------------------------
@@ -242,9 +235,8 @@ class Host:
             SandboxUnavailable: no usable provider can enforce its mode; never unconfined.
         """
         action_id, step = admission.spec.action_id, admission.step
-        if admission.spec.layer_store is not None and admission.spec.layer_store not in _RECOVERED:
-            _RECOVERED.add(admission.spec.layer_store)  # once per store and process
-            recover_recorded(admission.spec.layer_store, self.recording.record)
+        if admission.spec.layer_store is not None:  # a killed host's layers, once a process
+            recover_once(admission.spec.layer_store, self.recording.record)
         over = step.egress is not None and step.egress.over_breaker
         at = self.breaker.at_connection  # the breaker where bytes leave, on every connection
         check = functools.partial(at, step.spec.run_id, step.agent.profile, over_breaker=over)
@@ -287,12 +279,8 @@ class Host:
             self.recording.error(prepared.spec, error)
             raise
         except asyncio.CancelledError:
-            # The executor killed the command; the record must still close.
-            self.recording.error(
-                prepared.spec,
-                code="cancelled",
-                message="the awaiting task was cancelled, so the command was killed",
-            )
+            why = "the awaiting task was cancelled, so the command was killed"
+            self.recording.error(prepared.spec, code="cancelled", message=why)  # it must close
             raise
         return self.breaker.finish(prepared.spec, carried, self.recording.result)
 
@@ -318,8 +306,7 @@ class Host:
             return self._home.path
 
     def resume_steps(self) -> None:
-        """Number this run's next step after the highest its id already has in the store
-        (a run kept across calls whose id a previous server used)."""
+        """Number the next step after the store's highest for this run (a kept run's id)."""
         with self._lock:
             self._steps = max(self._steps, self.store.last_step(self.run_id))
 
@@ -402,20 +389,10 @@ class Host:
     def answer(
         self, run_id: str, step: int, *, approve: bool, by: str, reason: str = "declined"
     ) -> HeldStep:
-        """Record a person's answer to a held step (it runs on :meth:`resume`).
-
-        A decline is final at once and is a ``decline`` event in the record (``reason``
-        says how: ``declined``, ``cancelled``, ``expired``...); an approval is recorded as
-        the ``permission`` event of :meth:`resume`.
-
-        Raises:
-            UsageError: no such step, or it was already answered.
-            RecorderFailed: declined, but a recorder could not record it (it still never runs).
-        """
-        answered = self.store.answer(run_id, step, approve=approve, by=by)
-        if not approve:
-            self.recording.decline(answered.spec.action_id, by=by, reason=reason)
-        return answered
+        """Record a person's answer to a held step (see :func:`stockade.policy.held.answer`)."""
+        return held.answer(
+            self.store, self.recording, run_id, step, approve=approve, by=by, reason=reason
+        )
 
     def resume(
         self,
@@ -446,11 +423,9 @@ class Host:
         # The workspace first: while another run holds it, the step stays approved.
         with self.doer.hold(found.spec, agent):
             held.claim(self.store, found)
-            try:
-                result = self._release(found, agent, abort, on_output)
-            except StockadeError as error:
-                self.store.finish(run_id, step, outcome=to_json(error.to_dict()), failed=True)
-                raise
+            result = held.kept(
+                self.store, found, lambda: self._release(found, agent, abort, on_output)
+            )
             self.store.finish(run_id, step, outcome=to_json(result))
         return result
 
@@ -461,18 +436,12 @@ class Host:
         Raises:
             StockadeError: as :meth:`resume` raises it.
         """
-        from .request.wire import to_json
-
         found = self.store.get(run_id, step)
         held.settled(found)  # waiting or declined: raised; ran: the claim refuses it
         agent = self._agent(found.spec.profile)
         held.decide_again(found, agent.profile, self.breaker, self.store, self.recording)
         held.claim(self.store, found)
-        try:
-            return self._readmitted(found, agent)
-        except StockadeError as error:
-            self.store.finish(run_id, step, outcome=to_json(error.to_dict()), failed=True)
-            raise
+        return held.kept(self.store, found, lambda: self._readmitted(found, agent))
 
     def _release(
         self,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Literal
@@ -182,6 +183,19 @@ def _recover(where: str, names: list[str]) -> list[Recovery]:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     return done
+
+
+_RECOVERED: set[str] = set()
+_RECOVERING = threading.Lock()
+
+
+def recover_once(store: str, record: Callable[[LayerEvent], None]) -> None:
+    """:func:`recover_recorded` for ``store``, the first time this process asks for it."""
+    with _RECOVERING:
+        if store in _RECOVERED:
+            return
+        _RECOVERED.add(store)
+        recover_recorded(store, record)
 
 
 def recover_recorded(store: str, record: Callable[[LayerEvent], None]) -> list[LayerEvent]:

@@ -6,11 +6,12 @@ its result; one still waiting or declined is refused with what to do.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
-from ..errors import PolicyDenied, PolicyHeld, UsageError
+from ..errors import PolicyDenied, PolicyHeld, StockadeError, UsageError
 
 if TYPE_CHECKING:
     from ..record.recording import Recording
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
     from ..request.result import RunResult
     from ..request.spec import ExecSpec, Profile
     from .breaker import Breaker
+
+
+T = TypeVar("T")
 
 
 def settled(held: HeldStep) -> RunResult | None:
@@ -59,6 +63,21 @@ def claim(store: Store, found: HeldStep) -> None:
         )
 
 
+def kept(store: Store, found: HeldStep, work: Callable[[], T]) -> T:
+    """``work()`` for a claimed step; an error it raises is kept as the step's outcome.
+
+    Raises:
+        StockadeError: what ``work`` raised, once kept.
+    """
+    from ..request.wire import to_json
+
+    try:
+        return work()
+    except StockadeError as error:
+        store.finish(found.run_id, found.step, outcome=to_json(error.to_dict()), failed=True)
+        raise
+
+
 def rehome(spec: ExecSpec, home: str | None) -> ExecSpec:
     """A held step runs in the home of the run that releases it: the home it was shown with
     went away with its own run."""
@@ -93,3 +112,29 @@ def decide_again(
     if store.hold_again(found.spec.run_id, found.step, decision):
         recording.permission(found.spec, found.classification, decision)
         raise held_error(found.spec, found.classification, decision)
+
+
+def answer(
+    store: Store,
+    recording: Recording,
+    run_id: str,
+    step: int,
+    *,
+    approve: bool,
+    by: str,
+    reason: str,
+) -> HeldStep:
+    """Record a person's answer to a held step (it runs on :meth:`Host.resume`).
+
+    A decline is final at once and is a ``decline`` event in the record (``reason`` says
+    how: ``declined``, ``cancelled``, ``expired``...); an approval is recorded as the
+    ``permission`` event of :meth:`~stockade.host.Host.resume`.
+
+    Raises:
+        UsageError: no such step, or it was already answered.
+        RecorderFailed: declined, but a recorder could not record it (it still never runs).
+    """
+    answered = store.answer(run_id, step, approve=approve, by=by)
+    if not approve:
+        recording.decline(answered.spec.action_id, by=by, reason=reason)
+    return answered
