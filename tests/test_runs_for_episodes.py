@@ -49,7 +49,7 @@ def test_runs_with_profiles_of_their_own_count_their_own_budget(host: Host) -> N
 def test_an_approved_held_step_is_readmitted_once(host: Host, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    request = ExecRequest(("sh", "-c", "echo readmitted"), str(ws))
+    request = ExecRequest(("sh", "-c", "echo readmitted; rm -f none"), str(ws))
     with pytest.raises(PolicyHeld) as held:
         host.run(request)
     run_id, step = held.value.details["run_id"], held.value.details["step"]
