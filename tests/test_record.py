@@ -216,8 +216,9 @@ def test_a_host_killed_mid_run_leaves_a_store_that_verifies(tmp_path):
     }
     env.pop("STOCKADE_CONFIG", None)
     marker = tmp_path / "started"
-    # Without a terminal or --yes, `sh -c` (destroys) is held: a step of its own in the log.
-    held = cli("run", "--mode", FULL, "--", "sh", "-c", f"touch {marker}", env=env)
+    # Without a terminal or --yes, a script that removes a file (destroys) is held: a step of
+    # its own in the log.
+    held = cli("run", "--mode", FULL, "--", "sh", "-c", f"touch {marker}; rm -f x", env=env)
     assert held.returncode == 126 and not marker.exists()
     host = subprocess.Popen(
         [*STOCKADE, "run", "--yes", "--mode", FULL, "--", "sh", "-c", f"touch {marker}; sleep 60"],

@@ -55,6 +55,7 @@ def test_cli_reports_the_facts_in_json(box):
         "runner_failed": False,
         "hidden": [],
         "writes": "layered",
+        "protection": None,
     }
     denied = run("sh", "-c", f"echo x > {box.secret}")
     assert denied["exit_code"] != 0 and denied["sandbox"]["denied"] is True

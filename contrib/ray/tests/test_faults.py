@@ -20,7 +20,7 @@ from ground import PYTHON, Box, running
 from nodes import Cluster
 
 from stockade.cli.record import steps
-from stockade.config.schema import Config, StoreConfig
+from stockade.config.schema import Config, PluginsConfig, StoreConfig
 from stockade.conformance.procs import wait_until
 from stockade.record.chain import rows
 from stockade.record.store import Store
@@ -51,7 +51,10 @@ def state() -> Iterator[Path]:
 
 
 def _config(state: Path) -> Config:
-    return Config(store=StoreConfig(path=str(state / "store.db")))
+    """Direct writes (``layers = false``): the test sees a step's start marker while it runs;
+    a layered run's files appear only when it lands."""
+    direct = PluginsConfig(settings={"bubblewrap": {"layers": False}})
+    return Config(store=StoreConfig(path=str(state / "store.db")), plugins=direct)
 
 
 def _step(box: Box, seconds: float) -> tuple[ExecRequest, Path]:

@@ -164,7 +164,7 @@ def test_a_held_step_approved_later_runs_on_the_pool(state: Path, box: Box) -> N
 def test_shutdown_releases_a_step_still_held(state: Path, box: Box) -> None:
     config = Config(store=StoreConfig(path=str(state / "store.db")))
     held_pool = StockadePool(1, config)
-    future = held_pool.run(ExecRequest(("sh", "-c", "true"), str(box.ws)))
+    future = held_pool.run(ExecRequest(("sh", "-c", "rm -f none"), str(box.ws)))
     assert future.held is not None
     held_pool.shutdown()
     with pytest.raises(PolicyHeld, match="shut down"):
