@@ -44,7 +44,9 @@ class BwrapPreCommit(Mutant, BubblewrapSandbox):
     """An existing ``.pre-commit-config.yaml`` left out of the protected mounts."""
 
     PLUGIN_NAME = "mutant-bwrap-pre-commit"
-    BREAKS = Promise.PROTECTED_NAMES
+    # Its layer keeps the content (the commit quarantines protected names): the name is
+    # writable while the command runs, which bubblewrap promises it is not.
+    BREAKS = Promise.PROTECTED_READ_ONLY
     SELECT = "test_every_protected_name"
 
     def patches(self) -> list[Patch]:
@@ -273,3 +275,16 @@ class BwrapHostTmp(Mutant, BubblewrapSandbox):
     def patches(self) -> list[Patch]:
         kept = tuple(d for d in bwrap_layout.PRIVATE_DIRS if d != "/tmp")
         return [(bwrap_layout, "PRIVATE_DIRS", kept)]
+
+
+class BwrapDirect(Mutant, BubblewrapSandbox):
+    """Writable roots bound as they are, no layer: a command's planted names are seen by
+    other programs while it runs (the provider still declares that they never are)."""
+
+    PLUGIN_NAME = "mutant-bwrap-direct"
+    BREAKS = Promise.PROTECTED_NEVER_VISIBLE
+    SELECT = "test_a_planted_protected_name_is_never_visible"
+
+    def _layers(self, spec: ExecSpec, bwrap: str) -> tuple[Any, ...]:
+        del spec, bwrap
+        return ()

@@ -96,7 +96,14 @@ class LandlockTruncate(Mutant, LandlockSandbox):
         def fs_rights(level: int) -> int:
             return abi.fs_rights(level) & ~abi.FS_TRUNCATE
 
-        return [(ll_rules, "abi", Shim(abi, fs_rights=fs_rights))]
+        # Where the supervisor runs it performs each truncate itself, inside the ruleset's
+        # writable roots only, and hides the mistake; on a kernel without it (the fallback
+        # every Landlock host may meet) the mistake is the whole story.
+        unsupervised = Shim(ll_engine.supervisor, unavailable=lambda: "a mutant without it")
+        return [
+            (ll_rules, "abi", Shim(abi, fs_rights=fs_rights)),
+            (ll_engine, "supervisor", unsupervised),
+        ]
 
 
 class LandlockBind(Mutant, LandlockSandbox):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -21,20 +22,19 @@ from stockade.conformance.ground import PYTHON
 
 from .test_egress import Fetcher, config_for
 
-# Binds, says where (or why not), takes one connection and prints what it sent.
+# Binds, says where (or why not) on its first line of output (a layered run's files are not
+# seen while it runs), takes one connection and prints what it sent.
 LISTEN = """
 import os, socket, sys
 where = sys.argv[1]
 def say(text):
-    open(where + ".tmp", "w").write(text)
-    os.rename(where + ".tmp", where)
+    print(text, flush=True)
 try:
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     server.bind(("0.0.0.0", 0))
     server.listen(1)
 except OSError as error:
     say(f"refused {error.errno}")
-    print("refused", error.errno)
     raise SystemExit(0)
 say(str(server.getsockname()[1]))
 server.settimeout(0.1)
@@ -52,10 +52,10 @@ for _ in range(150):  # until a connection, the kit's word to stop, or 15 s
 """
 
 
-def _knock(where, canary: str) -> str:
+def _knock(said_so_far: Callable[[], str], canary: str) -> str:
     """Wait for the listener's word; connect to its port on the host and send ``canary``."""
-    assert procs.wait_until(where.exists, timeout=60), "the listener said nothing"
-    said = where.read_text()
+    assert procs.wait_until(lambda: "\n" in said_so_far(), timeout=60), "it said nothing"
+    said = said_so_far().split("\n", 1)[0]
     if said.startswith("refused"):
         return said
     time.sleep(0.2)  # (its accept loop is running by now)
@@ -76,8 +76,14 @@ def test_a_network_command_cannot_listen_on_a_host_port(box, make_host):
     where = box.ws / "port"
     request = box.request([PYTHON, "-S", str(script), str(where)], profile="net")
     task = host.start(request, owner="kit")
-    knocked = _knock(where, box.canary)
-    where.with_name("port.stop").touch()
+    seen: list[str] = []
+
+    def said_so_far() -> str:
+        seen.append(host.read_output(task.task_id, owner="kit").stdout)
+        return "".join(seen)
+
+    knocked = _knock(said_so_far, box.canary)
+    host.kill(task.task_id, owner="kit")  # (the loop also ends by itself after 15 s)
     deadline = time.monotonic() + 30
     while host.tasks.list("kit")[0].status == "running" and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -97,6 +103,8 @@ def test_on_the_host_the_same_listener_takes_the_connection(tmp_path):
     with subprocess.Popen(
         [PYTHON, "-S", str(script), str(where)], stdout=subprocess.PIPE, text=True
     ) as child:
-        assert _knock(where, canary) == "connected"
+        assert child.stdout is not None
+        first = child.stdout.readline()
+        assert _knock(lambda: first, canary) == "connected"
         out, _ = child.communicate(timeout=30)
     assert out == f"took {canary}\n"

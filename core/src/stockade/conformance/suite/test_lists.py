@@ -178,6 +178,26 @@ def test_every_protected_name_that_exists_keeps_its_content(host, box):
     assert not changed, f"protected names changed by the run: {changed}"
 
 
+@pytest.mark.promise(Promise.PROTECTED_READ_ONLY)
+def test_every_protected_name_that_exists_is_read_only_while_it_runs(host, box):
+    """The same names and the same six ways, judged inside the run: each is refused while the
+    command runs (a layer or a put-back keeping the content after it is not enough here)."""
+    names = sorted({*protected.AGENT_CONFIG, *DOTFILES, *protected.RUN_LATER})
+    rels = [*names, *(f"deep/{n}" for n in names)]
+    for rel in rels:
+        path = box.ws / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"original {rel}\n")
+    (box.ws / "plain").mkdir()
+    result = host.run(box.py(MANGLE, json.dumps(rels)))
+    assert result.exit_code == 0, result.stderr.text
+    tries = json.loads(result.stdout.text)
+    assert set(tries) == set(rels)  # the control: every name was tried
+    done = sorted(f"{rel}: {how}" for rel, ways in tries.items() for how, r in ways.items()
+                  if r == "done")  # fmt: skip
+    assert not done, f"protected names writable while the command ran: {done}"
+
+
 @pytest.mark.promise(Promise.PRIVATE_SCRATCH)
 def test_every_scratch_folder_is_the_runs_own(host, box, mode):
     """A canary in each of the host's scratch folders this user can write, and in the
