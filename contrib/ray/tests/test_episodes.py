@@ -85,8 +85,9 @@ def test_one_episodes_taint_does_not_hold_anothers_network_step(pool: StockadePo
     profile = Profile(name="t", private=("secret.txt",), hosts=("example.invalid",), ask=())
     tainted = pool.episode(profile=profile)
     clean = pool.episode(profile=profile)
+    tainted.run(ExecRequest(("true",)), files={"secret.txt": b"s"}).result(60)
     granted = ExecRequest(("cat", "secret.txt"), read_private=True)  # private: a capability
-    tainted.run(granted, files={"secret.txt": b"s"}).result(60)
+    assert tainted.run(granted).result(60).result.stdout.text == "s"
     words = ExecRequest(("curl", "-s", "--max-time", "1", "https://example.invalid/"))
     tainted.run(words)  # somebody else's words, now beside private data
     net = ExecRequest(("curl", "-s", "--max-time", "1", "https://example.invalid/"))
