@@ -34,7 +34,7 @@ ROWS = [
     (["git", "filter-branch", "--tree-filter", "x"], "destroys", "filter-branch"),
     (["git", "add", "-u"], "writes", "git add"),
     # find
-    (["find", ".", "-exec", "sh", "-c", "x \"$0\"", "{}", ";"], "destroys", "-exec"),
+    (["find", ".", "-exec", "sh", "-c", 'x "$0"', "{}", ";"], "destroys", "-exec"),
     (["find", ".", "-execdir", "curl", "u", "+"], "network", "-execdir"),
     (["find", ".", "-ok", "rm", "{}", ";"], "destroys", "-ok"),
     # xargs, env, nice, nohup, timeout
