@@ -88,7 +88,12 @@ def test_200_steps_make_one_chain_that_verifies(pool: StockadePool, box: Box) ->
     requests = [ExecRequest(("echo", f"step {i}"), str(box.ws)) for i in range(200)]
     done = {f.index: f.result(120) for f in pool.map(requests)}
     assert sorted(done) == list(range(200))
-    assert all(d.result.stdout.text == f"step {i}\n" for i, d in done.items())
+    wrong = {
+        i: (d.result.exit_code, d.result.signal, d.result.stdout.text, d.result.stderr.text[-400:])
+        for i, d in done.items()
+        if d.result.stdout.text != f"step {i}\n"
+    }
+    assert not wrong, wrong
     assert {d.actor for d in done.values()} == {w["actor"] for w in pool.workers()}
     store = _store(pool)
     verdict = verify(store)
