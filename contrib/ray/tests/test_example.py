@@ -57,6 +57,10 @@ def test_the_rollouts_example(box: Box) -> None:
     address = ray.get_runtime_context().gcs_address
     args = ["--episodes", "4", "--actors", "2", "--state", str(box.state), "--address", address]
     env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    # Its steps run `python3` by name: the system's, not this venv's (CI makes it in /tmp,
+    # which every sandbox hides: such a step is refused, saying so).
+    venv = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p != venv)
     ran = subprocess.run(
         [sys.executable, str(ROLLOUTS), *args],
         capture_output=True, text=True, timeout=300, check=False, env=env,
