@@ -189,12 +189,18 @@ def _refuse_if_uncontained(config: pytest.Config, sandbox: str, cls: type[Sandbo
         )
 
 
+def _under_home(prefix: str = "") -> Path:
+    """A new private folder under the user's home (the sandbox's /tmp is its own, so a
+    canary under the host's /tmp would not show a breach)."""
+    base = Path.home() / ".stockade-tests"
+    base.mkdir(mode=0o700, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=base, prefix=prefix))
+
+
 def _first_probe(sandbox: str, cls: type[SandboxProvider]) -> str | None:
     """What the first containment probe got through (``None``: it held): a command in the
     workspace writes a file beside it, with a file in the workspace as its control."""
-    base = Path.home() / ".stockade-tests"
-    base.mkdir(mode=0o700, exist_ok=True)
-    root = Path(tempfile.mkdtemp(dir=base, prefix="probe-"))
+    root = _under_home("probe-")
     made = ground.Box(root, sandbox, cls)
     mode: Mode = "workspace-write" if "workspace-write" in cls.MODES else "read-only"
     beside = made.outside / ("probe-" + made.canary)
@@ -224,9 +230,7 @@ def box(
     Stockade's own state (held steps, the record) goes to a folder of the test's own.
     """
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
-    base = Path.home() / ".stockade-tests"
-    base.mkdir(mode=0o700, exist_ok=True)
-    made = ground.Box(Path(tempfile.mkdtemp(dir=base)), sandbox, sandbox_provider)
+    made = ground.Box(_under_home(), sandbox, sandbox_provider)
     try:
         yield made
     finally:
