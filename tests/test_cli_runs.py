@@ -109,7 +109,9 @@ def test_an_invalid_run_name_is_refused(served):
 
 def test_the_server_stays_while_a_task_runs(served):
     env = {**served, "STOCKADE_SERVER_IDLE": "1"}
-    task = cli(env, "start", *FULL, "--", "sh", "-c", "sleep 3; echo late").stdout.strip()
+    started = cli(env, "start", *FULL, "--", "sh", "-c", "sleep 3; echo late")
+    assert started.returncode == 0, started.stderr
+    task = started.stdout.strip()
     time.sleep(2)  # past the idle time: the task keeps the server
     follow = cli(env, "read", "--follow", task)
     assert (follow.returncode, follow.stdout) == (0, "late\n"), follow.stderr

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -236,3 +238,33 @@ def test_idle_exit_never_while_a_command_is_live(sk: Stockade) -> None:
     assert "stockade serve: idle, exiting" in sk.log()
     assert not os.path.exists(sk.place.socket)
     echo(sk, "again")  # the next client starts another
+
+
+def test_a_server_exiting_as_a_client_connects_is_replaced(sk: Stockade) -> None:
+    """A server that goes (idle) between a client's connect and its hello closes the
+    connection unanswered: nothing was asked of it, so the client starts a new one rather
+    than falling back in-process (where ``start`` and kept runs are refused)."""
+    place = sk.place
+    place.make()
+    Path(place.token).write_text("dying-server-secret")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(place.socket)
+    listener.listen(4)
+    seen: list[bytes] = []
+
+    def exit_at_hello() -> None:  # as an idle server does: accept, then close everything
+        conn, _ = listener.accept()
+        seen.append(conn.recv(65536))
+        os.unlink(place.socket)
+        os.unlink(place.token)
+        conn.close()
+        listener.close()
+
+    dying = threading.Thread(target=exit_at_hello)
+    dying.start()
+    done = sk.run("start", "--yes", "--mode", FULL, "--", "true")
+    dying.join(WAIT)
+    assert seen and b"hello" in seen[0]  # the control: the client did reach the dying one
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().startswith("task-"), done.stderr
+    assert b"in-process" not in done.stderr

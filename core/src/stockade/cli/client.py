@@ -43,6 +43,11 @@ class NoServer(Exception):
     """Why this call runs in-process."""
 
 
+class _Gone(NoServer):
+    """The server closed the connection at hello: it was exiting (idle, or stopped) as
+    this client connected. Nothing was asked of it, so a new one may be started."""
+
+
 def call(argv: list[str]) -> int | None:
     """Run ``stockade ARGV`` through the server: its exit status, or ``None`` to run it in
     this process instead (another command, ``--no-server``, or no server to be had)."""
@@ -125,13 +130,20 @@ def connect(place: Place, *, op: str, start: bool = True) -> _socket.socket:
         NoServer: none runs and ``start`` is false, it cannot be started or reached, or it
             is not to be trusted.
     """
-    for _attempt in range(3):
+    for attempt in range(3):
         conn = _open(place)
         if conn is None:
             if not start:
                 raise NoServer(f"no server is listening on {place.socket}")
             conn = _start(place)
-        reply = _hello(conn, place, op)
+        try:
+            reply = _hello(conn, place, op)
+        except _Gone:
+            conn.close()
+            if not start or attempt == 2:
+                raise
+            _wait_gone(place)
+            continue
         if reply.get("type") == "welcome":
             return conn
         conn.close()
@@ -184,11 +196,21 @@ def _hello(conn: _socket.socket, place: Place, op: str) -> dict[str, object]:
             conn, {"type": "hello", "version": protocol.VERSION, "token": token, "op": op}
         )
         reply = protocol.receive(conn)
+    except ConnectionError as error:
+        raise _Gone(f"the server closed the connection at hello: {error}") from None
     except (OSError, protocol.ProtocolError) as error:
         raise NoServer(f"the server did not answer: {error}") from None
     if reply is None:
-        raise NoServer("the server closed the connection at hello")
+        raise _Gone("the server closed the connection at hello")
     return reply
+
+
+def _wait_gone(place: Place) -> None:
+    """Wait (a little) for an exiting server to take its socket away, so that the next
+    attempt starts a new one rather than reaching the old one's listener again."""
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline and os.path.exists(place.socket):
+        time.sleep(0.01)
 
 
 def _start(place: Place) -> _socket.socket:
