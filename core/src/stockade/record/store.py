@@ -134,9 +134,9 @@ class Store:
             # One connection per host, used from its threads (run_async admits in a worker):
             # every use holds the lock.
             self._db = sqlite3.connect(
-                path, timeout=10.0, isolation_level=None, check_same_thread=False
+                path, timeout=OPEN_TIMEOUT, isolation_level=None, check_same_thread=False
             )
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _write_ahead(self._db)
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
         except (OSError, sqlite3.Error) as error:
@@ -292,6 +292,26 @@ class Store:
         except sqlite3.Error as error:
             raise StoreError(f"cannot update step {run_id} {step}: {error}") from None
         return cursor.rowcount == 1
+
+
+OPEN_TIMEOUT = 10.0
+"""Seconds an open waits for other connections (the same as every statement's timeout)."""
+
+
+def _write_ahead(db: sqlite3.Connection) -> None:
+    """Put the store in WAL mode. SQLite answers ``database is locked`` at once, without
+    its busy handler, when another connection is switching a new file's journal mode at the
+    same moment (two hosts opening one fresh store: a server's first call and its prewarm,
+    say), so the switch is tried again until :data:`OPEN_TIMEOUT`."""
+    deadline = time.monotonic() + OPEN_TIMEOUT
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
 
 
 def open_store(config: Config) -> Store:
