@@ -139,8 +139,12 @@ for path in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline"):
 roots = {os.environ.get("HOME", ""), os.getcwd(), "/run", "/tmp", os.environ.get("TMPDIR", "")}
 roots |= {os.path.dirname(os.environ["SSL_CERT_FILE"])}
 files = 0
+# Installed trees (a checkout's venv, caches) are the host's, never where a run writes:
+# walking them made the Landlock run, which sees the host's /tmp, take half a minute.
+INSTALLED = {".venv", "site-packages", "node_modules", ".git", "__pycache__"}
 for root in filter(None, roots):
-    for folder, _dirs, names in os.walk(root):
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in INSTALLED]
         for name in names:
             try:
                 with open(os.path.join(folder, name), "rb") as handle:
