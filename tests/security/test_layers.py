@@ -31,6 +31,7 @@ def test_a_dry_run_lands_nothing_and_says_what_it_would_change(box, make_host, s
     assert result.ok and result.landed == "discarded", result.stderr.text
     assert result.changes is not None
     assert (result.changes.created, result.changes.deleted) == (("new.txt",), ("old.txt",))
+    assert result.changes.withheld == (str(box.ws / ".vscode") + "/",)  # would be quarantined
     assert (box.ws / "old.txt").exists() and not (box.ws / "new.txt").exists()
     real = host.run(box.py(WORK, "0"))  # the control: the same command lands
     assert real.landed == "landed" and (box.ws / "new.txt").exists()
@@ -104,3 +105,30 @@ def test_every_writable_root_is_layered_and_checked(box, make_host, sandbox):
     assert (box.ws / "a.txt").read_text() == "a" and (second / "b.txt").read_text() == "b"
     assert result.quarantined == (str(second / "x" / ".vscode"),)
     assert not (second / "x" / ".vscode").exists()
+
+
+@pytest.mark.sandboxes("bubblewrap")
+def test_a_dry_run_says_what_it_would_quarantine_and_keep_aside(box, make_host, sandbox):
+    from stockade.cli.run import landing_lines
+
+    (box.ws / "shared.txt").write_text("original")
+    time.sleep(0.05)  # older than the command by more than a clock tick
+    host = make_host(allow_all=True, config=Config(sandbox=sandbox))
+    source = (
+        "import os, time\nos.makedirs('sub/.git/hooks')\n"
+        "open('sub/.git/hooks/pre-commit', 'w').write('boom')\n"
+        "open('.envrc', 'w').write('boom')\ntime.sleep(0.6)\n"
+        "open('shared.txt', 'w').write('mine')"
+    )
+    rival = threading.Timer(0.3, lambda: (box.ws / "shared.txt").write_text("a person's"))
+    rival.start()
+    result = host.run(box.py(source, dry_run=True))
+    rival.join()
+    assert result.landed == "discarded" and result.changes is not None, result.stderr.text
+    assert result.changes.withheld == (str(box.ws / ".envrc"), str(box.ws / "sub/.git") + "/")
+    assert result.changes.conflicts == (str(box.ws / "shared.txt"),)
+    assert result.changes.created == ("sub/",)  # the folder would land; what it holds would not
+    lines = landing_lines(result)
+    assert f"would quarantine {box.ws / '.envrc'}" in lines
+    assert f"would keep aside {box.ws / 'shared.txt'}" in lines
+    assert (box.ws / "shared.txt").read_text() == "a person's" and not (box.ws / "sub").exists()
