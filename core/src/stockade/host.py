@@ -331,19 +331,18 @@ class Host:
             StockadeError: as :meth:`run`, before anything runs (denied, held, ...).
             TooManyTasks: ``owner`` has as many tasks running as it may.
         """
-        tasks = self.tasks
-        prepared = self.prepare(self.admit(request))
+        tasks, ready = self.tasks, self.prepare(self.admit(request))  # tasks made first
 
         def runner(abort: AbortToken, on_output: OnOutput) -> RunResult:
-            carried = self.carry_out(prepared, abort=abort, on_output=on_output)
-            return self._finish(prepared.spec, carried)
+            carried = self.carry_out(ready, abort=abort, on_output=on_output)
+            return self._finish(ready.spec, carried)
 
         try:
-            return tasks.start(owner, request.argv, runner, prepared.secrets)
+            return tasks.start(owner, request.argv, runner, ready.secrets, ready.spec.action_id)
         except BaseException as error:
             if isinstance(error, StockadeError):
-                self.recording.error(prepared.spec, error)
-            prepared.release()
+                self.recording.error(ready.spec, error)
+            ready.release()
             raise
 
     def read_output(self, task_id: str, *, owner: str) -> TaskOutput:

@@ -197,6 +197,13 @@ def _add_file_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subp
             help="the run this tool call is part of: what it read taints the run, for the "
             "breaker (also STOCKADE_RUN)",
         )
+        if tool != "write":
+            sub.add_argument(
+                "--view",
+                metavar="ACTION",
+                help="as running command ACTION sees it: its layer over the folder "
+                "(`stockade tasks` shows a task's action id)",
+            )
         if tool == "read":
             sub.add_argument(
                 "--read-private",
