@@ -91,9 +91,7 @@ RACE = (
 
 
 @pytest.mark.sandboxes("bubblewrap")
-def test_a_folder_swapped_for_a_symlink_while_it_is_read_is_never_followed(
-    box, make_host, sandbox
-):
+def test_a_folder_swapped_for_a_symlink_while_it_is_read_is_never_followed(box, make_host, sandbox):
     outside = box.root / "elsewhere"
     outside.mkdir()
     (outside / "f").write_text("CANARY")
