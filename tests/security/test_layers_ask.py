@@ -112,6 +112,8 @@ def test_nobody_to_ask_the_writes_wait_for_stockade_land(box, make_host, sandbox
     journal.recover(store)
     assert [e.action_id for e in waiting.entries(store)] == [result.action_id]
     _untouched(box)
+    assert main(["--no-server", "pending"]) == 0
+    assert "1 command(s) ran and wait to land: `stockade land`" in capsys.readouterr().err
     assert main(["--no-server", "land"]) == 0
     listed = capsys.readouterr().out
     assert result.action_id in listed and "new.txt" in listed and "withhold:" in listed

@@ -16,11 +16,17 @@ if TYPE_CHECKING:
 
 def pending_command(args: argparse.Namespace, _parser: object = None) -> int:
     """List the steps waiting for a person, oldest first."""
+    from ..config.schema import store_folder
+    from ..layers.waiting import entries
+
     try:
         with make_host(args) as host:
             waiting = host.store.waiting()
+            landings = len(entries(store_folder(host.config)))
     except StockadeError as error:
         return report_error(error, as_json=args.json)
+    if landings and not args.json:
+        print(f"{landings} command(s) ran and wait to land: `stockade land`", file=sys.stderr)
     if args.json:
         from ..request.wire import to_json
 
