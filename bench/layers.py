@@ -2,8 +2,10 @@
 
 Four figures, each against a baseline measured in the same run, interleaved:
 
-1. **Set-up.** ``Host.run(["true"])`` under bubblewrap in ``workspace-write`` with layers
-   against the same host with ``layers = false`` (direct writes), and raw ``bwrap true``
+1. **Set-up.** ``Host.run(["mkdir", "-p", "d"])`` (``d`` there already: an empty layer; a
+   ``reads`` command such as ``true`` runs read-only, with no layer) under bubblewrap in
+   ``workspace-write`` with layers against the same host with ``layers = false`` (direct
+   writes), and raw ``bwrap true``
    with one ``--overlay`` against raw ``bwrap true`` with a ``--bind``: what the layer adds
    (making it, the journal, the mount, landing an empty layer). Target: **+1 ms**.
 2. **Commit of 1,000 new files** (in 10 folders): :func:`stockade.layers.land` alone, on an
@@ -59,7 +61,10 @@ def setup(base: Path, runs: int) -> dict[str, timing.Stats]:
     direct = Host(
         Config(sandbox="bubblewrap", plugins=PluginsConfig(settings=off)), plugins=[AllowAll()]
     )
-    request = ExecRequest(["true"], str(ws), mode="workspace-write")
+    (ws / "d").mkdir()
+    # A command that writes (``true`` only reads: it runs read-only, with no layer at all);
+    # ``mkdir -p`` of a folder that exists leaves its layer empty: set-up and landing alone.
+    request = ExecRequest(["mkdir", "-p", "d"], str(ws), mode="workspace-write")
     upper, work = base / "upper", base / "work"
 
     def fresh_overlay() -> int:
@@ -69,9 +74,15 @@ def setup(base: Path, runs: int) -> dict[str, timing.Stats]:
         return overlay()
 
     overlay = _bwrap(*overlay_args(str(ws), str(upper), str(work)))
+
+    def run(host: Host) -> int:
+        result = host.run(request)
+        assert result.sandbox.writes == ("direct" if host is direct else "layered")
+        return result.exit_code or 0
+
     cases = {
-        "Host.run true, layered": lambda: layered.run(request).exit_code or 0,
-        "Host.run true, direct (layers = false)": lambda: direct.run(request).exit_code or 0,
+        "Host.run mkdir -p, layered": lambda: run(layered),
+        "Host.run mkdir -p, direct (layers = false)": lambda: run(direct),
         "raw bwrap true, --overlay": fresh_overlay,
         "raw bwrap true, --bind": _bwrap("--bind", str(ws), str(ws)),
     }
@@ -79,7 +90,7 @@ def setup(base: Path, runs: int) -> dict[str, timing.Stats]:
         figures = timing.interleaved(cases, runs, max(runs // 10, 3))
         # CPU time, which a machine busy with other work does not inflate: the host's own
         # (layers made, journal, landing an empty layer) and the children's (bwrap, mount).
-        for name in ("Host.run true, layered", "Host.run true, direct (layers = false)"):
+        for name in ("Host.run mkdir -p, layered", "Host.run mkdir -p, direct (layers = false)"):
             figures[f"{name}, CPU (host + children)"] = _cpu_of(cases[name], runs)
         for name in ("raw bwrap true, --overlay", "raw bwrap true, --bind"):
             figures[f"{name}, CPU (children)"] = _cpu_of(cases[name], runs)
@@ -89,13 +100,102 @@ def setup(base: Path, runs: int) -> dict[str, timing.Stats]:
         direct.close()
 
 
+def stages(base: Path, runs: int) -> dict[str, timing.Stats]:
+    """Where ``Host.run`` spends its own time, CPU per stage (what a machine busy with other
+    work inflates least), for ``true`` (a ``reads`` command: read-only, no layer) and for a
+    layered ``mkdir -p``; against raw bwrap with the very flags the provider builds for
+    ``true`` (``bench/confined.py``), CPU of this process and its children."""
+    import confined  # bench/confined.py: the raw argv of the same request
+
+    ws = confined.plant_workspace(base / "stages")
+    (ws / "d").mkdir()
+    host = Host(Config(sandbox="bubblewrap"), plugins=[AllowAll()])
+    figures: dict[str, timing.Stats] = {}
+    try:
+        true = ExecRequest(["true"], str(ws), mode="workspace-write", origin="cli")
+        template, bpf = confined.raw_argv(host, true)
+        filter_fd = os.memfd_create("bench-seccomp", 0)
+        os.write(filter_fd, bpf)
+        argv = [arg.replace("{fd}", str(filter_fd)) for arg in template]
+        # After a first run this process is a child subreaper: bwrap's namespace init (which
+        # does the mounts) is then reaped here, so its CPU counts for raw bwrap too.
+        host.run(true)
+
+        def raw() -> int:
+            os.lseek(filter_fd, 0, os.SEEK_SET)
+            done = subprocess.run(
+                argv,
+                pass_fds=(filter_fd,),
+                capture_output=True,
+                stdin=subprocess.DEVNULL,
+                env={},
+                check=False,
+            )
+            confined.reap_orphans()
+            return done.returncode
+
+        for name, case in (
+            ("raw bwrap true (the provider's flags), CPU", raw),
+            ("Host.run true, CPU", lambda: host.run(true).exit_code or 0),
+        ):
+            figures[name] = _cpu_of(case, runs)
+            figures[f"{name}, this process's own"] = _own_cpu_of(case, runs)
+        for label, request in (
+            ("true", true),
+            ("mkdir -p, layered", ExecRequest(["mkdir", "-p", "d"], str(ws), origin="cli")),
+        ):
+            figures.update(_stage_cpu(host, request, label, runs))
+        os.close(filter_fd)
+    finally:
+        host.close()
+    return figures
+
+
+def _stage_cpu(host: Host, request: ExecRequest, label: str, runs: int) -> dict[str, timing.Stats]:
+    """CPU per stage of ``host.run(request)``, the stages called as :meth:`Host.run` does."""
+    names = ("admit", "prepare", "carry out (host's own)", "carry out (children)", "record")
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(runs + 3):
+        mine, kids = _cpu(), _cpu(resource.RUSAGE_CHILDREN)
+        admission = host.admit(request)
+        after_admit = _cpu()
+        prepared = host.prepare(admission)
+        after_prepare = _cpu()
+        carried = host.carry_out(prepared)
+        after_carry = _cpu()
+        host.breaker.finish(admission.spec, carried, host.recording.result)
+        end, kids_after = _cpu(), _cpu(resource.RUSAGE_CHILDREN)
+        values = (
+            after_admit - mine,
+            after_prepare - after_admit,
+            after_carry - after_prepare,
+            kids_after - kids,  # bwrap and the command, reaped while it was carried out
+            end - after_carry,
+        )
+        for name, value in zip(names, values, strict=True):
+            samples[name].append(value)
+    return {f"{label}: {name}": timing.summarize(v[3:]) for name, v in samples.items()}
+
+
+def _own_cpu_of(case: Callable[[], int], runs: int) -> timing.Stats:
+    """The CPU time of ``case`` in this process alone (no children), in ms."""
+    samples = []
+    for _ in range(runs):
+        before = _cpu()
+        case()
+        samples.append(_cpu() - before)
+    return timing.summarize(samples)
+
+
 def _cpu_of(case: Callable[[], int], runs: int) -> timing.Stats:
     """The CPU time of ``case``, this process's and its children's, in ms."""
     samples = []
     for _ in range(runs):
         before = _cpu() + _cpu(resource.RUSAGE_CHILDREN)
-        case()
+        status = case()
         samples.append(_cpu() + _cpu(resource.RUSAGE_CHILDREN) - before)
+        if status != 0:
+            raise SystemExit(f"bench: a case exited with status {status}")
     return timing.summarize(samples)
 
 
@@ -204,7 +304,7 @@ def main() -> None:
     figures: dict[str, timing.Stats] = {}
     base = Path(tempfile.mkdtemp(dir=Path.home(), prefix=".stockade-bench-"))
     try:
-        for section in (setup, commit, one_change):
+        for section in (stages, setup, commit, one_change):
             figures.update(section(base, args.runs))
         figures.update(copy_up(base, max(args.runs // 4, 5)))
     finally:
@@ -213,15 +313,15 @@ def main() -> None:
     for name, stats in figures.items():
         print(timing.row(name, stats))
     added = (
-        figures["Host.run true, layered"]["median"]
-        - figures["Host.run true, direct (layers = false)"]["median"]
+        figures["Host.run mkdir -p, layered"]["median"]
+        - figures["Host.run mkdir -p, direct (layers = false)"]["median"]
     )
     kernel = (
         figures["raw bwrap true, --overlay"]["median"] - figures["raw bwrap true, --bind"]["median"]
     )
     cpu_added = (
-        figures["Host.run true, layered, CPU (host + children)"]["median"]
-        - figures["Host.run true, direct (layers = false), CPU (host + children)"]["median"]
+        figures["Host.run mkdir -p, layered, CPU (host + children)"]["median"]
+        - figures["Host.run mkdir -p, direct (layers = false), CPU (host + children)"]["median"]
     )
     verdicts = {
         "layer set-up (Host, layered - direct)": (added, SETUP_TARGET_MS),

@@ -266,3 +266,30 @@ def test_a_step_carried_out_elsewhere_names_its_node_and_actor(ui):
     where = text_of(re.search(r'<p class="where">(.*?)</p>', step_2, re.S).group(1))
     assert where.endswith(f"; carried out on node {'n' * 40} (gpu\\u202e-7), actor {'a' * 32}")
     assert "\u202e" not in page
+
+
+def test_a_steps_conflict_layer_and_quarantine_events_are_drawn(ui):
+    from stockade.record.events import ConflictEvent, LayerEvent, QuarantineEvent
+
+    ui.run(["echo", "one"])
+    ui.run(["echo", "two"])
+    run = ui.agent.run_id
+    store = open_store(ui.agent.config)
+    try:
+        (action,) = [r for r in rows(store, run) if r.step == 2 and r.kind == "action"]
+    finally:
+        store.close()
+    record, hostile = ui.agent.recording.record, "/w/evil\x1b[2J.txt"
+    record(QuarantineEvent(action.action_id, quarantined=("/w/.vscode",), folder="/q"))
+    record(ConflictEvent(action.action_id, paths=(hostile,), rivals=("f00d",), folder="/q"))
+    record(LayerEvent(action.action_id, outcome="refused", roots=("/w",), by="alice (terminal)"))
+    page = ui.page(f"/runs/{run}")
+    step_1 = text_of(page[page.index('id="step-1"') : page.index('id="step-2"')])
+    step_2 = text_of(page[page.index('id="step-2"') :].split("</li>\n</ul>")[0])
+    assert "kept aside" not in step_1 and "quarantined" not in step_1  # the control
+    assert "quarantined (protected names never land): /w/.vscode" in step_2
+    assert "kept aside, changed in the folder since it started: /w/evil\\x1b[2J.txt" in step_2
+    assert "changed first by f00d" in step_2
+    assert "its writes were refused: nothing of them landed (0 paths changed)" in step_2
+    assert "by alice (terminal)" in step_2
+    assert "\x1b" not in page

@@ -31,6 +31,7 @@ def test_a_dry_run_lands_nothing_and_says_what_it_would_change(box, make_host, s
     assert result.ok and result.landed == "discarded", result.stderr.text
     assert result.changes is not None
     assert (result.changes.created, result.changes.deleted) == (("new.txt",), ("old.txt",))
+    assert result.changes.withheld == (str(box.ws / ".vscode") + "/",)  # would be quarantined
     assert (box.ws / "old.txt").exists() and not (box.ws / "new.txt").exists()
     real = host.run(box.py(WORK, "0"))  # the control: the same command lands
     assert real.landed == "landed" and (box.ws / "new.txt").exists()
@@ -104,3 +105,85 @@ def test_every_writable_root_is_layered_and_checked(box, make_host, sandbox):
     assert (box.ws / "a.txt").read_text() == "a" and (second / "b.txt").read_text() == "b"
     assert result.quarantined == (str(second / "x" / ".vscode"),)
     assert not (second / "x" / ".vscode").exists()
+
+
+@pytest.mark.sandboxes("bubblewrap")
+def test_a_dry_run_says_what_it_would_quarantine_and_keep_aside(box, make_host, sandbox):
+    from stockade.cli.run import landing_lines
+
+    (box.ws / "shared.txt").write_text("original")
+    time.sleep(0.05)  # older than the command by more than a clock tick
+    host = make_host(allow_all=True, config=Config(sandbox=sandbox))
+    source = (
+        "import os, time\nos.makedirs('sub/.git/hooks')\n"
+        "open('sub/.git/hooks/pre-commit', 'w').write('boom')\n"
+        "open('.envrc', 'w').write('boom')\nprint('started', flush=True)\ntime.sleep(1)\n"
+        "open('shared.txt', 'w').write('mine')"
+    )
+    result = _changed_while_it_runs(host, box.py(source, dry_run=True), box.ws / "shared.txt")
+    assert result.landed == "discarded" and result.changes is not None, result.stderr.text
+    assert result.changes.withheld == (str(box.ws / ".envrc"), str(box.ws / "sub/.git") + "/")
+    assert result.changes.conflicts == (str(box.ws / "shared.txt"),)
+    assert result.changes.created == ("sub/",)  # the folder would land; what it holds would not
+    lines = landing_lines(result)
+    assert f"would quarantine {box.ws / '.envrc'}" in lines
+    assert f"would keep aside {box.ws / 'shared.txt'}" in lines
+    assert (box.ws / "shared.txt").read_text() == "a person's" and not (box.ws / "sub").exists()
+
+
+@pytest.mark.sandboxes("bubblewrap")
+def test_a_writable_root_inside_another_is_a_layer_of_its_own(box, make_host, sandbox):
+    inner = box.ws / "inner"
+    inner.mkdir()
+    (inner / "old.txt").write_text("old")
+    time.sleep(0.05)  # older than the command by more than a clock tick
+    settings = {"bubblewrap": {"writable_roots": [str(inner)]}}
+    config = Config(sandbox=sandbox, plugins=PluginsConfig(settings=settings))
+    host = make_host(allow_all=True, config=config)
+    source = (
+        "import os, time\nopen('a.txt', 'w').write('a')\n"
+        "open('inner/b.txt', 'w').write('b')\nopen('inner/old.txt', 'w').write('new')\n"
+        "os.makedirs('inner/deep/.vscode')\n"
+        "open('inner/deep/.vscode/tasks.json', 'w').write('{}')\n"
+        "print('ready', flush=True)\ntime.sleep(1)\n"
+    )
+    info = host.start(box.py(source), owner="me")  # a task: its output is read as it runs
+    deadline = time.monotonic() + 20
+    while "ready" not in host.read_output(info.task_id, owner="me").stdout:
+        assert time.monotonic() < deadline, "the task never got to its writes"
+        time.sleep(0.02)
+    for _ in range(10):  # it has written them, and sleeps: none is in the real folder
+        assert not (inner / "b.txt").exists() and not (inner / "deep").exists()
+        assert (inner / "old.txt").read_text() == "old" and not (box.ws / "a.txt").exists()
+        time.sleep(0.02)
+    deadline = time.monotonic() + 20
+    while (done := host.list_tasks(owner="me")[0]).status == "running":
+        assert time.monotonic() < deadline, "the task never ended"
+        time.sleep(0.05)
+    result = done.result
+    assert result is not None
+    assert result.ok and result.landed == "landed", result.stderr.text
+    assert result.sandbox.writes == "layered"
+    assert (box.ws / "a.txt").read_text() == "a" and (inner / "b.txt").read_text() == "b"
+    assert (inner / "old.txt").read_text() == "new"
+    assert result.quarantined == (str(inner / "deep" / ".vscode"),)
+    assert not (inner / "deep" / ".vscode").exists()
+    dry = host.run(box.py("open('inner/c.txt', 'w').write('c')", dry_run=True))
+    assert dry.changes is not None and dry.changes.created == ("inner/c.txt",)
+    assert not (inner / "c.txt").exists()
+
+
+def _changed_while_it_runs(host, request, path):
+    """The result of ``request`` run as a task, ``path`` rewritten by a person once it
+    printed ``started`` (so after it started: a rival change)."""
+    info = host.start(request, owner="me")
+    deadline = time.monotonic() + 20
+    while "started" not in host.read_output(info.task_id, owner="me").stdout:
+        assert time.monotonic() < deadline, "the task never started"
+        time.sleep(0.02)
+    path.write_text("a person's")
+    while (done := host.list_tasks(owner="me")[0]).status == "running":
+        assert time.monotonic() < deadline, "the task never ended"
+        time.sleep(0.05)
+    assert done.result is not None, done.error
+    return done.result

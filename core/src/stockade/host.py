@@ -5,7 +5,7 @@
         -> gate -> decide (-> hold)                              => AdmittedStep
     carry out (doing, :mod:`stockade.run`, through a :class:`~stockade.run.doer.Doer`):
         confine -> execute, observed                             => Carried
-    record (:mod:`stockade.record.recording`)                    => RunResult
+    record (:mod:`stockade.record.recording`; ask: :mod:`stockade.policy.landing`) => RunResult
 
 Each stage is a hook call or a plain function of its inputs; the host owns no policy, no
 confinement and no process handling of its own. Between deciding and doing travels one
@@ -35,7 +35,7 @@ from .config.schema import Config
 from .errors import StockadeError
 from .layers.journal import recover_once
 from .plugin.manager import Hooks, get_plugin_manager
-from .policy import credentials, decide, held
+from .policy import credentials, decide, held, landing
 from .policy.breaker import BY, Breaker
 from .policy.enforce import enforce_class
 from .policy.resolve import resolve
@@ -160,7 +160,7 @@ class Host:
         """
         admission = self.admit(request)  # deciding
         carried = self.carry_out(self.prepare(admission), abort=abort)  # doing
-        return self.breaker.finish(admission.spec, carried, self.recording.result)  # record
+        return self._finish(admission.spec, carried)  # record
 
     def admit(self, request: ExecRequest) -> Admission:
         """Every deciding stage: resolve, credentials, classify, enforce, roots, gate, decide.
@@ -240,7 +240,6 @@ class Host:
         over = step.egress is not None and step.egress.over_breaker
         at = self.breaker.at_connection  # the breaker where bytes leave, on every connection
         check = functools.partial(at, step.spec.run_id, step.agent.profile, over_breaker=over)
-
         try:
             return self.doer.prepare(
                 step,
@@ -282,7 +281,12 @@ class Host:
             why = "the awaiting task was cancelled, so the command was killed"
             self.recording.error(prepared.spec, code="cancelled", message=why)  # it must close
             raise
-        return self.breaker.finish(prepared.spec, carried, self.recording.result)
+        return self._finish(prepared.spec, carried)
+
+    def _finish(self, spec: ExecSpec, carried: Carried) -> RunResult:
+        """Record (:meth:`Breaker.finish`); writes waiting for a person are asked about."""
+        result = self.breaker.finish(spec, carried, self.recording.result)
+        return landing.ask(self.hooks, self.recording, spec, result)
 
     def classify(self, spec: ExecSpec) -> Classification:
         """Every classifier votes; the most severe kind wins and all reasons are kept."""
@@ -321,27 +325,24 @@ class Host:
     # --- background tasks ----------------------------------------------------------------
 
     def start(self, request: ExecRequest, *, owner: str) -> TaskInfo:
-        """Admit and prepare ``request`` now, then run it in the background as a task of
-        ``owner``.
+        """Admit and prepare ``request`` now; run it in the background as ``owner``'s task.
 
         Raises:
             StockadeError: as :meth:`run`, before anything runs (denied, held, ...).
             TooManyTasks: ``owner`` has as many tasks running as it may.
         """
-        tasks = self.tasks
-        admission = self.admit(request)
-        prepared = self.prepare(admission)
+        tasks, ready = self.tasks, self.prepare(self.admit(request))  # tasks made first
 
         def runner(abort: AbortToken, on_output: OnOutput) -> RunResult:
-            carried = self.carry_out(prepared, abort=abort, on_output=on_output)
-            return self.breaker.finish(prepared.spec, carried, self.recording.result)
+            carried = self.carry_out(ready, abort=abort, on_output=on_output)
+            return self._finish(ready.spec, carried)
 
         try:
-            return tasks.start(owner, request.argv, runner, prepared.secrets)
+            return tasks.start(owner, request.argv, runner, ready.secrets, ready.spec.action_id)
         except BaseException as error:
             if isinstance(error, StockadeError):
-                self.recording.error(prepared.spec, error)
-            prepared.release()
+                self.recording.error(ready.spec, error)
+            ready.release()
             raise
 
     def read_output(self, task_id: str, *, owner: str) -> TaskOutput:
@@ -404,8 +405,7 @@ class Host:
     ) -> RunResult:
         """Run a held step a person approved, exactly as it was shown; once.
 
-        A step that already ran gives back the result it had. ``on_output`` sees its output
-        as it comes (a background task's reads).
+        A step that already ran gives back its result; ``on_output`` sees its output as it comes.
 
         Raises:
             PolicyHeld: nobody has answered yet.
@@ -453,7 +453,7 @@ class Host:
         """A held step, approved and claimed: checked again, decided, carried out, recorded."""
         admission = self._readmitted(found, agent)
         carried = self.carry_out(self.prepare(admission), abort=abort, on_output=on_output)
-        return self.breaker.finish(admission.spec, carried, self.recording.result)
+        return self._finish(admission.spec, carried)
 
     def _readmitted(self, found: HeldStep, agent: Agent) -> Admission:
         """A held step, approved and claimed: checked again, allowed, credentials resolved."""
@@ -473,9 +473,8 @@ class Host:
         return self._admitted(spec, kind, decision, agent, secrets, over_breaker=over)
 
     def close(self) -> None:
-        """Kill every background task; release the executor's helpers and the store;
-        remove the run's home. A kept run (one that spans calls) stays open until
-        ``kept`` is false."""
+        """Kill every background task; release the executor's helpers and the store; remove
+        the run's home. A kept run (one that spans calls) stays open until ``kept`` is false."""
         if self.kept:
             return
         if self._tasks is not None:

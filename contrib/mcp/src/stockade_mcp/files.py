@@ -15,7 +15,9 @@ from .results import ok, string
 if TYPE_CHECKING:
     from mcp import types
 
+    from stockade.layers.view import View
     from stockade.workspace.file_types import WriteResult
+    from stockade.workspace.files import Workspace
 
     from .running import Context
     from .server import Service
@@ -26,7 +28,7 @@ async def file_list(
 ) -> types.CallToolResult:
     """A folder's entries."""
     path = string(arguments, "path", default=".")
-    listing = await asyncio.to_thread(lambda: service.workspace().file_list(path))
+    listing = await asyncio.to_thread(lambda: _reader(service, arguments).file_list(path))
     await _taint(service, "list", path)
     lines = [render.entry_line(entry) for entry in listing.entries]
     if listing.truncated:
@@ -50,13 +52,26 @@ async def file_read(
         lambda: service.host.breaker.file_read(service.root(), path, profile, granted=granted)
     )
     read = await asyncio.to_thread(
-        lambda: service.workspace().file_read(path, offset=offset, limit=limit)
+        lambda: _reader(service, arguments).file_read(path, offset=offset, limit=limit)
     )
     await _taint(service, "read", path)
     shown = read.text if read.text is not None else (read.description or "")
     if read.truncated:
         shown += f"\n[more follows: read on with offset {read.offset + read.returned}]"
     return ok(shown, read)
+
+
+def _reader(service: Service, arguments: Mapping[str, Any]) -> Workspace | View:
+    """The workspace, or, given ``task_id``, that running task's view of it (its layer over
+    the folder, :mod:`stockade.layers.view`)."""
+    task = arguments.get("task_id")
+    if task is None:
+        return service.workspace()
+    if not isinstance(task, str):
+        raise UsageError("task_id must be a string (start_command's task id)")
+    from stockade.layers.view import of_task
+
+    return of_task(service.host, task, owner=service.owner, root=service.root())
 
 
 async def file_write(

@@ -49,7 +49,18 @@ def status(result: RunResult) -> str:
         how = f"exit status {result.exit_code}"
     if result.limit_hit not in (None, "quota"):
         how += f" (likely the {result.limit_hit} limit)"
-    return f"{how}; {result.duration_ms:.0f} ms, sandbox {result.sandbox.provider}"
+    landed = LANDED.get(result.landed or "")
+    where = f"{how}; {result.duration_ms:.0f} ms, sandbox {result.sandbox.provider}"
+    return f"{where}; {landed}" if landed else where
+
+
+LANDED = {
+    "discarded": "its writes were not kept (a dry run, or commit = on-success)",
+    "over-quota": "its writes were not kept: over the workspace's quota",
+    "waiting": "its writes wait for a person before they reach the folder",
+    "refused": "a person refused its writes: none reached the folder",
+}
+"""What the status says of writes that did not reach the folder (``RunResult.landed``)."""
 
 
 def reader(name: str, **which: str) -> str:

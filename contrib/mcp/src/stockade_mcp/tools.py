@@ -124,6 +124,12 @@ def _annotations(
     )
 
 
+_TASK_VIEW = {
+    "type": "string",
+    "description": "a running background task's id (start_command's): read the folder as "
+    "that task sees it now, its writes included (they reach the folder itself only when it "
+    "ends)",
+}
 _READ_PRIVATE = {
     "type": "boolean",
     "default": False,
@@ -244,7 +250,7 @@ FILE_TOOLS = [
     types.Tool(
         name="file_list",
         description="The entries of a folder in the workspace: names, kinds and sizes.",
-        input_schema=_object({"path": {**_PATH, "default": "."}}),
+        input_schema=_object({"path": {**_PATH, "default": "."}, "task_id": _TASK_VIEW}),
         annotations=_annotations("List a folder", **READS),
     ),
     types.Tool(
@@ -258,6 +264,7 @@ FILE_TOOLS = [
             {
                 "path": _PATH,
                 "read_private": _READ_PRIVATE,
+                "task_id": _TASK_VIEW,
                 "offset": {
                     "type": "integer",
                     "minimum": 0,

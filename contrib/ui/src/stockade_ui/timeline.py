@@ -5,7 +5,9 @@ A step is one command: its ``action`` event (what was asked), the ``permission``
 ``connection`` events of its egress proxy, a ``decline`` when a person declined it, a
 ``placement`` when it was carried out on another node (``stockade-ray``), and how it
 ended (a ``result``, or an ``error`` when it could not run); the ``taint`` events it caused
-(what the breaker counts). A held step's state comes from
+(what the breaker counts); what became of its writes after it (``quarantine``, a
+``conflict``, a ``layer`` event: a person's answer under ``commit = "ask"``, or a later
+host finishing or discarding a killed one's commit). A held step's state comes from
 the store's held steps: it may be waiting, let go ahead but not run yet, or running in
 another process, which are not events.
 """
@@ -32,7 +34,7 @@ class Line:
     Attributes:
         seq: its place in the record.
         kind: its kind (``permission``, ``grant``, ``connection``, ``taint``, ``decline``,
-            ``error``).
+            ``error``, ``quarantine``, ``conflict``, ``layer``).
         text: what it says.
         by: who decided, for a permission or a grant.
         tone: ``ok``, ``ask``, ``bad`` or empty: how the page colours it.
@@ -185,7 +187,41 @@ def _line(row: Row) -> Line | None:
         return Line(row.seq, "taint", text, tone="ask")
     if row.kind == "decline":
         return Line(row.seq, "decline", f"{body['reason']}: it never runs", body["by"], "bad")
+    if row.kind in ("quarantine", "conflict", "layer"):
+        return _landing(row)
     return None
+
+
+def _landing(row: Row) -> Line:
+    """What became of a command's writes after it ran: protected names quarantined, its
+    versions kept aside (a conflict), its layers landed or not by a person or a later host."""
+    body = row.body
+    if row.kind == "quarantine":
+        moved = ", ".join(body["quarantined"]) or "nothing"
+        text = f"quarantined (protected names never land): {moved}"
+        if body["restored"]:
+            text += f"; put back: {', '.join(body['restored'])}"
+        return Line(row.seq, "quarantine", text, tone="ask")
+    if row.kind == "conflict":
+        rivals = ", ".join(body["rivals"]) or "another program (a person's edit)"
+        text = (
+            f"kept aside, changed in the folder since it started: {', '.join(body['paths'])}; "
+            f"changed first by {rivals}"
+        )
+        return Line(row.seq, "conflict", text, tone="bad")
+    words = {
+        "landed": "its writes landed",
+        "refused": "its writes were refused: nothing of them landed",
+        "finished": "a later host finished landing its writes (its own was killed)",
+        "discarded": "a later host discarded its writes (its own was killed while it ran)",
+    }[body["outcome"]]
+    text = f"{words} ({len(body['changed'])} paths changed)"
+    if body["quarantined"]:
+        text += f"; quarantined: {', '.join(body['quarantined'])}"
+    if body["failed"]:
+        text += f"; not done: {'; '.join(body['failed'])}"
+    tone = "ok" if body["outcome"] in ("landed", "finished") else "bad"
+    return Line(row.seq, "layer", text, body.get("by", ""), tone)
 
 
 def _state(
@@ -201,6 +237,9 @@ def _state(
             words.append("aborted")
         if result.get("limit_hit"):
             words.append(f"limit hit: {result['limit_hit']}")
+        landed = result.get("landed")
+        if landed in LANDED:
+            words.append(LANDED[landed])
         sandbox = result["sandbox"]
         where = f"sandbox {sandbox['provider']} ({sandbox['mode']}"
         where += f", {sandbox['enforcement']})" if sandbox.get("enforcement") else ")"
@@ -225,6 +264,14 @@ def _state(
         return "asked", "it asked for a person and was not held"
     return "unfinished", "no result recorded (still running, or its process ended first)"
 
+
+LANDED = {
+    "discarded": "its writes were discarded (a dry run, or commit = on-success)",
+    "over-quota": "its writes were discarded: over the quota",
+    "waiting": "its writes wait for a person (stockade land)",
+    "refused": "a person refused its writes",
+}
+"""How a result whose layers did not land (at once) says so."""
 
 PREAPPROVED = "approved in advance: "  # the host's words for a ``--yes`` over an ``ask``
 APPROVED = "approved: "  # the host's words for a person's answer to a held step

@@ -16,11 +16,17 @@ if TYPE_CHECKING:
 
 def pending_command(args: argparse.Namespace, _parser: object = None) -> int:
     """List the steps waiting for a person, oldest first."""
+    from ..config.schema import store_folder
+    from ..layers.waiting import entries
+
     try:
         with make_host(args) as host:
             waiting = host.store.waiting()
+            landings = len(entries(store_folder(host.config)))
     except StockadeError as error:
         return report_error(error, as_json=args.json)
+    if landings and not args.json:
+        print(f"{landings} command(s) ran and wait to land: `stockade land`", file=sys.stderr)
     if args.json:
         from ..request.wire import to_json
 
@@ -89,3 +95,45 @@ def _show(held: HeldStep) -> str:
     pending = PendingApproval(held.spec, held.classification, held.decision)
     head = f"{visible(held.run_id)} {held.step} ({visible(held.spec.profile)})"
     return f"{head}\n{describe(pending)}"
+
+
+def land_command(args: argparse.Namespace, _parser: object = None) -> int:
+    """List the commands whose writes wait for a person (``commit = "ask"``); with ACTION,
+    land its writes (or, ``--refuse``, discard them), recorded as this user's answer."""
+    from ..config.schema import store_folder
+    from ..layers import waiting
+    from ..policy.prompt import change_lines, user_name
+    from ..request.wire import to_json
+
+    try:
+        with make_host(args) as host:
+            store = store_folder(host.config)
+            if args.action is None:
+                found = [(entry, waiting.preview(entry)) for entry in waiting.entries(store)]
+                if args.json:
+                    listed = [{"action_id": e.action_id, "changes": c} for e, c in found]
+                    print(to_json(listed, indent=2))
+                elif not found:
+                    print("no command's writes wait for a person", file=sys.stderr)
+                for entry, changes in [] if args.json else found:
+                    print("\n".join([entry.action_id, *change_lines(changes)]))
+                return 0
+            by = f"{user_name()} (stockade land)"
+            verb = "refused" if args.refuse else "landed"
+            event, _ = waiting.settle(
+                store, args.action, land_it=not args.refuse, by=by, reason=f"{verb} by {by}"
+            )
+            host.recording.record(event)
+    except StockadeError as error:
+        return report_error(error, as_json=args.json)
+    if args.json:
+        print(to_json(event, indent=2))
+        return 0
+    from ..display import quote, visible
+
+    print(f"stockade: {verb} the writes of {visible(event.action_id)} ({by})", file=sys.stderr)
+    for path in event.quarantined:
+        print(f"stockade: quarantined {quote(path)}: a protected name", file=sys.stderr)
+    for failure in event.failed:
+        print(f"stockade: {visible(failure)}", file=sys.stderr)
+    return 0

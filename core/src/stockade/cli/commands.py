@@ -197,6 +197,13 @@ def _add_file_commands(commands: Any) -> None:  # noqa: ANN401 - argparse's subp
             help="the run this tool call is part of: what it read taints the run, for the "
             "breaker (also STOCKADE_RUN)",
         )
+        if tool != "write":
+            sub.add_argument(
+                "--view",
+                metavar="ACTION",
+                help="as running command ACTION sees it: its layer over the folder "
+                "(`stockade tasks` shows a task's action id)",
+            )
         if tool == "read":
             sub.add_argument(
                 "--read-private",
@@ -258,6 +265,16 @@ def _build() -> tuple[argparse.ArgumentParser, Any]:
         # Who answers, as the record names them: the run page answers through the server.
         answer.add_argument("--via", choices=("cli", "ui"), default="cli", help=argparse.SUPPRESS)
 
+    land = commands.add_parser(
+        "land",
+        help="list the writes waiting for a person (commit = ask), or land or refuse them",
+        description="List the commands whose writes wait for a person (commit = ask); "
+        "with ACTION, land them, or with --refuse discard them (recorded).",
+    )
+    land.add_argument("action", nargs="?", metavar="ACTION", help="the command's action id")
+    land.add_argument("--refuse", action="store_true", help="discard them: nothing lands")
+    land.add_argument("--json", action="store_true")
+
     _add_file_commands(commands)
     workspace = commands.add_parser("workspace", help="an agent's workspace: where, how big")
     workspace.add_argument("name", metavar="AGENT")
@@ -292,6 +309,7 @@ HANDLERS: dict[str, tuple[str, str]] = {
     "pending": ("approve", "pending_command"),
     "approve": ("approve", "approve_command"),
     "decline": ("approve", "decline_command"),
+    "land": ("approve", "land_command"),
     "file": ("files", "file_command"),
     "workspace": ("workspace", "workspace_command"),
     "log": ("record", "log_command"),

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..config.schema import Config
     from ..request.spec import Profile
     from ..workspace.file_types import WriteResult
+    from ..workspace.files import Workspace
 
 
 def _root(args: argparse.Namespace) -> tuple[str, int | None]:
@@ -57,14 +58,13 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
 
     try:
         root, quota_mb = _root(args)
-        with Workspace(root, quota_mb=quota_mb) as workspace:
-            if args.tool == "list":
-                result: object = workspace.file_list(args.path)
-            elif args.tool == "read":
-                result = workspace.file_read(args.path, offset=args.offset, limit=args.limit)
-            else:
-                result = workspace.file_write(args.path, sys.stdin.buffer.read())
-        _taint(args, root, result if isinstance(result, WriteResult) else None)
+        if getattr(args, "view", None):
+            result = _viewed(args, root)
+            _taint(args, root, None)
+        else:
+            with Workspace(root, quota_mb=quota_mb) as workspace:
+                result = _tool(args, workspace)
+            _taint(args, root, result if isinstance(result, WriteResult) else None)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     if args.json:
@@ -74,6 +74,26 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
         return 0
     _print(args.tool, result)
     return 0
+
+
+def _tool(args: argparse.Namespace, workspace: Workspace) -> object:
+    if args.tool == "list":
+        return workspace.file_list(args.path)
+    if args.tool == "read":
+        return workspace.file_read(args.path, offset=args.offset, limit=args.limit)
+    return workspace.file_write(args.path, sys.stdin.buffer.read())
+
+
+def _viewed(args: argparse.Namespace, root: str) -> object:
+    """``list`` or ``read`` in the view of running command ``--view`` (its layer)."""
+    from ..config.load import load_config
+    from ..config.schema import store_folder
+    from ..layers.view import of_command
+
+    view = of_command(store_folder(load_config(args.config, environ=os.environ)), args.view, root)
+    if args.tool == "list":
+        return view.file_list(args.path)
+    return view.file_read(args.path, offset=args.offset, limit=args.limit)
 
 
 def _taint(args: argparse.Namespace, root: str, written: WriteResult | None) -> None:

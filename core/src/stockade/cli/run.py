@@ -119,10 +119,17 @@ def _same_dir(path: str) -> bool:
 
 
 def landing_lines(result: RunResult) -> str:
-    """What a person reads of a command whose layers did not land: why, and what they held."""
+    """What a person reads of a command whose layers did not land: why, and what they held
+    (and would withhold, and keep aside); paths as shell words, hidden characters escaped."""
+    from ..display import quote
+
     why = {
         "discarded": "nothing landed (a dry run, or commit = on-success and it failed)",
         "over-quota": "nothing landed: it would take the workspace past its quota",
+        "refused": "nothing landed: a person refused its writes",
+        "waiting": "its writes wait for a person (commit = ask): "
+        f"`stockade land {result.action_id}` lands them, "
+        f"`stockade land --refuse {result.action_id}` discards them",
     }[result.landed or "discarded"]
     lines = [f"stockade: {why}"]
     changes = result.changes
@@ -132,9 +139,17 @@ def landing_lines(result: RunResult) -> str:
             ("modify", changes.modified),
             ("delete", changes.deleted),
         ):
-            lines += [f"stockade: would {label} {path}" for path in paths]
+            lines += [f"stockade: would {label} {quote(path)}" for path in paths]
         if changes.truncated:
             lines.append(f"stockade: ... {changes.total} in all")
+        lines += [
+            f"stockade: would quarantine {quote(path)}: a protected name, it never lands"
+            for path in changes.withheld
+        ]
+        lines += [
+            f"stockade: would keep aside {quote(path)}: changed in the folder since it started"
+            for path in changes.conflicts
+        ]
     return "\n".join(lines)
 
 

@@ -114,7 +114,8 @@ def tasks_command(args: argparse.Namespace, _parser: object = None) -> int:
 
     for info in infos:
         status = info.status if info.exit_code is None else f"{info.status} ({info.exit_code})"
-        print(f"{info.task_id}\t{status}\t{' '.join(quote(arg) for arg in info.argv)}")
+        argv = " ".join(quote(arg) for arg in info.argv)
+        print(f"{info.task_id}\t{status}\t{info.action_id or '-'}\t{argv}")
     return 0
 
 

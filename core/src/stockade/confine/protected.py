@@ -406,6 +406,28 @@ def _hooks_path(gitdir: str, worktree: str) -> str | None:
     return os.path.realpath(path)
 
 
+def real(path: str) -> str:
+    """Where ``path`` leads, every symlink followed, as the kernel resolves it (one ``open``
+    with ``O_PATH``, read back from ``/proc/self/fd``: far cheaper than
+    :func:`os.path.realpath`'s ``lstat`` of every component); ``os.path.realpath`` where the
+    path does not lead anywhere (or ``/proc`` is missing)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return os.path.realpath(path)
+    try:
+        found = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        found = ""
+    finally:
+        os.close(fd)
+    return (
+        found
+        if found.startswith("/") and not found.endswith(" (deleted)")
+        else (os.path.realpath(path))
+    )
+
+
 def scan(roots: list[str], limit: int, *, setting: str) -> tuple[list[str], int]:
     """The read-only protected paths under ``roots`` and how many folders were listed
     (:func:`survey`, for callers that need only those)."""

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterable
 
 from ..errors import SandboxUnavailable
+from . import protected
 from .protected import inside
 
 __all__ = ["HOMES_AMONG_SECRETS", "SYSTEM_SECRETS", "refuse_bound_secrets", "system_secrets"]
@@ -70,7 +71,7 @@ def system_secrets(homes: Iterable[str], extra: Iterable[str] = ()) -> list[str]
         for path in _expand(pattern):
             if not os.path.lexists(path):
                 continue
-            real = os.path.realpath(path)  # a symlinked secret is masked where it really is
+            real = protected.real(path)  # a symlinked secret is masked where it really is
             in_use = real in HOMES_AMONG_SECRETS and any(inside(h, [real]) for h in homes)
             if real != "/" and real not in found and not in_use:
                 found.append(real)

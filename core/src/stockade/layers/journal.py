@@ -4,7 +4,9 @@ One small file per command, ``<store>/layers/journal/<action_id>.json``, written
 temporary name, synced, renamed) before anything happens:
 
 - ``running`` when its layers are made: the command may be writing into them;
-- ``landing`` once the host decided that they land, before the first entry moves.
+- ``landing`` once the host decided that they land, before the first entry moves;
+- ``waiting`` when the command ended and its layers wait for a person's answer
+  (``commit = "ask"``, :mod:`stockade.layers.waiting`): no host's death touches them.
 
 It is removed when the layers are gone. A host that starts (:func:`recover`) looks at every
 journal whose host process is no longer alive (its pid and start time): a ``landing`` one is
@@ -29,7 +31,7 @@ from ..request import wire
 from .commit import Rules, Tally, land
 from .place import LAYERS, Layer, discard, remove_tree
 
-State = Literal["running", "landing"]
+State = Literal["running", "landing", "waiting"]
 JOURNAL = "journal"
 
 
@@ -39,7 +41,8 @@ class Entry:
 
     Attributes:
         action_id: the command.
-        state: ``running`` (its writes may not land yet) or ``landing`` (they land).
+        state: ``running`` (its writes may not land yet), ``landing`` (they land) or
+            ``waiting`` (for a person's answer).
         layers: its layers.
         rules: what the commit applies.
         pid: the host process that made them.
@@ -177,8 +180,8 @@ def _recover(where: str, names: list[str]) -> list[Recovery]:
                 entry = wire.from_json(journal.read(), Entry)
         except (OSError, ValueError):
             continue  # another format, or a file being written: not ours to judge
-        if _alive(entry):
-            continue
+        if entry.state == "waiting" or _alive(entry):
+            continue  # a waiting one is a person's to answer (stockade land)
         done.append(_finish(entry) if entry.state == "landing" else _drop(entry))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)

@@ -22,6 +22,7 @@ import os
 import shutil
 import stat
 
+import attrs
 from attrs import frozen
 
 from ..confine.protected import inside
@@ -119,6 +120,18 @@ def make(roots: tuple[str, ...], store: str, action_id: str) -> tuple[Layer, ...
         os.mkdir(os.path.join(folder, "work"), 0o700)
         layers.append(Layer(root, folder, home))
     return tuple(layers)
+
+
+def aside(layers: tuple[Layer, ...]) -> tuple[Layer, ...]:
+    """The same layers renamed (``ACTION.waitingN``): what released the command's plan
+    discards (its layers by their first name) no longer finds them; they wait for a person."""
+    moved = []
+    for layer in layers:
+        head, n = layer.folder.rsplit(".", 1)
+        folder = f"{head}.waiting{n}"
+        os.rename(layer.folder, folder)
+        moved.append(attrs.evolve(layer, folder=folder))
+    return tuple(moved)
 
 
 def discard(layers: list[Layer] | tuple[Layer, ...]) -> None:

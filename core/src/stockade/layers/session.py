@@ -1,9 +1,11 @@
 """A command's layers from the start of its run to their landing (or discarding).
 
     begin: the journal says ``running``           (the command writes into its layers)
-    end:   decide: land (``commit``, quota) or not
+    end:   decide: land (``commit``, quota) or not, or wait for a person (``ask``)
            the journal says ``landing``; each layer landed; the layers and journal removed
            -> Landing: what changed, what was quarantined, what failed, why nothing landed
+    (waiting: the journal says ``waiting``; the layers stay until a person's answer,
+    :mod:`stockade.layers.waiting`)
 
 The changed-files list is the layers themselves: exact, no watch, no scan, no bound on the
 workspace's size.
@@ -19,13 +21,13 @@ from typing import Literal
 import attrs
 from attrs import frozen
 
-from ..confine.protected import kind_of
 from ..request.result import Changes, Guarded
 from . import journal
-from .commit import Rules, Tally, land, marks, whiteout
-from .place import Layer, discard
+from .commit import Rules, Tally, land
+from .place import Layer, aside, discard
+from .survey import survey
 
-Kept = Literal["landed", "discarded", "over-quota"]
+Kept = Literal["landed", "discarded", "over-quota", "waiting"]
 RACY_NS = 10_000_000
 """A clock tick and more: file times come from a coarse clock, so a change this soon before
 a command started may carry a later time (it counts as a conflict: kept aside, not lost)."""
@@ -42,8 +44,9 @@ class Landing:
     """What became of a command's layers.
 
     Attributes:
-        kept: ``landed``, ``discarded`` (its ``commit`` choice, or a dry run) or
-            ``over-quota`` (landing would take its workspace past its quota: nothing landed).
+        kept: ``landed``, ``discarded`` (its ``commit`` choice, or a dry run),
+            ``over-quota`` (landing would take its workspace past its quota: nothing landed)
+            or ``waiting`` (kept for a person's answer, ``commit = "ask"``).
         changes: what changed in the roots (or would have, when nothing landed).
         guarded: protected names sent to the quarantine, and what failed.
     """
@@ -85,7 +88,7 @@ class Session:
 
     def _write(self, state: journal.State) -> None:
         pid = os.getpid()
-        durable = state == "landing"
+        durable = state != "running"  # a lost ``running`` entry leaves a layer nothing lands
         journal.write(
             self.store,
             journal.Entry(
@@ -124,12 +127,15 @@ class Session:
                     total -= below.st_blocks * 512
         return total
 
-    def end(self, *, keep: bool, room: int | None = None) -> Landing:
+    def end(self, *, keep: bool, room: int | None = None, wait: bool = False) -> Landing:
         """Land the layers (``keep``, and they fit in ``room`` more bytes when given), or
-        list what they hold and discard them. Idempotent: a second call reports nothing."""
+        list what they hold and discard them; ``wait``: list them and keep them for a
+        person's answer (:mod:`stockade.layers.waiting`). Idempotent: a second call
+        reports nothing."""
         if not self._open:
             return Landing("discarded", Changes(method="layer"))
         self._open = False
+        kept = False
         try:
             if room is not None and keep and self.growth() > room:
                 return self._discard("over-quota")
@@ -137,6 +143,11 @@ class Session:
                 return self._discard("discarded")
             if not any(os.listdir(layer.upper) for layer in self.layers):
                 return Landing("landed", Changes(method="layer"))  # it wrote nothing
+            if wait:
+                self.layers = aside(self.layers)
+                self._write("waiting")
+                kept = True
+                return self._discard("waiting")
             self._write("landing")
             tally = Tally()
             for layer in self.layers:
@@ -147,15 +158,14 @@ class Session:
             self._remember(tally)
             return Landing("landed", self._changes(tally), self._guarded(tally))
         finally:
-            discard(self.layers)
-            journal.remove(self.store, self.action_id)
+            if not kept:
+                discard(self.layers)
+                journal.remove(self.store, self.action_id)
 
     def _discard(self, why: Kept) -> Landing:
-        """What the layers would have changed; nothing of it lands."""
-        tally = Tally()
-        for layer in self.layers:
-            _survey(layer.upper, layer.root, tally, self.rules.dotfiles)
-        return Landing(why, self._changes(tally))
+        """What the layers would have changed (and withheld, and kept aside); nothing of
+        it lands."""
+        return Landing(why, self._changes(survey(self.layers, self.rules), landed=False))
 
     def _remember(self, tally: Tally) -> None:
         with _landed_lock:
@@ -179,8 +189,9 @@ class Session:
             rivals=tuple(sorted(rivals)),
         )
 
-    def _changes(self, tally: Tally) -> Changes:
-        """The tally as paths relative to the workspace (absolute beyond it), capped."""
+    def _changes(self, tally: Tally, *, landed: bool = True) -> Changes:
+        """The tally as paths relative to the workspace (absolute beyond it), capped; of
+        layers that did not land, what landing would withhold and keep aside too."""
         lists, total, room = [], 0, self.limit
         for paths in (tally.created, tally.modified, tally.deleted):
             named = sorted(self._relative(p) for p in paths)
@@ -188,32 +199,15 @@ class Session:
             kept = named[: max(room, 0)]
             room -= len(kept)
             lists.append(tuple(kept))
-        return Changes(*lists, total=total, truncated=total > self.limit, method="layer")
+        return Changes(
+            *lists,
+            total=total,
+            truncated=total > self.limit,
+            method="layer",
+            withheld=() if landed else tuple(tally.quarantined),
+            conflicts=() if landed else tuple(tally.conflicts),
+        )
 
     def _relative(self, path: str) -> str:
         base = self.workspace.rstrip("/") + "/"
         return path[len(base) :] if path.startswith(base) else path
-
-
-def _survey(upper: str, root: str, tally: Tally, dotfiles: frozenset[str]) -> None:
-    """What an upper folder would change in ``root``, without changing anything (a
-    protected name, which would never land, is left out, with all it holds)."""
-
-    def landing(rel: str, name: str) -> bool:
-        return kind_of(os.path.normpath(os.path.join(root, rel, name)), dotfiles) is None
-
-    for directory, folders, files in os.walk(upper):
-        rel = os.path.relpath(directory, upper)
-        folders[:] = [n for n in folders if landing(rel, n)]
-        for name in (*folders, *(n for n in files if landing(rel, n))):
-            source = os.path.join(directory, name)
-            target = os.path.normpath(os.path.join(root, rel, name))
-            info = os.lstat(source)
-            slash = "/" if name in folders else ""
-            if not slash and whiteout(info, marks(source)):
-                tally.deleted.append(target)
-            elif os.path.lexists(target):
-                if not slash:
-                    tally.modified.append(target)
-            else:
-                tally.created.append(target + slash)

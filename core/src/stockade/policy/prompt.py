@@ -16,11 +16,13 @@ import sys
 
 from .. import hookimpl
 from ..display import command, quote, visible
-from ..request.result import PendingApproval
+from ..request.result import Changes, PendingApproval
 from ..request.verdict import Decision
 
 NAME = "builtin-tty-approval"
 LONG = 400
+SHOWN = 200
+"""The most paths a question about a landing lists (the rest are counted)."""
 """A command shown longer than this is named again at the end of the question."""
 
 
@@ -50,6 +52,8 @@ def describe(pending: PendingApproval) -> str:
         lines.append(f"  grant:  writable for this command only: {folders}")
     if spec.run_id:
         lines.append(f"  step:   {visible(spec.run_id)} {spec.step}")
+    if pending.changes is not None:
+        lines += change_lines(pending.changes)
     if len(shown) > LONG:  # its head may have scrolled away: name the program near the question
         lines.append(
             f"  long:   {quote(spec.argv[0])} with {len(spec.argv) - 1} arguments, {len(shown)} "
@@ -58,13 +62,45 @@ def describe(pending: PendingApproval) -> str:
     return "\n".join(lines)
 
 
+def change_lines(changes: Changes, most: int = SHOWN) -> list[str]:
+    """What landing a layer would do, a line a path (at most ``most``, then how many in
+    all): created, modified, deleted, withheld (protected names: to the quarantine) and
+    kept aside (changed in the real folder since the command started)."""
+    rows = [
+        *(("create", path) for path in changes.created),
+        *(("modify", path) for path in changes.modified),
+        *(("delete", path) for path in changes.deleted),
+        *(("withhold", path) for path in changes.withheld),
+        *(("keep aside", path) for path in changes.conflicts),
+    ]
+    lines = [f"  {verb + ':':11} {quote(path)}" for verb, path in rows[:most]]
+    shown = min(len(rows), most)
+    total = changes.total + len(changes.withheld) + len(changes.conflicts)
+    if total > shown:
+        lines.append(f"  ... {total - shown} more, {total} in all (`stockade land` lists them)")
+    if not rows:
+        lines.append("  changes: none listed")
+    if changes.withheld:
+        lines.append("  (withhold: protected names; they go to the quarantine, never land)")
+    if changes.conflicts:
+        lines.append("  (keep aside: changed in the folder since it started; its version is kept)")
+    return lines
+
+
 @hookimpl(trylast=True)
 def stockade_ask(pending: PendingApproval) -> Decision | None:
     """Prompt at the terminal for a CLI command; ``None`` when there is no terminal."""
     if pending.spec.origin != "cli":
         return None
-    question = f"stockade: this command waits for your approval\n{describe(pending)}\n"
-    answer = _ask(f"{question}approve? [y/N] ")
+    if pending.changes is not None:  # the command ran: its writes wait to land
+        head = "stockade: this command ran; its writes land only if you let them"
+        question, verb = f"{head}\n{describe(pending)}\n", "land them"
+    else:
+        question, verb = (
+            f"stockade: this command waits for your approval\n{describe(pending)}\n",
+            "approve",
+        )
+    answer = _ask(f"{question}{verb}? [y/N] ")
     if answer is None:
         return None
     answer = answer.strip().lower()

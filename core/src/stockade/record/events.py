@@ -342,26 +342,33 @@ class ConflictEvent:
 
 @frozen
 class LayerEvent:
-    """A starting host found a command's layers that its predecessor left (it was killed).
+    """What became of a command's layers after its result: a starting host found them
+    left by its predecessor (it was killed), or a person answered for them
+    (``commit = "ask"``).
 
     Attributes:
         action_id: the command whose layers they were.
-        outcome: ``finished`` (its commit had begun: landed to the end) or ``discarded``
-            (the command had not ended: nothing of it landed).
+        outcome: ``finished`` (its commit had begun: landed to the end), ``discarded``
+            (the command had not ended: nothing of it landed), ``landed`` (a person let
+            them land) or ``refused`` (a person did not: nothing of it landed).
         roots: the writable roots its layers covered.
-        changed: the paths that finishing it created, changed or deleted.
-        quarantined: protected names finishing it sent to the quarantine.
-        failed: what could not be done, with why.
+        changed: the paths that landing created, changed or deleted.
+        quarantined: protected names landing sent to the quarantine.
+        failed: what could not be done, with why (a conflict: kept aside).
+        by: who answered (``landed``, ``refused``).
+        reason: what they said, or how they were asked.
         time: seconds since the epoch.
         version: the record format version.
     """
 
     action_id: str
-    outcome: Literal["finished", "discarded"] = field(kw_only=True)
+    outcome: Literal["finished", "discarded", "landed", "refused"] = field(kw_only=True)
     roots: tuple[str, ...] = field(kw_only=True, default=())
     changed: tuple[str, ...] = field(kw_only=True, default=())
     quarantined: tuple[str, ...] = field(kw_only=True, default=())
     failed: tuple[str, ...] = field(kw_only=True, default=())
+    by: str = field(kw_only=True, default="")
+    reason: str = field(kw_only=True, default="")
     time: float = field(kw_only=True, factory=_now)
     version: int = field(kw_only=True, default=1)
     kind: Literal["layer"] = field(kw_only=True, default="layer")

@@ -17,9 +17,9 @@ Protection = Literal["read-only", "put-back"]
 LimitName = Literal["memory", "processes", "file_size", "cpu", "quota"]
 ChangeMethod = Literal["inotify", "scan", "layer"]
 Writes = Literal["layered", "direct"]
-Commit = Literal["always", "on-success", "never"]
-Landed = Literal["landed", "discarded", "over-quota"]
-COMMITS: tuple[Commit, ...] = ("always", "on-success")
+Commit = Literal["always", "on-success", "ask", "never"]
+Landed = Literal["landed", "discarded", "over-quota", "waiting", "refused"]
+COMMITS: tuple[Commit, ...] = ("always", "on-success", "ask")
 """What a profile's ``commit`` may say (``never`` is a dry run's, per request)."""
 HiddenKind = Literal[
     "private", "credential-store", "system-secret", "deny-read", "store", "socket", "private-data"

@@ -101,7 +101,12 @@ class Changes:
         truncated: entries were left out of the lists (``total`` is larger than their sum).
         method: ``inotify`` (the kernel reported every change) or ``scan`` (it could not,
             so the tree was listed again and compared; modifications are then read from
-            change times).
+            change times), or ``layer`` (the command's layer is the list).
+        withheld: of a layer that has not landed (a dry run, a landing waiting for a
+            person): the protected names it made or changed, which landing would send to
+            the quarantine (absolute paths; folders end in ``/``).
+        conflicts: of such a layer: the paths it changed that were changed in the real
+            folder since it started, which landing would keep aside (absolute paths).
     """
 
     created: tuple[str, ...] = field(default=(), converter=_strings)
@@ -110,6 +115,8 @@ class Changes:
     total: int = field(kw_only=True, default=0)
     truncated: bool = field(kw_only=True, default=False)
     method: ChangeMethod = field(kw_only=True, default="inotify")
+    withheld: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
+    conflicts: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
 
 
 @frozen
@@ -166,8 +173,9 @@ class RunResult:
         landed: under layers (``sandbox.writes = "layered"``): ``landed`` (its writes reached
             the real folder, less protected names), ``discarded`` (a dry run, or ``commit =
             "on-success"`` and it failed: ``changes`` lists what would have changed) or
-            ``over-quota`` (landing would take the workspace past its quota: nothing landed).
-            ``None`` when it wrote directly.
+            ``over-quota`` (landing would take the workspace past its quota: nothing landed),
+            ``waiting`` (``commit = "ask"`` and nobody has answered yet: ``stockade land``)
+            or ``refused`` (a person did not let it land). ``None`` when it wrote directly.
         conflicts: paths its layer changed that another command (or a person) changed
             since it started: its versions were kept aside in the quarantine's
             ``conflicts`` folder, never mixed in (a ``conflict`` event names the other side).
@@ -204,14 +212,17 @@ class RunResult:
 
 @frozen
 class PendingApproval:
-    """A command waiting for a person: exactly what would run, and why it is held.
+    """A command waiting for a person: exactly what would run, and why it is held; or,
+    with ``changes``, a command that ran whose writes wait to land (``commit = "ask"``).
 
     Attributes:
         spec: the resolved command (its ``run_id`` and ``step`` name it).
         classification: what it may affect.
         decision: the ``ask`` decision that held it.
+        changes: what landing its layers would change (``None``: the command itself waits).
     """
 
     spec: ExecSpec
     classification: Classification
     decision: Decision
+    changes: Changes | None = field(kw_only=True, default=None)

@@ -199,8 +199,9 @@ class ExecSpec:
         writable_dotfiles: protected dotfiles its profile lets it write (``*``: all).
         layer_store: the store folder where a provider that can (bubblewrap) keeps the
             command's layers (:mod:`stockade.layers`); ``None``: it writes directly.
-        commit: when its layers land: ``always``, ``on-success`` (exit 0, not stopped), or
-            ``never`` (``--dry-run``: the result lists what would have changed).
+        commit: when its layers land: ``always``, ``on-success`` (exit 0, not stopped),
+            ``ask`` (when a person lets them) or ``never`` (``--dry-run``: the result
+            lists what would have changed).
     """
 
     action_id: str
@@ -352,9 +353,10 @@ class Profile:
             granted them holds private data (:mod:`stockade.policy.private`).
         private_readers: programs (names or absolute paths) whose steps are granted the
             private paths (and so taint their run), as ``--read-private`` grants one step.
-        commit: when a command's layers land (:mod:`stockade.layers`): ``always``, or
+        commit: when a command's layers land (:mod:`stockade.layers`): ``always``,
             ``on-success`` (a command that failed, timed out or was stopped lands nothing;
-            the result says ``landed = "discarded"``).
+            the result says ``landed = "discarded"``) or ``ask`` (a person sees the change
+            list and lets it land or not, :mod:`stockade.policy.landing`).
         breaker: ``on``; ``off-allow-exfiltration`` lets a run that holds private data and
             somebody else's words reach the network without asking a person.
     """

@@ -65,11 +65,12 @@ class Observation:
             from ..layers.snapshots import refuse_direct
 
             refuse_direct(spec.workspace, spec.layer_store, plan.facts.provider if plan else "")
-        if spec.commit == "never" and not (plan is not None and plan.layers):
+        if spec.commit in ("never", "ask") and not (plan is not None and plan.layers):
             from ..errors import SandboxUnavailable
 
+            what = "a dry run" if spec.commit == "never" else "commit = ask"
             raise SandboxUnavailable(
-                "a dry run needs layers, and this command would write its folder directly "
+                f"{what} needs layers, and this command would write its folder directly "
                 f"({plan.facts.provider if plan else 'no provider'})",
                 hint="run it under bubblewrap with layers (see `stockade doctor`)",
             )
@@ -138,13 +139,16 @@ class Observation:
         self._room = max(quota_mb * quota.MIB - quota.usage(spec.workspace), 0)
 
     def _land(self, outcome: ProcessOutcome | None) -> None:
-        """Land the layers (or not, by the ``commit`` choice or the quota)."""
+        """Land the layers (or not, by the ``commit`` choice or the quota); under ``ask``,
+        keep them for a person (a command that did not finish has no result to show: its
+        layers are discarded)."""
         session, self._layers = self._layers, None
         if session is None:
             return
         succeeded = outcome is not None and outcome.exit_code == 0 and not outcome.timed_out
-        keep = self._commit == "always" or (self._commit == "on-success" and succeeded)
-        self.landing = session.end(keep=keep, room=self._room)
+        wait = self._commit == "ask" and outcome is not None
+        keep = self._commit == "always" or (self._commit == "on-success" and succeeded) or wait
+        self.landing = session.end(keep=keep, room=self._room, wait=wait)
 
     def _guard(self, spec: ExecSpec, plan: LaunchPlan | None, quarantine: str) -> None:
         """The survey of protected paths (the provider's, else the host's own) and, when

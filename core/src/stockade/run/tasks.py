@@ -69,6 +69,8 @@ class TaskInfo:
         started: when it started (seconds since the epoch).
         result: the whole result, once ended.
         error: the error (as ``StockadeError.to_dict()``) when it failed.
+        action_id: its command's action id (names its layers while it runs: a file tool
+            reads its view by it, :mod:`stockade.layers.view`).
     """
 
     task_id: str
@@ -79,6 +81,7 @@ class TaskInfo:
     started: float = field(kw_only=True, default=0.0)
     result: RunResult | None = field(kw_only=True, default=None)
     error: Mapping[str, Any] | None = field(kw_only=True, default=None)
+    action_id: str = field(kw_only=True, default="")
 
 
 @frozen
@@ -120,11 +123,13 @@ class _Task:
         argv: tuple[str, ...],
         buffer: int,
         secrets: tuple[str, ...],
+        *,
+        action_id: str = "",
     ) -> None:
         from ..record.redact import all_forms
 
         self.task_id, self.owner, self.argv = task_id, owner, argv
-        self.secrets = secrets
+        self.secrets, self.action_id = secrets, action_id
         hold = max((len(f.encode()) for f in all_forms(secrets)), default=0)
         self.token = AbortToken()
         self.started = time.time()
@@ -165,6 +170,7 @@ class _Task:
             started=self.started,
             result=result,
             error=error.to_dict() if error is not None else None,
+            action_id=self.action_id,
         )
 
 
@@ -191,9 +197,15 @@ class Tasks:
             return sum(1 for task in self._tasks.values() if not task.done.is_set())
 
     def start(
-        self, owner: str, argv: tuple[str, ...], runner: Runner, secrets: tuple[str, ...] = ()
+        self,
+        owner: str,
+        argv: tuple[str, ...],
+        runner: Runner,
+        secrets: tuple[str, ...] = (),
+        action_id: str = "",
     ) -> TaskInfo:
-        """Run ``runner`` on a thread of its own, as a task of ``owner``.
+        """Run ``runner`` (the command ``action_id``) on a thread of its own, as a task of
+        ``owner``.
 
         Raises:
             TooManyTasks: ``owner`` has ``per_owner`` tasks running.
@@ -211,7 +223,9 @@ class Tasks:
                     hint="read or kill one (list_commands shows them), then start this one",
                     details={"running": len(running), "limit": self.per_owner},
                 )
-            task = _Task(f"task-{next(self._ids)}", owner, argv, self.buffer, secrets)
+            task = _Task(
+                f"task-{next(self._ids)}", owner, argv, self.buffer, secrets, action_id=action_id
+            )
             self._tasks[task.task_id] = task
             self._forget_old(owner)
         task.thread = threading.Thread(

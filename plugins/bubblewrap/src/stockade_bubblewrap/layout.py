@@ -327,7 +327,7 @@ def _masks(
 def _add_mask(path: str, masks: list[_Mask], seen: set[str], why: HiddenKind) -> None:
     if not os.path.lexists(path):
         return
-    real = os.path.realpath(path)  # a symlinked store is masked where it really is
+    real = paths.real(path)  # a symlinked store is masked where it really is
     if real in seen or not os.path.exists(real) or paths.inside(real, PRIVATE_DIRS):
         return  # (the host's /tmp is not there at all: the sandbox's is a fresh tmpfs)
     masks.append(_Mask(real, os.path.isdir(real), why=why))
