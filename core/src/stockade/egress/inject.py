@@ -49,37 +49,17 @@ from attrs import frozen
 from ..record.redact import secret_forms
 from ..request.spec import CredentialBinding
 from . import ca, http, stream
+from .echoes import Pieces, encodings
 from .relay import Gate, TunnelRefused
 from .rules import parse_hosts, show
 from .session import RESPONSE_HEAD_LIMIT, Facts, Session, ended, shut
 
-__all__ = ["Injection", "Injector", "placeholder"]
+__all__ = ["Injection", "Injector", "encodings", "placeholder"]
 
 HANDSHAKE_S = 10.0
 MIN_SECRET = 8  # a shorter secret is refused: its forms would match by chance
 _ALNUM = string.ascii_letters + string.digits
 _PREFIX = re.compile(r"[A-Za-z0-9]{1,8}[_-]")
-
-
-def encodings(value: str) -> list[tuple[re.Pattern[bytes], int]]:
-    """Patterns for every percent-encoding of ``value`` (each byte as it is or as ``%XX``,
-    hex digits in either case, a space also as ``+``: whatever characters an encoder keeps)
-    and its hex in any mix of cases, each with the longest it can match."""
-    raw = value.encode("utf-8", "surrogateescape")
-
-    def hexed(byte: int) -> bytes:
-        return b"".join(
-            b"[%s%s]" % (c.lower(), c.upper()) if c.isalpha() else c
-            for c in (bytes([d]) for d in b"%02x" % byte)
-        )
-
-    percent = b"".join(
-        b"(?:%s|%%%s%s)"
-        % (re.escape(bytes([b])) if b != 0x25 else b"(?!)", hexed(b), b"|\\+" if b == 0x20 else b"")
-        for b in raw
-    )
-    mixed = b"".join(hexed(b) for b in raw)
-    return [(re.compile(percent), 3 * len(raw)), (re.compile(mixed), 2 * len(raw))]
 
 
 def placeholder(value: str) -> str:
@@ -136,6 +116,7 @@ class Injector:
         ]
         self.secrets = [f.encode() for i in self.injections for f in secret_forms(i.value)]
         self.patterns = [p for i in self.injections for p in encodings(i.value)]
+        self.pieces = Pieces(i.value for i in self.injections)
 
     def terminates(self, host: str, port: int) -> bool:
         """Whether a tunnel to ``host:port`` is one this proxy injects into."""

@@ -184,7 +184,7 @@ class Session:
 
     async def _response(self, request: http.Request, upstream: stream.Source) -> bool:
         """Relay the response (interim ones first), masked; whether the connection goes on."""
-        mask = stream.Mask(self.injector.secrets, self.injector.patterns)
+        mask = stream.Mask(self.injector.secrets, self.injector.patterns, self.injector.pieces)
         while True:
             head = await upstream.until(b"\r\n\r\n", RESPONSE_HEAD_LIMIT, "a response head")
             status, fields = _response_head(head)
