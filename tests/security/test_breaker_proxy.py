@@ -119,32 +119,10 @@ def test_an_approval_the_breaker_asked_for_lets_later_connections_on(
     assert upstream.seen == [b"/a "]
 
 
-class _KeptAlive(recording.Upstream):
-    """The recording upstream speaking HTTP/1.1, so a client keeps its connection; each
-    request is also kept with the client's port (``peers``): one connection or several."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.RequestHandlerClass = _KeptHandler
-        self.peers: list[int] = []
-
-
-class _KeptHandler(recording._Handler):
-    protocol_version = "HTTP/1.1"
-
-    def _answer(self) -> None:
-        self.server.peers.append(self.client_address[1])  # type: ignore[attr-defined]
-        super()._answer()
-
-
 @pytest.fixture
 def kept():
-    server = _KeptAlive()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
+    """The recording upstream speaking HTTP/1.1: a client keeps its connection."""
+    yield from recording.serving(keep_alive=True)
 
 
 @pytest.mark.parametrize("opted_out", [False, True], ids=["breaker", "control-opt-out"])
@@ -157,14 +135,8 @@ def test_a_connection_opened_clean_sends_nothing_once_the_run_holds_both(
     host = make_host(config=config(box, kept.port, **extra))
     (box.ws / "data.txt").write_text("nothing yet\n")
     run(host, box, ["cat", "readme.txt"])  # somebody else's words; nothing private yet
-    base = f"http://allowed.test:{kept.port}"
-    curl = ["/usr/bin/curl", "-sS", "-p", "--max-time", "30"]  # -p: one CONNECT tunnel, kept
     task = host.start(
-        box.request(
-            [*curl, f"{base}/wait", "--next", *curl[1:], "-T", "data.txt", f"{base}/up"],
-            profile="a",
-        ),
-        owner="t",
+        box.request(recording.kept_then_puts(kept.port, "data.txt"), profile="a"), owner="t"
     )
     assert kept.waiting.wait(30), "the task never reached the upstream"
     run(host, box, ["cp", "private/notes.txt", "data.txt"])  # now the run holds both
