@@ -88,8 +88,8 @@ def test_each_connection_is_checked_when_it_is_made(listener) -> None:
 
 @pytest.fixture
 def kept_listener():
-    """A loopback HTTP/1.1 listener that answers every request head on a connection it keeps,
-    and keeps everything each connection sent."""
+    """A loopback HTTP/1.1 listener that answers every whole request (its body too) on a
+    connection it keeps, and keeps everything each connection sent."""
     server = socket.create_server(("127.0.0.1", 0))
     got: list[bytearray] = []
 
@@ -97,11 +97,15 @@ def kept_listener():
         data = bytearray()
         got.append(data)
         with conn:
-            answered = 0
+            done = 0  # where the next request begins
             while chunk := conn.recv(65536):
                 data += chunk
-                while data.count(b"\r\n\r\n") > answered:
-                    answered += 1
+                while (end := data.find(b"\r\n\r\n", done)) >= 0:
+                    head = bytes(data[done:end]).lower()
+                    size = int(head.partition(b"content-length:")[2].split(b"\r")[0] or 0)
+                    if len(data) < end + 4 + size:
+                        break  # answered once its whole body came
+                    done = end + 4 + size
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
     def serve() -> None:
@@ -148,3 +152,40 @@ def test_a_tunnel_opened_clean_sends_nothing_once_the_check_refuses(kept_listene
     [connection] = seen
     assert (connection.allowed, connection.reason) == (False, "the breaker: both")
     assert connection.bytes_up == len(request)
+
+
+def test_a_forwarded_body_sends_nothing_more_once_the_check_refuses(kept_listener) -> None:
+    """A forwarded request whose body is still coming when the run comes to hold both: the
+    rest of the body never leaves, and the client is answered 403 (no answer had begun)."""
+    port, got = kept_listener
+    refuse: list[str] = []
+    seen: list[Connection] = []
+    with (
+        Proxy(
+            parse_hosts([f"allowed.test:{port}"]),
+            resolve={"allowed.test": "127.0.0.1"},
+            on_connection=seen.append,
+            check=lambda: refuse[0] if refuse else None,
+        ) as proxy,
+        socket.create_connection(("127.0.0.1", proxy.serve_tcp()), timeout=5) as sock,
+    ):
+        sock.sendall(
+            f"POST http://allowed.test:{port}/x HTTP/1.1\r\nHost: allowed.test:{port}\r\n"
+            "Content-Length: 12\r\n\r\nclean-".encode()
+        )
+        for _ in range(100):  # the head and the clean half reached the upstream
+            if got and b"clean-" in got[0]:
+                break
+            threading.Event().wait(0.05)
+        refuse.append("the breaker: both")
+        sock.sendall(b"secret")
+        answer = b""
+        with contextlib.suppress(OSError):
+            while data := sock.recv(4096):
+                answer += data
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden"), answer
+    assert b"the breaker: both" in answer
+    assert [b"clean-" in data for data in got] == [True]
+    assert not any(b"secret" in data for data in got)
+    [connection] = seen
+    assert (connection.allowed, connection.reason) == (False, "the breaker: both")
