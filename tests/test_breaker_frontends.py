@@ -230,6 +230,40 @@ async def test_mcp_a_file_written_after_private_data_stays_private(
     assert upstream.seen == []
 
 
+@pytest.mark.asyncio
+async def test_mcp_a_task_s_kept_connection_sends_nothing_once_the_session_holds_both(
+    tmp_path: Path, kept: Upstream
+) -> None:
+    """Over MCP: a task started while the connection's run was clean keeps its tunnel; once a
+    granted step makes the run hold both, its upload over that tunnel never leaves."""
+    import asyncio
+
+    found = make_setup(tmp_path, agent_toml(tmp_path / "ws", kept.port))
+    plant(found["ws"])
+    (found["ws"] / "data.txt").write_text("nothing yet\n")
+    asked: list[str] = []
+    async with connect(found, "b", elicit=answering("decline", asked)) as session:
+        await session.call_tool("file_read", {"path": "readme.txt"})  # somebody else's words
+        argv = recording.kept_then_puts(kept.port, "data.txt")
+        started = await session.call_tool("start_command", {"argv": argv})
+        assert not started.is_error, text_of(started)
+        task = started.structured_content["task_id"]
+        assert await asyncio.to_thread(kept.waiting.wait, 30), "the task never reached it"
+        copied = await session.call_tool(
+            "run_command", {"argv": ["cp", "private/notes.txt", "data.txt"], "read_private": True}
+        )
+        assert not copied.is_error, text_of(copied)
+        kept.go_on.set()
+        for _ in range(300):
+            out = await session.call_tool("read_output", {"task_id": task})
+            if out.structured_content["status"] != "running":
+                break
+            await asyncio.sleep(0.1)
+    assert out.structured_content["status"] != "running"
+    assert kept.seen == [b"/wait "]  # the upload never left
+    assert asked == []  # nothing was asked: the task was admitted while the run was clean
+
+
 # --- the run page -----------------------------------------------------------------------------
 
 
