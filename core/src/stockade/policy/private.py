@@ -219,6 +219,25 @@ class _Globs:
             return True
         return self.fixed is not None and self._starts(name) and bool(self.fixed.match(name))
 
+    def matches(self, shown: str, names: list[str]) -> list[bool]:
+        """:meth:`match` of each of ``names`` (entries of the folder named ``shown``), a
+        folder at a time: the fixed globs only where one could match (:meth:`_could`)."""
+        found = [n.endswith(self.ends) for n in names] if self.ends else [False] * len(names)
+        if self.wild is not None:
+            wild = self.wild.match
+            found = [f or wild(n) is not None for f, n in zip(found, names, strict=True)]
+        if self.fixed is not None and self._could(shown):
+            fixed, starts = self.fixed.match, self._starts
+            found = [
+                f or (starts(n) and fixed(n) is not None) for f, n in zip(found, names, strict=True)
+            ]
+        return found
+
+    def _could(self, shown: str) -> bool:
+        """Whether a name in folder ``shown`` could begin with a fixed glob's beginning: the
+        folder's name leads to one, or begins with one."""
+        return not shown or shown in self.leading or self._starts(shown)
+
     def _starts(self, name: str) -> bool:
         own = self.by_head.get(name.partition("/")[0])
         return (own is not None and name.startswith(own)) or name.startswith(self.loose)
@@ -283,10 +302,10 @@ def _seen(here: str, shown: str, matcher: _Globs) -> _Seen | None:
         entries = list(os.scandir(here))
     except OSError:
         return None
+    names = [shown + entry.name for entry in entries]
     hits, into = [], []
-    for entry in entries:
-        name = shown + entry.name
-        if matcher.match(name):
+    for entry, name, hit in zip(entries, names, matcher.matches(shown, names), strict=True):
+        if hit:
             hits.append((entry.path, entry.is_symlink()))
         elif entry.is_dir(follow_symlinks=False) and matcher.beneath(name + "/"):
             into.append((entry.path, name + "/"))
