@@ -13,6 +13,11 @@ proxy's GIL; each timed call is one round trip to it. Cases, interleaved:
 
 The target: at most 5 ms added per request through the injecting tunnel, against the plain
 tunnel measured in the same run. ``uv run python bench/inject.py``.
+
+Then the response mask alone over 4 MiB of a JSON answer, in 256 KiB reads, interleaved: the
+forms of :func:`~stockade.record.redact.secret_forms` only (the baseline), with the
+encodings (percent, hex, wrapped base64), and with the pieces too: what a large download
+from a bound host pays for each.
 """
 
 from __future__ import annotations
@@ -196,5 +201,52 @@ def report_inject(
     )
 
 
+MASKED = 4 * 1024 * 1024
+
+
+def bench_mask(runs: int = 10, warmup: int = 1) -> dict[str, timing.Stats]:
+    """Milliseconds to mask :data:`MASKED` bytes of JSON, by what the mask looks for."""
+    from stockade.egress.echoes import Pieces, encodings
+    from stockade.egress.stream import Mask
+    from stockade.record.redact import secret_forms
+
+    forms = [f.encode() for f in secret_forms(SECRET)]
+    line = b'{"sha": "3f1c9a0d2b7e", "name": "a file of the release", "size": 12345},\n'
+    data = (line * (MASKED // len(line) + 1))[:MASKED]
+    reads = [data[i : i + 256 * 1024] for i in range(0, MASKED, 256 * 1024)]
+
+    def feed(make: Callable[[], Mask]) -> Callable[[], int]:
+        def call() -> int:
+            mask = make()
+            for read in reads:
+                mask.feed(read)
+            mask.flush()
+            return 0
+
+        return call
+
+    return timing.interleaved(
+        {
+            "forms only": feed(lambda: Mask(forms)),
+            "with encodings": feed(lambda: Mask(forms, encodings(SECRET))),
+            "with encodings and pieces": feed(
+                lambda: Mask(forms, encodings(SECRET), Pieces([SECRET]))
+            ),
+        },
+        runs,
+        warmup,
+    )
+
+
+def report_mask(stats: dict[str, timing.Stats]) -> None:
+    """Print the mask's rows, with MB/s."""
+    print(f"\nThe response mask over {MASKED // 2**20} MiB of JSON, 256 KiB reads")
+    print(timing.HEAD)
+    for name, figures in stats.items():
+        rate = MASKED / 1e6 / (figures["median"] / 1000)
+        print(timing.row(f"{name} ({rate:.0f} MB/s)", figures))
+
+
 if __name__ == "__main__":  # this section alone: uv run python bench/inject.py
     report_inject(bench_inject(timing.interleaved), timing.row, timing.HEAD)
+    report_mask(bench_mask())

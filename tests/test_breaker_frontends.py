@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import recording
 from helpers.mcp_session import answering, connect, make_setup, text_of
 from helpers.recording import Upstream, post
 from helpers.server import Stockade, stockade_for
@@ -91,6 +92,38 @@ def test_cli_a_kept_run_is_held_with_the_reason_shown(sk: Stockade, upstream: Up
     done = sk.run("approve", "r2", str(step["step"]))
     assert done.returncode == 0, done.stderr
     assert upstream.seen[-1] == b"/ " + CANARY.encode() + b"\n"
+
+
+@pytest.fixture
+def kept() -> Iterator[Upstream]:
+    yield from recording.serving(keep_alive=True)
+
+
+def test_cli_a_task_s_kept_connection_sends_nothing_once_the_run_holds_both(
+    sk: Stockade, kept: Upstream
+) -> None:
+    """Through the warm server: a background task started while its run was clean keeps its
+    tunnel; its upload over it, after another call granted the run the private notes, never
+    leaves. (The control, the opt-out, is in tests/security/test_breaker_proxy.py.)"""
+    configure(sk, kept.port)
+    (sk.root / "ws" / "data.txt").write_text("nothing yet\n")
+    run = ("--profile", "b", "--run", "r7")
+    assert sk.run("run", *run, "--", "cat", "readme.txt").returncode == 0
+    started = sk.run(
+        "start", *run, "--json", "--", *recording.kept_then_puts(kept.port, "data.txt")
+    )
+    assert started.returncode == 0, started.stderr
+    task = json.loads(started.stdout)["task_id"]
+    assert kept.waiting.wait(30), "the task never reached the upstream"
+    copied = sk.run("run", *run, "--read-private", "--", "cp", "private/notes.txt", "data.txt")
+    assert copied.returncode == 0, copied.stderr
+    kept.go_on.set()
+    ended = sk.run("read", task, "--follow", "--run", "r7")  # its status is the task's
+    assert ended.stdout == b"ok\n", ended.stderr  # the first answer came, while clean
+    assert kept.seen == [b"/wait "]  # the upload never left
+    log = json.loads(sk.run("replay", "--json", "r7", server=False).stdout)
+    cut = [e for e in log if e["kind"] == "connection" and "the breaker" in e["text"]]
+    assert cut, [e["text"] for e in log if e["kind"] == "connection"]
 
 
 def test_cli_a_file_tool_taints_the_kept_run(sk: Stockade, upstream: Upstream) -> None:
@@ -195,6 +228,40 @@ async def test_mcp_a_file_written_after_private_data_stays_private(
     assert "grant read-private: private/notes.txt, summary.txt" in question
     assert "output step 1: cat summary.txt" in question
     assert upstream.seen == []
+
+
+@pytest.mark.asyncio
+async def test_mcp_a_task_s_kept_connection_sends_nothing_once_the_session_holds_both(
+    tmp_path: Path, kept: Upstream
+) -> None:
+    """Over MCP: a task started while the connection's run was clean keeps its tunnel; once a
+    granted step makes the run hold both, its upload over that tunnel never leaves."""
+    import asyncio
+
+    found = make_setup(tmp_path, agent_toml(tmp_path / "ws", kept.port))
+    plant(found["ws"])
+    (found["ws"] / "data.txt").write_text("nothing yet\n")
+    asked: list[str] = []
+    async with connect(found, "b", elicit=answering("decline", asked)) as session:
+        await session.call_tool("file_read", {"path": "readme.txt"})  # somebody else's words
+        argv = recording.kept_then_puts(kept.port, "data.txt")
+        started = await session.call_tool("start_command", {"argv": argv})
+        assert not started.is_error, text_of(started)
+        task = started.structured_content["task_id"]
+        assert await asyncio.to_thread(kept.waiting.wait, 30), "the task never reached it"
+        copied = await session.call_tool(
+            "run_command", {"argv": ["cp", "private/notes.txt", "data.txt"], "read_private": True}
+        )
+        assert not copied.is_error, text_of(copied)
+        kept.go_on.set()
+        for _ in range(300):
+            out = await session.call_tool("read_output", {"task_id": task})
+            if out.structured_content["status"] != "running":
+                break
+            await asyncio.sleep(0.1)
+    assert out.structured_content["status"] != "running"
+    assert kept.seen == [b"/wait "]  # the upload never left
+    assert asked == []  # nothing was asked: the task was admitted while the run was clean
 
 
 # --- the run page -----------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from stockade.config.load import parse_config
 from stockade.egress import http as egress_http
-from stockade.egress import inject, stream
+from stockade.egress import session, stream
 from stockade.egress.ca import RunAuthority
 from stockade.egress.command import CommandProxy
 from stockade.egress.inject import Injection, Injector, placeholder
@@ -328,7 +328,7 @@ def test_expect_continue_is_answered_by_the_proxy(echo):
 @given(st.binary(max_size=200))
 def test_a_response_head_parser_refuses_only_by_refusal(data):
     with contextlib.suppress(egress_http.Refusal):
-        status, fields = inject._response_head(data + b"\r\n\r\n")
+        status, fields = session._response_head(data + b"\r\n\r\n")
         assert status >= 0 and all(name == name.lower() for name, _ in fields)
 
 
@@ -367,3 +367,40 @@ def test_a_bound_credential_is_a_placeholder_even_without_a_proxy(make_host, tmp
         assert result.exit_code == 0, result.stderr.text
         seen.append(result.stdout.text.strip())
     assert seen[0] == seen[1] and seen[0].startswith("ghp_") and seen[0] != SECRET
+
+
+def test_an_injecting_tunnel_asks_the_check_again_before_each_request(echo):
+    """A kept connection to a bound host, opened while the run was clean: once the check
+    refuses, its next request is answered 403 inside the tunnel and never goes upstream."""
+    events, refuse = [], []
+    found = Injection.make(
+        "GH_TOKEN", "github", CredentialBinding(f"bound.test:{echo.port}"), SECRET,
+        placeholder(SECRET),
+    )  # fmt: skip
+    proxy = CommandProxy(
+        (f"bound.test:{echo.port}",),
+        {"bound.test": "127.0.0.1"},
+        events.append,
+        injections=[found],
+        upstream_ca=echo.cafile,
+        check=lambda: refuse[0] if refuse else None,
+    )
+    context = ssl.create_default_context(cafile=proxy.ca_bundle)
+    conn = http.client.HTTPSConnection("127.0.0.1", proxy.port, context=context, timeout=10)
+    conn.set_tunnel("bound.test", echo.port)
+    try:
+        conn.request("GET", "/echo", headers={"Authorization": f"Bearer {found.placeholder}"})
+        assert conn.getresponse().read()
+        refuse.append("the breaker: both")
+        conn.request("POST", "/echo", body=b"canary")
+        response = conn.getresponse()
+        assert (response.status, response.read()) == (
+            403,
+            b"stockade egress proxy: the breaker: both\n",
+        )
+    finally:
+        conn.close()
+        proxy.close()
+    assert [seen["path"] for seen in echo.seen] == ["/echo"]
+    [event] = events
+    assert not event.allowed and event.reason.startswith("the breaker: both")

@@ -15,6 +15,7 @@ import threading
 
 import pytest
 
+from helpers import recording
 from stockade.errors import PolicyHeld
 from stockade.record.chain import rows
 
@@ -116,3 +117,42 @@ def test_an_approval_the_breaker_asked_for_lets_later_connections_on(
     host.answer(host.run_id, step, approve=True, by="a person")
     assert host.resume(host.run_id, step).exit_code == 0
     assert upstream.seen == [b"/a "]
+
+
+@pytest.fixture
+def kept():
+    """The recording upstream speaking HTTP/1.1: a client keeps its connection."""
+    yield from recording.serving(keep_alive=True)
+
+
+@pytest.mark.parametrize("opted_out", [False, True], ids=["breaker", "control-opt-out"])
+def test_a_connection_opened_clean_sends_nothing_once_the_run_holds_both(
+    make_host, box, ws, kept, opted_out: bool
+) -> None:
+    """A background task opens its tunnel while the run is clean and keeps it: its second
+    request, over the same connection, comes after the run came to hold both."""
+    extra = {"breaker": "off-allow-exfiltration"} if opted_out else {}
+    host = make_host(config=config(box, kept.port, **extra))
+    (box.ws / "data.txt").write_text("nothing yet\n")
+    run(host, box, ["cat", "readme.txt"])  # somebody else's words; nothing private yet
+    task = host.start(
+        box.request(recording.kept_then_puts(kept.port, "data.txt"), profile="a"), owner="t"
+    )
+    assert kept.waiting.wait(30), "the task never reached the upstream"
+    run(host, box, ["cp", "private/notes.txt", "data.txt"])  # now the run holds both
+    kept.go_on.set()
+    info = finished(host, task.task_id)
+    canary = box.canary.encode() + b"\n"
+    ours = [c for c in connections(host) if c["method"] == "CONNECT"]
+    if opted_out:  # the control: the same bytes go over the kept tunnel when nothing checks
+        assert kept.seen == [b"/wait ", b"/up " + canary], info
+        assert len(ours) == 1 and len(set(kept.peers)) == 1, (ours, kept.peers)  # reused
+        return
+    assert kept.seen == [b"/wait "]  # the upload never left
+    # The tunnel opened while the run was clean carried the first request, then was cut;
+    # curl's new connection for the upload, if it makes one, is refused when it is made.
+    assert int(ours[0]["bytes_up"]) > 0 and not any(c["allowed"] for c in ours), ours
+    for connection in ours:
+        assert str(connection["reason"]).startswith("refused at the egress proxy: the breaker")
+    assert info.result is not None
+    assert {r.reason for r in info.result.refused} == {c["reason"] for c in ours}

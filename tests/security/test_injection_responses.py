@@ -82,7 +82,35 @@ def _encoded(auth: bytes) -> dict[str, list[bytes]]:
         b"Content-Length: %d\r\n\r\n" % (len(half) - 1, len(token), len(half)) + half
     ]
     out["/plain?range"] = out["/partial"]  # what an upstream would answer a ranged request
+    out.update(_pieces_and_wraps(token))
     return out
+
+
+def _pieces_and_wraps(token: bytes) -> dict[str, list[bytes]]:
+    """Ordinary ``200`` answers, each with a piece of the echo: its halves, its thirds, a
+    half in base64 and in hex (one a path, so the command would join them); and the whole
+    echo in base64 wrapped as MIME does (76 columns, CRLF), as PEM does (64, LF), inside a
+    JSON string (the line ends escaped), at each of the three alignments."""
+    from base64 import b64encode, encodebytes
+
+    n = len(token)
+    bodies = {
+        "/half-1": token[: n // 2], "/half-2": token[n // 2 :],
+        "/third-1": token[: n // 3], "/third-2": token[n // 3 : 2 * n // 3],
+        "/third-3": token[2 * n // 3 :],
+        "/half-b64": b64encode(b"a" + token[n // 2 :]), "/half-hex": token[: n // 2].hex().encode(),
+    }  # fmt: skip
+    for lead in range(3):
+        text = b"x" * (40 + lead) + b"Bearer " + token + b" and the rest of a long attachment"
+        mime = encodebytes(text).replace(b"\n", b"\r\n")
+        bodies[f"/mime-{lead}"] = mime
+        pem = b64encode(text)
+        bodies[f"/pem-{lead}"] = b"\n".join(pem[i : i + 64] for i in range(0, len(pem), 64))
+        bodies[f"/json-{lead}"] = json.dumps({"file": mime.decode()}).encode()
+    return {
+        path: [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body]
+        for path, body in bodies.items()
+    }
 
 
 class RawUpstream:
@@ -240,3 +268,48 @@ def test_an_echo_in_any_encoding_or_piece_comes_back_masked(box, make_host, raw_
     assert half not in answers["GET /partial"]
     ranged = answers["GET /plain?range"]
     assert ranged.startswith("HTTP/1.1 403 ") and "ranged request" in ranged, ranged
+
+
+def _decoded(body: bytes) -> bytes:
+    """``body`` read as base64, the mask's fill read as ``A``."""
+    import base64
+
+    body = body.strip().replace(b"*", b"A").rstrip(b"=")
+    return base64.b64decode(body[: len(body) // 4 * 4])
+
+
+def _unwrapped(answer: str) -> bytes:
+    """The answer's body with every line end (real, or escaped in JSON) taken out."""
+    body = answer.encode("latin-1").partition(b"\r\n\r\n")[2]
+    for end in (b"\r", b"\n", b"\\r", b"\\n"):
+        body = body.replace(end, b"")
+    return body
+
+
+def test_an_echo_wrapped_or_in_pieces_across_answers_comes_back_masked(
+    box, make_host, raw_upstream
+):
+    """Base64 wrapped over lines (MIME, PEM, a JSON string) and pieces of the echo in
+    ordinary ``200`` answers (halves, thirds, a half in base64 and hex): whatever the command
+    puts together from all its answers holds nothing of the secret."""
+    token = make_secret()
+    pieces = ["/half-1", "/half-2", "/third-1", "/third-2", "/third-3", "/half-b64", "/half-hex"]
+    wraps = [f"/{kind}-{lead}" for kind in ("mime", "pem", "json") for lead in range(3)]
+    answers = fetch(box, make_host, raw_upstream, token, [f"GET {p}" for p in pieces + wraps])
+    assert raw_upstream.auths == [f"Bearer {token}"] * len(pieces + wraps)  # the control
+    for path in pieces + wraps:
+        assert answers[f"GET {path}"].startswith("HTTP/1.1 200 "), answers[f"GET {path}"]
+    together = "".join(answers[f"GET {p}"].partition("\r\n\r\n")[2] for p in ("/half-1", "/half-2"))
+    assert token not in together
+    n = len(token)
+    for piece in (token[: n // 2], token[n // 2 :], token[: n // 3], token[n // 3 : 2 * n // 3]):
+        assert not any(piece in answer for answer in answers.values()), piece
+    assert token[n // 2 :].encode() not in _decoded(_unwrapped(answers["GET /half-b64"]))
+    assert token[: n // 2].encode().hex() not in answers["GET /half-hex"].lower()
+    for path in wraps:
+        body = _unwrapped(answers[f"GET {path}"])
+        if path.startswith("/json"):
+            body = json.loads(body)["file"].encode()
+        assert "*" * 20 in body.decode(), (path, answers[f"GET {path}"])
+        assert leaks(body.decode("latin-1"), token) == [], (path, answers[f"GET {path}"])
+        assert token.encode() not in _decoded(body)

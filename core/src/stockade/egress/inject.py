@@ -37,55 +37,29 @@ a MITM proxy library (mitmproxy) would bring its own CA store, HTTP/2 and addons
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import secrets
 import socket
 import ssl
 import string
 from collections.abc import Callable, Sequence
-from typing import Protocol
 
 from attrs import frozen
 
 from ..record.redact import secret_forms
 from ..request.spec import CredentialBinding
 from . import ca, http, stream
+from .echoes import Pieces, encodings
 from .relay import Gate, TunnelRefused
 from .rules import parse_hosts, show
+from .session import RESPONSE_HEAD_LIMIT, Facts, Session, ended, shut
 
-__all__ = ["Injection", "Injector", "placeholder"]
+__all__ = ["Injection", "Injector", "encodings", "placeholder"]
 
-HEAD_LIMIT = 16 * 1024  # one request head
-RESPONSE_HEAD_LIMIT = 64 * 1024
 HANDSHAKE_S = 10.0
-CLOSE_S = 1.0  # a TLS close waits this long for the peer's close_notify
-IDLE_S = 30.0  # a kept-alive connection may wait this long for its next request
 MIN_SECRET = 8  # a shorter secret is refused: its forms would match by chance
 _ALNUM = string.ascii_letters + string.digits
 _PREFIX = re.compile(r"[A-Za-z0-9]{1,8}[_-]")
-_NO_BODY = (204, 304)
-
-
-def encodings(value: str) -> list[tuple[re.Pattern[bytes], int]]:
-    """Patterns for every percent-encoding of ``value`` (each byte as it is or as ``%XX``,
-    hex digits in either case, a space also as ``+``: whatever characters an encoder keeps)
-    and its hex in any mix of cases, each with the longest it can match."""
-    raw = value.encode("utf-8", "surrogateescape")
-
-    def hexed(byte: int) -> bytes:
-        return b"".join(
-            b"[%s%s]" % (c.lower(), c.upper()) if c.isalpha() else c
-            for c in (bytes([d]) for d in b"%02x" % byte)
-        )
-
-    percent = b"".join(
-        b"(?:%s|%%%s%s)"
-        % (re.escape(bytes([b])) if b != 0x25 else b"(?!)", hexed(b), b"|\\+" if b == 0x20 else b"")
-        for b in raw
-    )
-    mixed = b"".join(hexed(b) for b in raw)
-    return [(re.compile(percent), 3 * len(raw)), (re.compile(mixed), 2 * len(raw))]
 
 
 def placeholder(value: str) -> str:
@@ -127,15 +101,6 @@ class Injection:
         return cls(variable, handle, rule.host, rule.port, header, rendered, value, stand_in)
 
 
-class Facts(Protocol):
-    """What an injecting tunnel reports on (the proxy's attempt)."""
-
-    host: str
-    port: int
-    counts: list[int]
-    reason: str
-
-
 class Injector:
     """One command's injections: which tunnels it terminates, and what it screens."""
 
@@ -149,8 +114,9 @@ class Injector:
         self._placeholders = [
             (i, [f.encode() for f in secret_forms(i.placeholder)]) for i in self.injections
         ]
-        self._secrets = [f.encode() for i in self.injections for f in secret_forms(i.value)]
-        self._patterns = [p for i in self.injections for p in encodings(i.value)]
+        self.secrets = [f.encode() for i in self.injections for f in secret_forms(i.value)]
+        self.patterns = [p for i in self.injections for p in encodings(i.value)]
+        self.pieces = Pieces(i.value for i in self.injections)
 
     def terminates(self, host: str, port: int) -> bool:
         """Whether a tunnel to ``host:port`` is one this proxy injects into."""
@@ -163,7 +129,7 @@ class Injector:
                 return injection
         return None
 
-    def _refuse(
+    def refuse(
         self, found: Injection, where: str, host: str, port: int, *, plain: bool = False
     ) -> http.Refusal:
         # Over plain HTTP the value would travel in the clear: it is never put in there.
@@ -181,17 +147,17 @@ class Injector:
         returned check refuses a body that does, fed piece by piece."""
         plain = request.method != "CONNECT"
         if (found := self.carried(request.target.encode("latin-1"))) is not None:
-            raise self._refuse(found, "its target (the URL)", host, port, plain=plain)
+            raise self.refuse(found, "its target (the URL)", host, port, plain=plain)
         for name, value in request.headers:
             if (found := self.carried(f"{name}:{value}".encode("latin-1"))) is not None:
-                raise self._refuse(found, f"the {name} header", host, port, plain=plain)
-        return self._body_check(host, port, plain=plain)
+                raise self.refuse(found, f"the {name} header", host, port, plain=plain)
+        return self.body_check(host, port, plain=plain)
 
     def screen_tunnel(self, first: bytes, gate: Gate | None, host: str, port: int) -> Gate:
         """The up gate of a plain tunnel to another host, which also refuses a placeholder
         in its bytes (``first`` included): seen only where they are in the clear, as in
         HTTP inside the tunnel; TLS hides it."""
-        check = self._body_check(host, port)
+        check = self.body_check(host, port)
 
         def screen(data: bytes | memoryview) -> None:
             try:
@@ -207,7 +173,7 @@ class Injector:
         screen(first)  # it passed ``gate`` already
         return screened
 
-    def _body_check(self, host: str, port: int, *, plain: bool = False) -> Callable[[bytes], None]:
+    def body_check(self, host: str, port: int, *, plain: bool = False) -> Callable[[bytes], None]:
         longest = max((len(f) for _, forms in self._placeholders for f in forms), default=1)
         carry = b""
 
@@ -215,7 +181,7 @@ class Injector:
             nonlocal carry
             window = carry + data
             if (found := self.carried(window)) is not None:
-                raise self._refuse(found, "its body", host, port, plain=plain)
+                raise self.refuse(found, "its body", host, port, plain=plain)
             carry = window[-(longest - 1) :] if longest > 1 else b""
 
         return check
@@ -227,8 +193,12 @@ class Injector:
         upstream: socket.socket,
         rest: bytes,
         facts: Facts,
+        *,
+        again: Callable[[], None] = lambda: None,
     ) -> None:
-        """Terminate the client's TLS, open a verified one upstream, relay request by request.
+        """Terminate the client's TLS, open a verified one upstream, relay request by request;
+        ``again`` is called before each request and each piece of a body goes upstream (the
+        breaker, asked again: it refuses by raising :class:`~stockade.egress.http.Refusal`).
 
         Raises:
             Refusal: the handshake failed, or a request was refused (the client got a
@@ -249,13 +219,13 @@ class Injector:
                 ssl_handshake_timeout=HANDSHAKE_S,
             )
         except (OSError, ssl.SSLError, TimeoutError) as err:
-            raise _ended(
+            raise ended(
                 f"the TLS handshake with the client for {show(host, port)} failed ({err}); a "
                 "client must trust the run's authority (SSL_CERT_FILE and the other CA "
                 "variables name it), or ask for this host by its name (SNI)"
             ) from None
         writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        session = _Session(self, stream.Source(reader), writer, facts)
+        session = Session(self, stream.Source(reader), writer, facts, again)
         try:
             try:
                 up_reader, up_writer = await asyncio.open_connection(
@@ -268,232 +238,11 @@ class Injector:
             except (OSError, ssl.SSLError, TimeoutError) as err:
                 why = f"the TLS connection to {show(host, port)} failed: {err}"
                 await session.answer("502 Bad Gateway", why)
-                raise _ended(why) from None
+                raise ended(why) from None
             try:
                 await session.run(stream.Source(up_reader), up_writer)
             finally:
-                await _shut(up_writer)
+                await shut(up_writer)
         finally:
             facts.reason += session.summary()
-            await _shut(writer)
-
-
-class _Session:
-    """One terminated tunnel: its requests, one after the other."""
-
-    def __init__(
-        self,
-        injector: Injector,
-        client: stream.Source,
-        writer: asyncio.StreamWriter,
-        facts: Facts,
-    ) -> None:
-        self.injector, self.client, self.writer = injector, client, writer
-        self.host, self.port, self.facts = facts.host, facts.port, facts
-        self.requests = 0
-        self.injected: dict[str, int] = {}
-        self.partial = False  # part of a response went down: no other answer fits now
-
-    def summary(self) -> str:
-        if not self.requests:
-            return ""
-        used = ", ".join(
-            f"credential {i.handle!r} put into {i.header} in {self.injected[i.handle]}"
-            for i in self.injector.injections
-            if i.handle in self.injected
-        )
-        return f"; TLS terminated for injection, {self.requests} requests" + (
-            f": {used}" if used else ": no credential used"
-        )
-
-    async def send(self, data: bytes) -> None:
-        self.partial = True
-        self.writer.write(data)
-        await self.writer.drain()
-        self.facts.counts[1] += len(data)
-
-    async def answer(self, status: str, text: str) -> None:
-        """A refusal inside the tunnel, then the end of it."""
-        body = f"stockade egress proxy: {text}\n".encode()
-        head = (
-            f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        ).encode()
-        with contextlib.suppress(OSError, ssl.SSLError):
-            await self.send(head + body)
-
-    async def run(self, upstream: stream.Source, up_writer: asyncio.StreamWriter) -> None:
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(IDLE_S):
-                        if await self.client.at_end():
-                            return
-                    async with asyncio.timeout(IDLE_S):
-                        head = await self.client.until(b"\r\n\r\n", HEAD_LIMIT, "a request head")
-                except (EOFError, TimeoutError):
-                    return
-                request = http.parse_head(head[:-4])
-                out, check, expect = self._rewrite(request)
-                body = http.body_reader(request)  # ambiguous framing: refused before it goes
-                self.requests += 1
-                up_writer.write(out)
-                self.facts.counts[0] += len(out)
-                if expect:  # interim: a final answer (a refusal too) may still follow
-                    self.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                await self._body(body, check, up_writer)
-                keep = await self._response(request, upstream)
-                self.partial = False
-                if not keep:
-                    return
-        except http.Refusal as refused:
-            if not self.partial:
-                await self.answer(refused.status, refused.reason)
-            raise _ended(refused.reason) from None
-        except EOFError:
-            if self.partial:
-                why = f"{show(self.host, self.port)} closed the connection in mid-response"
-                raise _ended(why) from None
-
-    def _rewrite(self, request: http.Request) -> tuple[bytes, Callable[[bytes], None], bool]:
-        """The request as it goes upstream (the secret in place), its body's check, and
-        whether the client waits for ``100 Continue`` (the proxy answers it, at once)."""
-        http.check_in_tunnel(request, self.host, self.port)
-        injector, host, port = self.injector, self.host, self.port
-        if (found := injector.carried(request.target.encode("latin-1"))) is not None:
-            raise injector._refuse(found, "its target (the URL)", host, port)
-        headers, expect = [], False
-        for name, value in request.headers:
-            if (named := injector.carried(name.encode("ascii"))) is not None:
-                raise injector._refuse(named, "the name of a header", host, port)
-            lower = name.lower()
-            if lower == "expect" and value.lower() == "100-continue":
-                expect = True
-                continue
-            if lower == "accept-encoding":
-                continue
-            if lower in ("range", "if-range"):
-                raise http.Refusal(
-                    "403 Forbidden",
-                    f"a ranged request ({name}) to {show(host, port)}, which gets a credential: "
-                    "stockade masks a whole answer, so pieces of several could rebuild it",
-                )
-            found = injector.carried(value.encode("latin-1"))
-            if found is None:
-                headers.append((name, value))
-                continue
-            if (found.host, found.port, found.header) != (host, port, lower):
-                raise injector._refuse(found, f"the {name} header", host, port)
-            headers.append((name, found.rendered))
-            self.injected[found.handle] = self.injected.get(found.handle, 0) + 1
-        headers.append(("Accept-Encoding", "identity"))
-        out = http.Request(request.method, request.target, request.version, tuple(headers))
-        return out.serialize(), injector._body_check(host, port), expect
-
-    async def _body(
-        self, body: http.BodyReader, check: Callable[[bytes], None], up: asyncio.StreamWriter
-    ) -> None:
-        while not body.done:
-            data = await self.client.some()
-            part = body.feed(data)
-            if len(part) < len(data):
-                self.client.unread(data[len(part) :])
-            check(part)
-            up.write(part)
-            await up.drain()
-            self.facts.counts[0] += len(part)
-
-    def _check_head(self, status: int, fields: list[tuple[str, str]]) -> None:
-        """Refuse a response the mask cannot make safe: compressed, or a piece of one."""
-        if _field(fields, "content-encoding") not in ("", "identity"):
-            raise http.Refusal(
-                "502 Bad Gateway",
-                f"{show(self.host, self.port)} sent a compressed response (Content-Encoding "
-                f"{_field(fields, 'content-encoding')}), which stockade cannot scrub of the "
-                "credential",
-            )
-        if status == 206 or _field(fields, "content-range"):  # a piece, even unasked
-            raise http.Refusal(
-                "502 Bad Gateway",
-                f"{show(self.host, self.port)} sent part of a response (206 or "
-                "Content-Range), which could hold part of the credential unmasked",
-            )
-
-    async def _response(self, request: http.Request, upstream: stream.Source) -> bool:
-        """Relay the response (interim ones first), masked; whether the connection goes on."""
-        mask = stream.Mask(self.injector._secrets, self.injector._patterns)
-        while True:
-            head = await upstream.until(b"\r\n\r\n", RESPONSE_HEAD_LIMIT, "a response head")
-            status, fields = _response_head(head)
-            self._check_head(status, fields)
-            await self.send(mask.feed(head) + mask.flush())
-            if status == 101:
-                raise http.Refusal("502 Bad Gateway", "the upstream switched protocols")
-            if status >= 200:
-                break
-        asked = ",".join(request.values("connection")).lower()
-        close = "close" in f"{_field(fields, 'connection').lower()} {asked}" or (
-            request.version == "HTTP/1.0"
-        )
-        coding, length = _field(fields, "transfer-encoding"), _field(fields, "content-length")
-        if request.method == "HEAD" or status in _NO_BODY:
-            return not close
-        if coding:
-            if coding.strip().lower() != "chunked":
-                raise http.Refusal("502 Bad Gateway", f"the upstream sent {coding!r} coding")
-            async for piece in stream.rechunk(upstream, mask):
-                await self.send(piece)
-            return not close
-        if length:
-            if not length.isdigit():
-                raise http.Refusal("502 Bad Gateway", "the upstream sent a bad Content-Length")
-            left = int(length)
-            while left:
-                data = await upstream.some(min(left, stream.READ))
-                left -= len(data)
-                await self.send(mask.feed(data))
-            await self.send(mask.flush())
-            return not close
-        with contextlib.suppress(EOFError):  # the body ends when the upstream closes
-            while True:
-                await self.send(mask.feed(await upstream.some()))
-        await self.send(mask.flush())
-        return False
-
-
-async def _shut(writer: asyncio.StreamWriter) -> None:
-    """Close gently (TLS close_notify) for a moment, then for good: the proxy closes the
-    socket next, and no transport may still watch its descriptor then."""
-    writer.close()
-    try:
-        async with asyncio.timeout(CLOSE_S):
-            await writer.wait_closed()
-    except Exception:  # noqa: BLE001, S110 - a peer gone or slow: the abort below ends it
-        pass
-    finally:
-        # A TLS transport that already lost its connection has no protocol left to abort
-        # (Python 3.11.2 then raises AttributeError): it is closed, which is the aim.
-        with contextlib.suppress(AttributeError):
-            writer.transport.abort()
-
-
-def _ended(reason: str) -> http.Refusal:
-    return http.Refusal("", reason)
-
-
-def _response_head(head: bytes) -> tuple[int, list[tuple[str, str]]]:
-    lines = head[:-4].split(b"\r\n")
-    parts = lines[0].split(b" ", 2)
-    if len(parts) < 2 or parts[0] not in (b"HTTP/1.1", b"HTTP/1.0") or not parts[1].isdigit():
-        raise http.Refusal("502 Bad Gateway", "the upstream sent a malformed status line")
-    fields = []
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip():
-            raise http.Refusal("502 Bad Gateway", "the upstream sent a malformed header line")
-        fields.append((name.decode("latin-1").lower(), value.strip().decode("latin-1")))
-    return int(parts[1]), fields
-
-
-def _field(fields: list[tuple[str, str]], name: str) -> str:
-    return ", ".join(value for key, value in fields if key == name)
+            await shut(writer)

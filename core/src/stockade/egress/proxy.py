@@ -17,13 +17,9 @@ must name its target, and inside a tunnel the TLS ClientHello must ask for the C
 anything is reported once, refused or not, with the reason. A tunnel to a host that the
 profile binds a credential to is handed to :mod:`stockade.egress.inject` instead.
 
-Why it is hand-written: the job is small (one request head, a policy check, a relay) and
-must be exactly this policy — no third-party proxy library enforces "these host:port pairs,
-resolved here, never private addresses unless named" without being bent into it, and the
-peers that used socat or a separate Node process paid for an extra moving part outside
-Python. The standard library's asyncio does it in one thread with 256 KiB relay buffers on
-non-blocking sockets (``loop.sock_recv_into`` / ``loop.sock_sendall``), which keeps a large
-download well above 500 MB/s on loopback (``bench/egress.py``).
+Why hand-written: the job is small (a request head, a policy check, a relay) and must be
+exactly this policy, which no proxy library enforces without being bent into it. asyncio
+does it in one thread with 256 KiB buffers on non-blocking sockets (``bench/egress.py``).
 
 Every ``Proxy`` in the process serves on one daemon thread running its own event loop,
 started on first use; the public methods are synchronous and thread-safe. The
@@ -101,9 +97,11 @@ class Proxy:
     may resolve to a loopback or private address. ``on_connection`` is called once per
     attempt, when it ends, on the proxy's thread; exceptions it raises are printed to stderr.
     ``inject``: the credentials it injects (:mod:`stockade.egress.inject`), if any.
-    ``check``: asked on every connection its rules allow, when it is made, on the proxy's
-    thread; a reason refuses it (403, that reason), ``None`` lets it on (the breaker's
-    check where bytes leave: :meth:`stockade.policy.breaker.Breaker.at_connection`).
+    ``check``: asked on every connection its rules allow, when it is made, and again before
+    each read of the client's bytes goes upstream, on the proxy's thread; a reason refuses
+    it (403 when no answer began, else the connection is cut; the reason recorded), ``None``
+    lets it on (the breaker where bytes leave:
+    :meth:`stockade.policy.breaker.Breaker.at_connection`).
     """
 
     def __init__(
@@ -340,9 +338,7 @@ class Proxy:
         attempt.reason = reason
         if not allowed:
             raise http.Refusal("403 Forbidden", reason)
-        if self._check is not None and (refused := self._check()) is not None:
-            attempt.reason = refused
-            raise http.Refusal("403 Forbidden", refused)
+        self._again(attempt, "403 Forbidden")
         screen = self._inject.screen(request, host, port) if self._inject else lambda _: None
         if tunnel:
             await self._tunnel(client, rest, attempt, upstream)
@@ -357,7 +353,10 @@ class Proxy:
         await self._loop.sock_sendall(sock, first)
         attempt.counts[0] += len(first)
         try:
-            gate = lambda data: _screened(screen, body.feed(bytes(data)))  # noqa: E731
+            gate = relay.checked(
+                lambda data: _screened(screen, body.feed(bytes(data))),
+                lambda: self._again(attempt, "403 Forbidden"),
+            )
             await relay.relay(
                 self._loop, client, sock, attempt.counts, gate=gate, response_ends=True
             )
@@ -378,7 +377,14 @@ class Proxy:
         attempt.answered = True
         if self._inject is not None and self._inject.terminates(attempt.host, attempt.port):
             attempt.allowed = True
-            await self._inject.serve(self._loop, client, sock, rest, attempt)
+            await self._inject.serve(
+                self._loop,
+                client,
+                sock,
+                rest,
+                attempt,
+                again=lambda: self._again(attempt, "403 Forbidden"),
+            )
             return
         watch = tls.HandshakeWatch(attempt.host)
         # A server that speaks first (SMTP, on a port other than 443) is heard while waiting.
@@ -394,10 +400,30 @@ class Proxy:
             await asyncio.gather(down, return_exceptions=True)
             raise
         attempt.allowed = True
-        if first:
-            await self._loop.sock_sendall(sock, first)
-            attempt.counts[0] += len(first)
+        # Plain HTTP in the tunnel may still be answered; TLS or another protocol is cut.
+        status = "403 Forbidden" if first and http.request_line_kind(first) else ""
+        try:
+            up_gate = relay.checked(up_gate, lambda: self._again(attempt, status, tunnel=True))
+            if first:
+                self._again(attempt, status, tunnel=True)  # it may have waited for them
+                await self._loop.sock_sendall(sock, first)
+                attempt.counts[0] += len(first)
+        except BaseException:
+            down.cancel()
+            await asyncio.gather(down, return_exceptions=True)
+            raise
         await relay.relay(self._loop, client, sock, attempt.counts, gate=up_gate, down=down)
+
+    def _again(self, attempt: _Attempt, status: str, *, tunnel: bool = False) -> None:
+        """Refuse (``status``, the check's reason) when the check refuses now: asked before
+        each read of the client's bytes goes on, a connection opened while the run was clean
+        sends nothing once it holds both."""
+        if self._check is None or (refused := self._check()) is None:
+            return
+        attempt.allowed, attempt.reason = False, refused
+        if tunnel:
+            raise relay.TunnelRefused(refused, alert=False, status=status)
+        raise http.Refusal(status, refused)
 
     async def _connect(self, host: str, port: int, attempt: _Attempt) -> socket.socket:
         """Resolve ``host`` (map, literal, DNS), screen the addresses, connect to the first."""

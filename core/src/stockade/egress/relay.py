@@ -28,6 +28,7 @@ __all__ = [
     "Gate",
     "TunnelRefused",
     "call",
+    "checked",
     "first_bytes",
     "linger",
     "pump",
@@ -197,6 +198,17 @@ def _http(requests: egress_http.TunnelHttp, data: memoryview) -> bytes:
         return requests.feed(bytes(data))
     except egress_http.Refusal as err:
         raise TunnelRefused(err.reason, alert=False, status=err.status) from None
+
+
+def checked(gate: Gate | None, again: Callable[[], None]) -> Gate:
+    """``gate`` (or every byte, when ``None``), after ``again`` before each read: it refuses
+    by raising (the breaker, asked again on a live connection)."""
+
+    def gated(data: memoryview) -> bytes | memoryview:
+        again()
+        return data if gate is None else gate(data)
+
+    return gated
 
 
 def watch_down(watch: egress_tls.HandshakeWatch) -> Gate:

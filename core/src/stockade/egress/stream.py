@@ -18,8 +18,12 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING
 
 from .http import BadRequest
+
+if TYPE_CHECKING:
+    from .echoes import Pieces
 
 __all__ = ["Mask", "Source", "rechunk"]
 
@@ -88,11 +92,16 @@ class Mask:
     """
 
     def __init__(
-        self, forms: Iterable[bytes], patterns: Iterable[tuple[re.Pattern[bytes], int]] = ()
+        self,
+        forms: Iterable[bytes],
+        patterns: Iterable[tuple[re.Pattern[bytes], int]] = (),
+        pieces: Pieces | None = None,
     ) -> None:
         self.forms = sorted({form for form in forms if form}, key=len, reverse=True)
         self.patterns = tuple(patterns)  # (pattern, the longest it can match)
+        self.pieces = pieces  # runs of a secret long enough to be masked wherever they are
         longest = max((reach for _, reach in self.patterns), default=0)
+        longest = max(longest, pieces.reach if pieces is not None else 0)
         self.overlap = max(len(self.forms[0]) if self.forms else 0, longest) - 1
         self.overlap = max(self.overlap, 0)
         used = set(b"".join(self.forms))
@@ -103,7 +112,7 @@ class Mask:
 
     def feed(self, data: bytes) -> bytes:
         """What of the stream so far can no longer be part of an occurrence, masked."""
-        if not self.forms and not self.patterns:
+        if not self.forms and not self.patterns and self.pieces is None:
             return data
         window = self._carry + data
         marks = self._marks + bytearray(len(data))
@@ -120,6 +129,8 @@ class Mask:
                 if marks[start:end].count(0):
                     marks[start:end] = b"\1" * (end - start)
                     self.hits += end > seen
+        if self.pieces is not None:  # a half, a third: each masked in whichever answer
+            self.hits += self.pieces.mark(window, marks)
         final = max(0, len(window) - self.overlap)
         out = self._apply(window, marks, final)
         self._carry, self._marks = window[final:], marks[final:]

@@ -52,6 +52,7 @@ from .programs import (
     _tar,
 )
 from .resolve import FIXED_ENV  # PAGER=cat, set by Stockade itself
+from .wrappers import WRAPPERS, unwrap
 
 if TYPE_CHECKING:
     from .script import Context, Part
@@ -93,37 +94,6 @@ RULES: dict[str, Rule] = {
     "command": lambda args: _command_v(args) or ("writes", "command without -v runs nothing known"),
     **{tool: _package_manager(tool, _INSTALLS) for tool in _PACKAGE_MANAGERS},
 }
-# Wrappers: program -> how many leading arguments are theirs (options are skipped too).
-WRAPPERS: dict[str, int] = {
-    "env": 0,
-    "nice": 0,
-    "nohup": 0,
-    "timeout": 1,
-    "sudo": 0,
-    "doas": 0,
-    "command": 0,
-    "exec": 0,
-    "stdbuf": 0,
-    "ionice": 0,
-    "time": 0,
-    "setsid": 0,
-    "taskset": 1,
-    "chrt": 1,
-    "unbuffer": 0,
-    "xargs": 0,
-    "busybox": 0,
-}
-_WRAPPER_OPTIONS_WITH_VALUES = {
-    "env": {"-u", "--unset", "-C", "--chdir", "-S", "--split-string"},
-    "nice": {"-n", "--adjustment"},
-    "timeout": {"-s", "--signal", "-k", "--kill-after"},
-    "sudo": {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U"},
-    "xargs": {"-a", "-d", "-E", "-I", "-L", "-n", "-P", "-s", "--delimiter", "--max-args"},
-    "ionice": {"-c", "-n", "-p"},
-    "stdbuf": {"-i", "-o", "-e"},
-}
-
-
 PROGRAM_VARIABLES = frozenset(
     [
         "GIT_SSH_COMMAND",
@@ -177,35 +147,35 @@ def names_a_program(variable: str) -> bool:
 
 
 def _runs_unseen(argv: Sequence[str], extra: Mapping[str, Rule] | None) -> str | None:
-    """Why a chain of wrappers runs what argv does not show, or ``None``: ``env -S`` (a
-    string split into a command), ``env NAME=...`` of a variable that names a program, and
-    ``xargs`` adding its input's words to a program whose class depends on its arguments."""
+    """Why a chain of wrappers runs what argv does not show, or ``None``: an option a
+    wrapper has that the table does not know, ``env -S`` (a string split into a command),
+    ``env NAME=...`` of a variable that names a program, and ``xargs`` adding its input's
+    words to a program whose class depends on its arguments."""
     rest = list(argv)
     while rest and os.path.basename(rest[0]) in WRAPPERS:
         name = os.path.basename(rest[0])
+        if name == "command" and _command_v(rest[1:]) is not None:
+            return None
+        inner, why = unwrap(name, rest[1:])
+        if why is not None:
+            return why
         if name == "env":
-            for arg in rest[1:]:
-                if arg.startswith(("-S", "--split-string")) or (
-                    arg.startswith("-") and not arg.startswith("--") and "S" in arg
-                ):
-                    return "env -S splits a string into a command, which argv does not show"
-                if "=" in arg and not arg.startswith("-"):
-                    if names_a_program(arg.split("=", 1)[0]):
-                        return f"env sets {arg.split('=', 1)[0]}, which names a program to run"
-                elif not arg.startswith("-"):
-                    break
-        inner, _ = _unwrap(rest[1:]) if name != "xargs" else (_unwrap(rest)[0], None)
-        if name == "xargs" and inner:
-            base = _base(inner[0])
+            for word in rest[1 : len(rest) - len(inner)]:
+                variable = word.split("=", 1)[0]
+                if "=" in word and not word.startswith("-") and names_a_program(variable):
+                    return f"env sets {variable}, which names a program to run"
+        if name == "xargs":
+            base = _base(inner[0]) if inner else ""
             if base in RULES or base in (extra or {}) or base in INLINE or base in SHELLS:
                 return f"xargs adds the words of its input to {base}, whose class depends on them"
             return None
-        rest = inner if inner != rest else []
+        rest = inner
     return None
 
 
 def _unwrap(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The argv a chain of wrappers runs, and the wrappers seen."""
+    """The argv a chain of wrappers runs (``[]`` when a wrapper cannot be read: see
+    :func:`_runs_unseen`), and the wrappers seen."""
     seen: list[str] = []
     rest = list(argv)
     while rest:
@@ -215,20 +185,7 @@ def _unwrap(argv: Sequence[str]) -> tuple[list[str], list[str]]:
         if name == "command" and _command_v(rest[1:]) is not None:
             break
         seen.append(name)
-        rest = rest[1:]
-        takes = _WRAPPER_OPTIONS_WITH_VALUES.get(name, set())
-        while rest and rest[0].startswith("-") and rest[0] != "-":
-            option = rest.pop(0)
-            if option == "--":
-                break
-            if option in takes and rest:
-                rest.pop(0)
-        if name == "env":
-            while rest and "=" in rest[0] and not rest[0].startswith("="):
-                rest.pop(0)
-        for _ in range(WRAPPERS[name]):
-            if rest:
-                rest.pop(0)
+        rest = unwrap(name, rest[1:])[0]
     return rest, seen
 
 

@@ -13,6 +13,10 @@ Globs follow :func:`fnmatch.fnmatchcase` (``*`` matches ``/`` too). What a glob 
 masked whole (a matched folder and everything in it); the walk does not go below a match, and
 goes into a folder only when some glob could match beneath it. A hard link to a private file
 inside the workspace is masked too (another name of the same data), found by its inode.
+
+A folder's matches are remembered in the process while its change time stays (:func:`_seen`):
+the next step of a warm server stats each folder it walks instead of listing it again, and
+lists again only the folders whose entries changed.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import functools
+import itertools
 import os
 import re
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -184,7 +190,10 @@ class _Globs:
     beginning (before the first wildcard) it starts with, and those that start with a
     wildcard; a folder is gone into only when a glob could match beneath it."""
 
+    serials = itertools.count()
+
     def __init__(self, globs: tuple[str, ...]) -> None:
+        self.serial = next(self.serials)  # what a folder's remembered matches are keyed by
         cut = {g: min((i for i, c in enumerate(g) if c in "*?["), default=len(g)) for g in globs}
         wild = [g for g in globs if cut[g] == 0]
         fixed = [g for g in globs if cut[g] > 0]
@@ -210,6 +219,25 @@ class _Globs:
             return True
         return self.fixed is not None and self._starts(name) and bool(self.fixed.match(name))
 
+    def matches(self, shown: str, names: list[str]) -> list[bool]:
+        """:meth:`match` of each of ``names`` (entries of the folder named ``shown``), a
+        folder at a time: the fixed globs only where one could match (:meth:`_could`)."""
+        found = [n.endswith(self.ends) for n in names] if self.ends else [False] * len(names)
+        if self.wild is not None:
+            wild = self.wild.match
+            found = [f or wild(n) is not None for f, n in zip(found, names, strict=True)]
+        if self.fixed is not None and self._could(shown):
+            fixed, starts = self.fixed.match, self._starts
+            found = [
+                f or (starts(n) and fixed(n) is not None) for f, n in zip(found, names, strict=True)
+            ]
+        return found
+
+    def _could(self, shown: str) -> bool:
+        """Whether a name in folder ``shown`` could begin with a fixed glob's beginning: the
+        folder's name leads to one, or begins with one."""
+        return not shown or shown in self.leading or self._starts(shown)
+
     def _starts(self, name: str) -> bool:
         own = self.by_head.get(name.partition("/")[0])
         return (own is not None and name.startswith(own)) or name.startswith(self.loose)
@@ -220,7 +248,12 @@ class _Globs:
 
 
 def _pattern(globs: list[str]) -> re.Pattern[str] | None:
+    # `**` is `*` (which matches `/` too); left as it is, each star backtracks over the other
+    globs = [_STARS.sub("*", g) for g in globs]
     return re.compile("|".join(fnmatch.translate(g) for g in globs)) if globs else None
+
+
+_STARS = re.compile(r"\*{2,}")
 
 
 def _walk(
@@ -233,16 +266,55 @@ def _walk(
     stack = [(folder, prefix)]
     while stack:
         here, shown = stack.pop()
-        try:
-            entries = list(os.scandir(here))
-        except OSError:
+        seen = _seen(here, shown, matcher)
+        if seen is None:
             continue
-        for entry in entries:
-            name = shown + entry.name
-            if matcher.match(name):
-                (links if entry.is_symlink() else found).setdefault(entry.path, None)
-            elif entry.is_dir(follow_symlinks=False) and matcher.beneath(name + "/"):
-                stack.append((entry.path, name + "/"))
+        hits, into = seen
+        for path, symlink in hits:
+            (links if symlink else found).setdefault(path, None)
+        stack += into
+
+
+_Seen = tuple[tuple[tuple[str, bool], ...], tuple[tuple[str, str], ...]]
+_SEEN: dict[tuple[str, str, int], tuple[tuple[int, int, int, int], _Seen]] = {}
+SETTLED_NS = 2_000_000_000
+"""A folder whose entries last changed this long before it was listed is remembered: until
+its change time moves, its matches are not looked for again."""
+_MOST = 100_000  # folders remembered, all globs together; past it the memory starts again
+
+
+def _seen(here: str, shown: str, matcher: _Globs) -> _Seen | None:
+    """What of folder ``here`` (named ``shown``) ``matcher`` matches (path, is a symlink),
+    and its folders to go into; remembered while the folder's change time stays (the kernel
+    sets it on every entry added, removed or renamed, and no process can set it back), once
+    it is :data:`SETTLED_NS` old: a change within the clock's tick cannot hide behind it."""
+    try:
+        st = os.stat(here)
+    except OSError:
+        return None
+    stamp = (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
+    key = (here, shown, matcher.serial)
+    cached = _SEEN.get(key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    now = time.time_ns()
+    try:
+        entries = list(os.scandir(here))
+    except OSError:
+        return None
+    names = [shown + entry.name for entry in entries]
+    hits, into = [], []
+    for entry, name, hit in zip(entries, names, matcher.matches(shown, names), strict=True):
+        if hit:
+            hits.append((entry.path, entry.is_symlink()))
+        elif entry.is_dir(follow_symlinks=False) and matcher.beneath(name + "/"):
+            into.append((entry.path, name + "/"))
+    seen = (tuple(hits), tuple(into))
+    if now - max(st.st_ctime_ns, st.st_mtime_ns) > SETTLED_NS:
+        if len(_SEEN) >= _MOST:
+            _SEEN.clear()
+        _SEEN[key] = (stamp, seen)
+    return seen
 
 
 def _literal_folder(glob: str) -> str:
