@@ -125,6 +125,11 @@ class Promise(enum.StrEnum):
     PID_NAMESPACE = "pid-namespace"
     """Host processes are not even listed (a PID namespace of the run's own)."""
 
+    PROCESS_ENTRIES = "process-entries"
+    """No other process's ``/proc/PID`` entry (command line, status, memory map) can be
+    opened: only the command's own and its descendants'. (Listing them is
+    :attr:`PID_NAMESPACE`.)"""
+
     NETWORK_NAMESPACE = "network-namespace"
     """The command sees only a loopback interface of its own (a network namespace)."""
 

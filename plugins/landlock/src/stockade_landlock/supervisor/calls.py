@@ -19,7 +19,7 @@ import stat
 import time
 from collections.abc import Callable
 
-from . import kernel
+from . import kernel, processes
 from .resolve import AT_FDCWD, Caller, where
 from .rules import REFUSED, Rules
 
@@ -31,11 +31,28 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 class Answer(Exception):
-    """The call's result: ``value``, or a descriptor to hand over."""
+    """The call's result: ``value``, or a descriptor to hand over; or, for ``proceed``, the
+    kernel makes the call itself (only a read-only ``open`` whose flags are registers, whose
+    path no check was made on: the command's own Landlock domain judges it)."""
 
-    def __init__(self, value: int = 0, fd: int | None = None, *, cloexec: bool = False) -> None:
+    def __init__(
+        self,
+        value: int = 0,
+        fd: int | None = None,
+        *,
+        cloexec: bool = False,
+        proceed: bool = False,
+    ) -> None:
         super().__init__(value)
-        self.value, self.fd, self.cloexec = value, fd, cloexec
+        self.value, self.fd, self.cloexec, self.proceed = value, fd, cloexec, proceed
+
+
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | O_TMPFILE_BIT
+
+
+def writes(flags: int) -> bool:
+    """Whether an open with ``flags`` can write, create or truncate."""
+    return bool(flags & WRITES)
 
 
 class Waiting(Exception):
@@ -86,17 +103,22 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
     dirfd, path = at
     cloexec = bool(flags & os.O_CLOEXEC)
     anchored = bool(resolve & (kernel.RESOLVE_BENEATH | kernel.RESOLVE_IN_ROOT))
-    own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
-    if own is not None:
-        return Answer(fd=_reopen(rules, own, flags), cloexec=cloexec)
-    base, path = caller.start(dirfd, path, anchored=anchored)
+    reading = not writes(flags)
+    if reading and not anchored and processes.is_proc(path):
+        base, path = processes.start(caller, path)  # another's process: EACCES
+    else:
+        own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
+        if own is not None:
+            return Answer(fd=_reopen(rules, own, flags), cloexec=cloexec)
+        base, path = caller.start(dirfd, path, anchored=anchored)
     exclusive = flags & os.O_CREAT and flags & os.O_EXCL
     follow = not (flags & os.O_NOFOLLOW or exclusive or resolve & kernel.RESOLVE_NO_SYMLINKS)
     for _ in range(_MAX_LINKS):
         found = None
         if not exclusive:  # O_CREAT | O_EXCL makes a new name or fails: no object to find
             with contextlib.suppress(FileNotFoundError):
-                found = caller.walk(base, path, 0 if follow else os.O_NOFOLLOW, resolve)
+                nofollow = 0 if follow else os.O_NOFOLLOW
+                found = caller.walk(base, path, nofollow, resolve, proc=reading)
         if found is not None:
             if stat.S_ISLNK(os.fstat(found).st_mode):
                 raise OSError(errno.ELOOP, "a symlink, not followed")
@@ -144,7 +166,8 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
     its own path is judged, never a name that could since lead elsewhere."""
     info = os.fstat(found)
     device = where(found) if stat.S_ISCHR(info.st_mode) else None
-    if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
+    processes.check(found)  # another process's /proc entry: EACCES
+    if (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)) and writes(flags):
         refuse_if(rules, where(found))
     elif device is not None:
         rules.terminals.check(device)  # another's /dev/pts/N: EACCES

@@ -21,6 +21,7 @@ SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_GET_NOTIF_SIZES = 3
 SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
 SECCOMP_ADDFD_FLAG_SEND = 1 << 1
+SECCOMP_USER_NOTIF_FLAG_CONTINUE = 1
 CLONE_FS = 0x200
 
 RESOLVE_NO_XDEV = 0x01
@@ -144,9 +145,14 @@ def recv(listener: int, notif: Notif) -> None:
         raise _fail("NOTIF_RECV")
 
 
-def send(listener: int, ident: int, value: int = 0, error: int = 0) -> None:
-    """Answer call ``ident``: ``value``, or fail it with ``error`` (a positive errno)."""
-    resp = Resp(ident, value, -error if error else 0, 0)
+def send(
+    listener: int, ident: int, value: int = 0, error: int = 0, *, proceed: bool = False
+) -> None:
+    """Answer call ``ident``: ``value``, or fail it with ``error`` (a positive errno), or
+    let the kernel make it (``proceed``: ``SECCOMP_USER_NOTIF_FLAG_CONTINUE``)."""
+    resp = Resp(
+        ident, value, -error if error else 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE if proceed else 0
+    )
     if _ioctl(listener, ctypes.c_ulong(NOTIF_SEND), ctypes.byref(resp)) != 0:
         raise _fail("NOTIF_SEND")
 

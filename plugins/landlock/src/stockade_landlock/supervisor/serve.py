@@ -22,7 +22,7 @@ import select
 import threading
 from collections.abc import Callable, Sequence
 
-from . import calls, kernel
+from . import calls, kernel, processes
 from .bpf import NOTIFIED, OPENS, program
 from .calls import Answer
 from .resolve import Caller, signed
@@ -157,7 +157,9 @@ class Supervisor:
                 if self._closed:
                     return
                 try:
-                    if answer.fd is not None:
+                    if answer.proceed:
+                        kernel.send(listener, ident, proceed=True)
+                    elif answer.fd is not None:
                         kernel.send_fd(listener, ident, answer.fd, cloexec=answer.cloexec)
                     elif answer.value < 0:
                         kernel.send(listener, ident, 0, -answer.value)
@@ -176,10 +178,13 @@ class Supervisor:
         rules = self.rules
         path = caller.read_path
         at = -100
-        if name == "open":
-            return calls.open_path(caller, rules, (at, path(a[0])), a[1] & 0xFFFFFFFF, a[2])
-        if name == "openat":
-            return calls.open_path(caller, rules, (a[0], path(a[1])), a[2] & 0xFFFFFFFF, a[3])
+        if name in ("open", "openat"):
+            where = (at, path(a[0])) if name == "open" else (a[0], path(a[1]))
+            flags, mode = (a[1], a[2]) if name == "open" else (a[2], a[3])
+            flags &= 0xFFFFFFFF
+            if not calls.writes(flags) and not _made_here(where[1]):
+                return _PROCEED  # a read: the command's own domain judges it (not /proc)
+            return calls.open_path(caller, rules, where, flags, mode)
         if name == "creat":
             flags = os.O_CREAT | os.O_WRONLY | os.O_TRUNC
             return calls.open_path(caller, rules, (at, path(a[0])), flags, a[1])
@@ -279,6 +284,15 @@ class Supervisor:
         return calls.open_path(
             caller, self.rules, (a[0], path), how.flags, how.mode, resolve=how.resolve
         )
+
+
+_PROCEED = Answer(proceed=True)
+
+
+def _made_here(path: bytes) -> bool:
+    """Whether a read-only open of ``path`` is made by the supervisor: one under ``/proc``
+    (refused to the command's own domain) or of a terminal (the run's own only)."""
+    return processes.is_proc(path) or path.startswith(b"/dev/pts/")
 
 
 @functools.cache
