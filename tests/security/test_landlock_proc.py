@@ -44,7 +44,8 @@ def test_without_the_supervisor_the_same_attack_reads_the_host(make_host, box, v
 RACE = r"""
 import json, os, sys, threading, ctypes
 victim = int(sys.argv[1])
-plain, other = b"/etc/hostname\0".ljust(64, b"\0"), f"/proc/{victim}/cmdline\0".encode().ljust(64, b"\0")
+plain = b"/etc/hostname\0".ljust(64, b"\0")
+other = f"/proc/{victim}/cmdline\0".encode().ljust(64, b"\0")
 buf = ctypes.create_string_buffer(plain, 64)
 stop = False
 def flip():
@@ -86,7 +87,8 @@ out = {"listed": victim in [int(n) for n in os.listdir("/proc") if n.isdigit()]}
 out["stat"] = os.stat(f"/proc/{victim}").st_uid == os.getuid()
 for name in ("cmdline", "stat", "task"):
     try:
-        os.listdir(f"/proc/{victim}/{name}") if name == "task" else open(f"/proc/{victim}/{name}").read()
+        path = f"/proc/{victim}/{name}"
+        os.listdir(path) if name == "task" else open(path).read()
         out[name] = "read"
     except OSError as error:
         out[name] = error.strerror
