@@ -38,7 +38,9 @@ class LandlockSandbox(SandboxProvider):
     # refused: the supervisor, where the kernel has what it needs; elsewhere the host puts
     # protected paths back after the run, and /proc is as the kernel shows it.
     PROMISES: ClassVar[frozenset[Promise]] = CORE | (
-        {Promise.PROTECTED_READ_ONLY, Promise.PROCESS_ENTRIES} if supervisor.declared() else set()
+        {Promise.PROTECTED_READ_ONLY, Promise.PROCESS_ENTRIES, Promise.NEW_NAMES_REFUSED}
+        if supervisor.declared()
+        else set()
     )
     GAPS: ClassVar[tuple[Gap, ...]] = (
         Gap(

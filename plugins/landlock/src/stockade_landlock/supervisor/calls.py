@@ -19,9 +19,12 @@ import stat
 import time
 from collections.abc import Callable
 
+from stockade.confine import protected
+from stockade.confine.protected import GIT
+
 from . import kernel, processes
 from .resolve import AT_FDCWD, Caller, where
-from .rules import REFUSED, Rules
+from .rules import REFUSED, Making, Rules
 
 O_TMPFILE_BIT = 0o20000000
 AT_SYMLINK_NOFOLLOW, AT_REMOVEDIR, AT_SYMLINK_FOLLOW, AT_EMPTY_PATH = 0x100, 0x200, 0x400, 0x1000
@@ -89,6 +92,25 @@ def refuse_if(rules: Rules, path: str) -> None:
         raise OSError(REFUSED, "protected", path)
 
 
+def refuse_new(rules: Rules, path: str, how: Making) -> None:
+    """Raise ``EROFS`` when ``rules`` refuse to make the name ``path`` by ``how``."""
+    if rules.refuses_new(path, how):
+        raise OSError(REFUSED, "a new protected name", path)
+
+
+def _brought_in(rules: Rules, source: tuple[int, bytes, str], target: str) -> None:
+    """Raise ``EXDEV`` for a folder moved from outside the surveyed roots into them: what
+    it holds was never judged (``mv`` then copies, one judged name at a time)."""
+    folder, last, path = source
+    if not rules.roots or protected.inside(path, rules.roots):
+        return
+    if not protected.inside(target, rules.roots):
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.lstat(last, dir_fd=folder).st_mode):
+            raise OSError(errno.EXDEV, "a folder from outside the roots", path)
+
+
 def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
     caller: Caller,
     rules: Rules,
@@ -143,7 +165,7 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
             if exclusive:
                 raise FileExistsError(errno.EEXIST, "exists")
             continue  # it appeared since the walk: look again
-        refuse_if(rules, target)
+        refuse_new(rules, target, "file")
         made = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             wanted = mode & 0o7777 & ~caller.umask()
@@ -203,13 +225,22 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
 
 
 def make(
-    caller: Caller, rules: Rules, dirfd: int, path: bytes, do: Callable[[int, bytes], None]
+    caller: Caller,
+    rules: Rules,
+    at: tuple[int, bytes],
+    do: Callable[[int, bytes], None],
+    how: Making | None = None,
 ) -> Answer:
-    """A call that makes or removes the last name of ``path`` (``mkdir``, ``mknod``,
-    ``symlink``, ``unlink``, ``rmdir``): ``do(folder, name)`` once the name is allowed."""
-    folder, last, target = caller.parent(*caller.start(dirfd, path))
-    refuse_if(rules, target)
+    """A call that makes (``how``) or removes the last name of ``at`` (``mkdir``,
+    ``mknod``, ``symlink``, ``unlink``, ``rmdir``): ``do(folder, name)`` once allowed."""
+    folder, last, target = caller.parent(*caller.start(*at))
+    if how is None:
+        refuse_if(rules, target)
+    else:
+        refuse_new(rules, target, how)
     do(folder, last)
+    if how == "mkdir" and os.path.basename(target) == GIT:
+        rules.fresh.add(target)  # made empty by the command: a fresh repository
     return Answer()
 
 
@@ -234,7 +265,7 @@ def link(
         refuse_if(rules, target)
         source = (folder, last)
     folder, last, target = caller.parent(*caller.start(newdir, newpath))
-    refuse_if(rules, target)
+    refuse_new(rules, target, "link")
     if source is None:
         os.link(f"/proc/self/fd/{own}", last, dst_dir_fd=folder, follow_symlinks=True)
     else:
@@ -251,6 +282,13 @@ def rename(
     for target in (otarget, ntarget):
         if rules.holds(target):
             raise OSError(REFUSED, "protected", target)
+    refuse_new(rules, ntarget, "rename")
+    exchange = flags & RENAME_EXCHANGE
+    if exchange:
+        refuse_new(rules, otarget, "rename")
+    _brought_in(rules, (ofolder, olast, otarget), ntarget)
+    if exchange:
+        _brought_in(rules, (nfolder, nlast, ntarget), otarget)
     if _libc.renameat2(ofolder, olast, nfolder, nlast, ctypes.c_uint(flags)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

@@ -198,7 +198,7 @@ class Supervisor:
                 os.mkdir(n, made, dir_fd=d)
                 caller.settle(None, made, n, d)
 
-            return calls.make(caller, rules, dirfd, path(p), mkdir)
+            return calls.make(caller, rules, (dirfd, path(p)), mkdir, "mkdir")
         if name in ("mknod", "mknodat"):
             dirfd, p, mode, dev = (at, *a[:3]) if name == "mknod" else tuple(a[:4])
             node = mode & 0o7777 & ~caller.umask()
@@ -207,18 +207,24 @@ class Supervisor:
                 os.mknod(n, mode & 0o170000 | node, dev, dir_fd=d)
                 caller.settle(None, node, n, d)
 
-            return calls.make(caller, rules, dirfd, path(p), mknod)
+            return calls.make(caller, rules, (dirfd, path(p)), mknod, "node")
         if name in ("symlink", "symlinkat"):
             target = path(a[0])
             dirfd, p = (at, a[1]) if name == "symlink" else (a[1], a[2])
             return calls.make(
-                caller, rules, dirfd, path(p), lambda d, n: os.symlink(target, n, dir_fd=d)
+                caller,
+                rules,
+                (dirfd, path(p)),
+                lambda d, n: os.symlink(target, n, dir_fd=d),
+                "symlink",
             )
         if name in ("unlink", "rmdir", "unlinkat"):
             unlinkat = name == "unlinkat"
             dirfd, p, flags = (a[0], a[1], a[2] & 0xFFFFFFFF) if unlinkat else (at, a[0], 0)
             flags = calls.AT_REMOVEDIR if name == "rmdir" else flags
-            return calls.make(caller, rules, dirfd, path(p), lambda d, n: calls.unlink(d, n, flags))
+            return calls.make(
+                caller, rules, (dirfd, path(p)), lambda d, n: calls.unlink(d, n, flags)
+            )
         if name in ("link", "linkat"):
             if name == "link":
                 return calls.link(caller, rules, (at, path(a[0])), (at, path(a[1])), 0)
