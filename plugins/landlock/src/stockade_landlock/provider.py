@@ -52,8 +52,9 @@ class LandlockSandbox(SandboxProvider):
         Gap(Promise.PRIVATE_VIEW, "no mount namespace: the host's /tmp and /run stay listable"),
         Gap(
             Promise.PROTECTED_NEVER_VISIBLE,
-            "no overlay without a mount namespace: a command writes the real folder, and a new "
-            "protected name is quarantined only after it exits (visible meanwhile)",
+            "no overlay without a mount namespace: a command writes the real folder; new "
+            "protected names are refused, but a .git it makes itself (git init) is visible while "
+            "it runs and quarantined after",
         ),
     )
 

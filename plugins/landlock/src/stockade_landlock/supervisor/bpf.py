@@ -2,7 +2,8 @@
 
 A filter sees a call's registers, never the memory they point at, so it cannot tell where
 a path leads. It sends the supervisor every call that creates, truncates, renames, links
-or removes a path, or changes a file's mode or owner (by path or by descriptor: a
+or removes a path, or changes a file's mode, owner, extended attributes or times
+(:mod:`.metadata`; by path or by descriptor: a
 descriptor opened for reading can still be ``fchmod``-ed), and every ``open``, ``openat``
 and ``openat2``: an open for reading too, because a read of another process's ``/proc``
 entry is one (the supervisor lets the kernel make a read-only ``open`` whose path does not
@@ -15,6 +16,8 @@ answer, and an ``EPERM`` of the policy wins over a notification.
 from __future__ import annotations
 
 import struct
+
+from .metadata import CALLS as _METADATA
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 RET_ALLOW = 0x7FFF0000
@@ -48,6 +51,7 @@ NOTIFIED: dict[str, int] = {
     "fchown": 93,
     "lchown": 94,
     "fchownat": 260,
+    **_METADATA,  # extended attributes and times
 }
 # ``open`` and ``openat``: number -> index of the flags argument (notified whatever they are).
 OPENS: dict[str, tuple[int, int]] = {"open": (2, 1), "openat": (257, 2)}

@@ -22,7 +22,7 @@ import select
 import threading
 from collections.abc import Callable, Sequence
 
-from . import calls, kernel, processes
+from . import calls, kernel, metadata, processes
 from .bpf import NOTIFIED, OPENS, program
 from .calls import Answer
 from .resolve import Caller, signed
@@ -237,6 +237,8 @@ class Supervisor:
             return calls.rename(caller, rules, (a[0], path(a[1])), (a[2], path(a[3])), flags)
         if name == "truncate":
             return calls.truncate(caller, rules, path(a[0]), a[1])
+        if name in metadata.CALLS:
+            return metadata.answer(caller, rules, name, a)
         return self._attributes(caller, name, a)
 
     def _attributes(self, caller: Caller, name: str | None, a: Sequence[int]) -> Answer:
