@@ -192,6 +192,36 @@ def read_memory(pid: int, address: int, size: int) -> bytes:
     return buffer.raw[:got]
 
 
+class Peek:
+    """The first ``size`` bytes of a path in another process, into one buffer made once
+    (the supervisor's hot path: no allocation per call)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._buffer = ctypes.create_string_buffer(size)
+        self._local = _Iovec(ctypes.cast(self._buffer, ctypes.c_void_p), size)
+        self._remote = _Iovec(None, size)
+
+    def read(self, pid: int, address: int) -> bytes | None:
+        """The path at ``address`` up to its NUL, or its first ``size`` bytes; ``None``
+        when fewer can be read (a page's end, an unmapped address, a refused read)."""
+        self._remote.base = address
+        got = _syscall(
+            SYS_PROCESS_VM_READV,
+            pid,
+            ctypes.byref(self._local),
+            ctypes.c_ulong(1),
+            ctypes.byref(self._remote),
+            ctypes.c_ulong(1),
+            ctypes.c_ulong(0),
+        )
+        if got != self.size:
+            return None
+        head = self._buffer.raw
+        end = head.find(b"\0")
+        return head if end < 0 else head[:end]
+
+
 def _read_proc_mem(pid: int, address: int, size: int) -> bytes:
     """Up to ``size`` bytes at ``address`` through ``/proc/PID/mem`` (fewer at a hole)."""
     fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY | os.O_CLOEXEC)

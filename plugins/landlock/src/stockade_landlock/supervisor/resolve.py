@@ -77,7 +77,7 @@ class Caller:
         self.listener, self.ident, self.tid = listener, ident, tid
         self.exact = exact  # the supervisor's umask is 0: a mode given is the mode made
         self.opened: list[int] = []  # closed by close()
-        self._fields: dict[bytes, bytes] | None = None
+        self._text: bytes | None = None
 
     def close(self) -> None:
         """Close every descriptor opened for this call."""
@@ -134,13 +134,14 @@ class Caller:
 
     def _status(self, key: bytes) -> bytes | None:
         """A field of the caller's ``/proc/TID/status``, read once per call."""
-        if self._fields is None:
-            with open(f"/proc/{self.tid}/status", "rb") as status:
-                self._fields = dict(
-                    line.split(b":", 1) for line in status.read().splitlines() if b":" in line
-                )
-        value = self._fields.get(key)
-        return None if value is None else value.strip()
+        if self._text is None:
+            fd = os.open(f"/proc/{self.tid}/status", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                self._text = os.read(fd, 1 << 14)
+            finally:
+                os.close(fd)
+        found = re.search(rb"^" + key + rb":\s*(\S+)", self._text, re.MULTILINE)
+        return None if found is None else found.group(1)
 
     def umask(self) -> int:
         """The caller's umask, from ``/proc/TID/status``."""

@@ -18,7 +18,6 @@ outside the writable roots.
 from __future__ import annotations
 
 import errno
-import os
 import threading
 from typing import Literal
 
@@ -48,6 +47,8 @@ class Fresh:
 
     def holding(self, path: str) -> str | None:
         """The fresh ``.git`` that ``path`` is or lies beneath, or ``None``."""
+        if not self._made:
+            return None
         with self._lock:
             made = tuple(self._made)
         return next((m for m in made if protected.inside(path, (m,))), None)
@@ -83,24 +84,22 @@ class Rules:
         a fresh ``.git`` (:class:`Fresh`); a ``.git`` made by ``mkdir`` starts one."""
         if self.refuses(path):
             return True
-        root = next((r for r in self.roots if protected.inside(path, (r,))), None)
+        root = next((r for r in self.roots if path.startswith(r + "/")), None)
         if root is None:
             return False  # the run's home, caches and scratch: the command's own
         repository = self.fresh.holding(path)
         if repository is not None:
             return _in_hooks(path[len(repository) + 1 :], how)
-        if self._protected_beneath(root, os.path.dirname(path)):
-            return True
-        if how == "mkdir" and os.path.basename(path) == protected.GIT:
-            return False  # a fresh repository (git init, git clone): kept in :class:`Fresh`
-        return protected.kind_of(path, self.writable_dotfiles) is not None
-
-    def _protected_beneath(self, root: str, folder: str) -> bool:
-        """Whether ``folder`` or a folder between it and ``root`` is a protected name."""
-        while folder != root and protected.inside(folder, (root,)):
-            if protected.kind_of(folder, self.writable_dotfiles) is not None:
-                return self.fresh.holding(folder) is None
-            folder = os.path.dirname(folder)
+        parts = path[len(root) + 1 :].split("/")
+        prefix = root
+        for depth, part in enumerate(parts, 1):
+            prefix = f"{prefix}/{part}"
+            if protected.kind_of(prefix, self.writable_dotfiles) is None:
+                continue
+            if depth < len(parts):
+                return True  # beneath a protected name (not a fresh .git: seen above)
+            # a fresh repository (git init, git clone): kept in :class:`Fresh`
+            return not (how == "mkdir" and part == protected.GIT)
         return False
 
     def refuses(self, path: str) -> bool:

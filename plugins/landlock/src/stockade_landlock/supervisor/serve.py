@@ -14,6 +14,7 @@ no longer create, write, rename, link or remove anything (it fails closed).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -23,7 +24,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 from . import calls, kernel, metadata, processes
-from .bpf import NOTIFIED, OPENS, program
+from .bpf import NOTIFIED, OPENS, WRITE_FLAGS, program
 from .calls import Answer
 from .resolve import Caller, signed
 from .rules import Rules
@@ -101,6 +102,7 @@ class Supervisor:
             poller.register(listener, select.POLLIN)
             poller.register(self._wake_r, select.POLLIN)
             notif = kernel.Notif()
+            peek = kernel.Peek(_HEAD)
             while not self._stopped:
                 events = dict(poller.poll())
                 if self._wake_r in events:
@@ -113,11 +115,31 @@ class Supervisor:
                     if error.errno in (errno.ENOENT, errno.EINTR):
                         continue  # the caller was killed before we read it
                     raise
-                self._answer(listener, notif)
+                if not self._read_only(listener, notif, peek):
+                    self._answer(listener, notif)
         finally:
             with self._sending:
                 self._closed = True
                 os.close(listener)
+
+    def _read_only(self, listener: int, notif: kernel.Notif, peek: kernel.Peek) -> bool:
+        """The hot path: answer at once, with no object made, a read-only ``open`` or
+        ``openat`` whose path names neither ``/proc`` nor ``/dev/pts`` (the kernel makes
+        it: its flags are a register, and what its path could be swapped for is the
+        command's own Landlock domain's to refuse). ``False``: the full path answers."""
+        data = notif.data
+        arg = _READ_OPENS.get(data.nr)
+        if arg is None or data.args[arg + 1] & WRITE_FLAGS:
+            return False
+        head = peek.read(notif.pid, data.args[arg])
+        if head is None or _made_here(head):
+            return False  # unreadable or cut short by a page's end: judged in full
+        self.served += 1
+        with self._sending:
+            if not self._closed:
+                with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+                    kernel.send(listener, notif.id, proceed=True)  # gone: nothing to answer
+        return True
 
     def _answer(self, listener: int, notif: kernel.Notif) -> None:
         caller = Caller(listener, notif.id, notif.pid, exact=self._exact)
@@ -295,11 +317,14 @@ class Supervisor:
 
 
 _PROCEED = Answer(proceed=True)
+_READ_OPENS = {nr: arg - 1 for nr, arg in OPENS.values()}  # number -> the path's argument
+_HEAD = 10  # enough of a path to tell /proc/ and /dev/pts/ from the rest
 
 
 def _made_here(path: bytes) -> bool:
-    """Whether a read-only open of ``path`` is made by the supervisor: one under ``/proc``
-    (refused to the command's own domain) or of a terminal (the run's own only)."""
+    """Whether a read-only open of ``path`` (or of a path that starts with these
+    :data:`_HEAD` bytes) is made by the supervisor: one under ``/proc`` (refused to the
+    command's own domain) or of a terminal (the run's own only)."""
     return processes.is_proc(path) or path.startswith(b"/dev/pts/")
 
 
