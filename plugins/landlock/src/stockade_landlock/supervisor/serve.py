@@ -98,6 +98,7 @@ class Supervisor:
                 os.umask(0)  # applied to each create
             except OSError:  # unshare refused (a container's filter): settle each mode
                 self._exact = False
+            kernel.sync_wake_up(listener)  # an older kernel: the ordinary wake-ups
             poller = select.poll()
             poller.register(listener, select.POLLIN)
             poller.register(self._wake_r, select.POLLIN)
