@@ -129,6 +129,10 @@ attempt("control:thread", read("/proc/thread-self/stat"))
 attempt("control:fd", lambda: str(len(os.listdir("/proc/self/fd"))))
 attempt("control:child", read(f"/proc/{child.pid}/cmdline"))
 attempt("control:meminfo", read("/proc/meminfo"))
+open("mine.txt", "w").write("mine")
+attempt("control:fd_file", read(f"/proc/self/fd/{os.open('mine.txt', os.O_RDONLY)}"))
+attempt("control:cwd", read("/proc/self/cwd/mine.txt"))
+attempt("control:exe", lambda: str(open("/proc/self/exe", "rb").read(4)))
 child.kill()
 print(json.dumps(out))
 """
@@ -150,6 +154,8 @@ def test_other_processes_entries_cannot_be_opened(host, box, canary_process, mod
     assert "sleep" in out["control:child"], out
     assert "python" in out["control:self"], out
     assert "Tgid" in out["control:pid"], out
+    assert out["control:fd_file"] == out["control:cwd"] == "mine", out
+    assert "ELF" in out["control:exe"], out
     assert not [k for k, v in out.items() if k.startswith("control") and v.startswith("refused")]
     seen = Path(f"/proc/{canary_process.pid}/cmdline").read_text()
     assert box.canary in seen  # control: the host reads it

@@ -128,6 +128,8 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
     reading = not writes(flags)
     if reading and not anchored and processes.is_proc(path):
         base, path = processes.start(caller, path)  # another's process: EACCES
+        if not path:  # /proc/self/fd/N, /proc/self/exe: the object the link names
+            return Answer(fd=_reopen(rules, base, flags), cloexec=cloexec)
     else:
         own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
         if own is not None:

@@ -43,9 +43,10 @@ def is_proc(path: bytes) -> bool:
 
 
 def start(caller: Caller, path: bytes) -> tuple[int, bytes]:
-    """Where the walk of ``path`` (``/proc...``) starts and what is left to walk: the
-    process's folder (or the object one of its magic links names) when it is the caller's
-    own or a descendant's, ``/proc`` itself otherwise. Raises ``EACCES`` for another's."""
+    """Where the walk of ``path`` (``/proc...``) starts and what is left to walk (empty:
+    the start is the object): the process's folder (or the object one of its magic links
+    names) when it is the caller's own or a descendant's, ``/proc`` itself otherwise.
+    Raises ``EACCES`` for another's."""
     for _ in range(_MAX_LINKS):
         found = _PID.match(path)
         if found is not None:
@@ -84,7 +85,7 @@ def _process(caller: Caller, pid: int, rest: bytes) -> tuple[int, bytes]:
         base = caller.keep(os.open(link, os.O_PATH | os.O_CLOEXEC, dir_fd=folder))
     except FileNotFoundError:
         raise FileNotFoundError(errno.ENOENT, "no such link") from None
-    return base, b"." + after
+    return base, after.lstrip(b"/")  # empty: the link's object itself
 
 
 def _ours(folder: int) -> bool:
