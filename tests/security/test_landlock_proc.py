@@ -104,3 +104,30 @@ def test_a_listing_still_names_other_processes_but_opens_nothing(host, box, vict
     out = json.loads(result.stdout.text)
     assert out["listed"] and out["stat"]
     assert out["cmdline"] == out["stat"] == out["task"] == "Permission denied", out
+
+
+NOT_DUMPABLE = r"""
+import ctypes, json
+ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: its memory cannot be read
+out = {}
+for name, path, mode in (("read", "/etc/hostname", "r"), ("proc", "/proc/self/status", "r"),
+                         ("write", "new.txt", "w")):
+    try:
+        open(path, mode).close()
+        out[name] = "done"
+    except OSError as error:
+        out[name] = error.strerror
+print(json.dumps(out))
+"""
+
+
+def test_a_command_that_is_not_dumpable_still_reads(host, box):
+    """Its memory cannot be read, so the supervisor cannot see a path: a plain read goes
+    to the kernel all the same (its own Landlock domain judges it), while what needs the
+    path (a write, an open under ``/proc``) fails closed."""
+    result = host.run(box.py(NOT_DUMPABLE))
+    assert result.exit_code == 0, result.stderr.text
+    out = json.loads(result.stdout.text)
+    assert out["read"] == "done", out
+    assert out["proc"] != "done" and out["write"] != "done", out
+    assert not (box.ws / "new.txt").exists()

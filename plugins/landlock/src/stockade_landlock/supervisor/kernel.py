@@ -213,8 +213,10 @@ class Peek:
         self._remote = _Iovec(None, size)
 
     def read(self, pid: int, address: int) -> bytes | None:
-        """The path at ``address`` up to its NUL, or its first ``size`` bytes; ``None``
-        when fewer can be read (a page's end, an unmapped address, a refused read)."""
+        """The path at ``address`` up to its NUL, or its first ``size`` bytes; ``b""``
+        when the memory cannot be read at all (a non-dumpable process, a bad address);
+        ``None`` when fewer bytes could be read and no NUL was among them (a page's end:
+        the caller reads the path in full)."""
         self._remote.base = address
         got = _syscall(
             SYS_PROCESS_VM_READV,
@@ -225,11 +227,13 @@ class Peek:
             ctypes.c_ulong(1),
             ctypes.c_ulong(0),
         )
-        if got != self.size:
-            return None
-        head = self._buffer.raw
+        if got <= 0:
+            return b""
+        head = self._buffer.raw[:got]
         end = head.find(b"\0")
-        return head if end < 0 else head[:end]
+        if end >= 0:
+            return head[:end]
+        return head if got == self.size else None
 
 
 def _read_proc_mem(pid: int, address: int, size: int) -> bytes:

@@ -132,9 +132,11 @@ class Supervisor:
         arg = _READ_OPENS.get(data.nr)
         if arg is None or data.args[arg + 1] & WRITE_FLAGS:
             return False
+        # Unreadable (b""): proceed all the same, the kernel and the command's own domain
+        # judge it (a non-dumpable command's memory cannot be read, its reads still work).
         head = peek.read(notif.pid, data.args[arg])
         if head is None or _made_here(head):
-            return False  # unreadable or cut short by a page's end: judged in full
+            return False  # cut short by a page's end, or made here: judged in full
         self.served += 1
         with self._sending:
             if not self._closed:
