@@ -3,13 +3,16 @@
 It is started by the thread that spawns the command, after Landlock is applied and before
 the seccomp filters are, so it carries the command's Landlock domain and no capability, but
 no filter: its own calls are judged by Landlock exactly as the command's would be, and never
-come back to it. It answers each call by performing it (:mod:`.calls`), never with
-``SECCOMP_USER_NOTIF_FLAG_CONTINUE``: letting the kernel make a checked call would make it
-read the path from the command's memory again, after a thread of the command changed it.
+come back to it. It answers each call it checks by performing it (:mod:`.calls`), never
+with ``SECCOMP_USER_NOTIF_FLAG_CONTINUE``: letting the kernel make a checked call would make
+it read the path from the command's memory again, after a thread of the command changed it.
+Only a read-only ``open`` it does not check (its path names neither ``/proc`` nor
+``/dev/pts``) goes back to the kernel that way: the command's own Landlock domain refuses
+whatever such a path could be swapped for.
 
 When it stops (the run is over, or it fails), it closes the listener: the kernel then fails
 every notified call of the command with ``ENOSYS``, so a command whose supervisor died can
-no longer create, write, rename, link or remove anything (it fails closed).
+no longer open, create, write, rename, link or remove anything (it fails closed).
 """
 
 from __future__ import annotations
