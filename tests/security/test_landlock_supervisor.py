@@ -123,7 +123,7 @@ attempt("control_link", lambda: os.link("ok.txt", "ok2"))
 attempt("control_rename", lambda: os.rename("ok2", "ok3"))
 attempt("control_chmod", lambda: os.chmod("ok.txt", 0o600))
 attempt("control_truncate", lambda: os.truncate("ok.txt", 0))
-attempt("control_new_dotfile", write("d/.profile", "new\n"))
+attempt("new_dotfile", write("d/.profile", "new\n"))  # a new protected name: refused too
 print(json.dumps(out))
 """
 
@@ -162,7 +162,8 @@ def test_every_spelling_of_a_protected_path_is_refused_while_it_runs(host, box):
     assert (box.ws / "sw2" / "config").read_text() == "PWNED\n"
     for name in ("outside_root", "system_secret"):  # Landlock refuses the supervisor too
         assert out[name] == "Permission denied", (name, out[name])
-    for name in ("symlink_file", "rename_over_bashrc", "link", "chmod", "truncate", "proc_root"):
+    names = ("symlink_file", "rename_over_bashrc", "link", "chmod", "truncate", "proc_root")
+    for name in (*names, "new_dotfile"):
         assert out[name] == "Read-only file system", (name, out[name])  # as bubblewrap says
     _unchanged(box, before)
     assert not result.restored  # nothing to put back: nothing changed

@@ -86,7 +86,7 @@ PEERS = {
         SRT_INTEGRATION,
         "should isolate PID namespace - sandboxed processes cannot see host PIDs",
         "pass",
-        "gap: no PID namespace under Landlock: host PIDs are listed (not their environments)",
+        "gap: no PID namespace under Landlock: host PIDs are listed (nothing in them opens)",
     ),
     "test_symlink_escape_is_refused": (
         SRT_INTEGRATION,
@@ -209,7 +209,7 @@ COUNT_PIDS = "import os; print(sum(n.isdigit() for n in os.listdir('/proc')))"
 
 
 # should isolate PID namespace - sandboxed processes cannot see host PIDs
-@pytest.mark.gap("landlock", "no PID namespace: host PIDs are listed (their environments are not)")
+@pytest.mark.gap("landlock", "no PID namespace: host PIDs are listed (nothing in them opens)")
 def test_pid_namespace_hides_host_pids(host, box):
     on_host = sum(n.isdigit() for n in os.listdir("/proc"))
     assert on_host > 10  # control: the host has processes to hide

@@ -11,6 +11,8 @@ import stockade_landlock.engine as ll_engine
 import stockade_landlock.rules as ll_rules
 from stockade_landlock import abi
 from stockade_landlock.provider import LandlockSandbox
+from stockade_landlock.supervisor import rules as ll_rules_supervised
+from stockade_landlock.supervisor import terminals as ll_terminals
 
 from stockade.confine import seccomp
 from stockade.confine.promises import Promise
@@ -161,6 +163,36 @@ class LandlockCapabilities(Mutant, LandlockSandbox):
         new = _KeepCapabilities(old.ruleset, old.program, old.scratch, old.rules)
         self.engine._prepared[old.ruleset] = new
         return attrs.evolve(plan, restrict=new.restrict)
+
+
+class LandlockProcOpen(Mutant, LandlockSandbox):
+    """The command's extra layer leaves ``/proc`` open: the supervisor still judges every
+    ``/proc/...`` path it is sent, but a relative open, a swapped path or a symlink reaches
+    the kernel unjudged."""
+
+    PLUGIN_NAME = "mutant-landlock-proc-open"
+    BREAKS = Promise.PROCESS_ENTRIES
+    SELECT = "test_other_processes_entries"
+
+    def patches(self) -> list[Patch]:
+        return [(ll_terminals, "PROC", "/nonexistent-proc")]
+
+
+class _AnyNewName(ll_rules_supervised.Rules):
+    def refuses_new(self, path: str, how: ll_rules_supervised.Making) -> bool:
+        del how
+        return self.refuses(path)  # the names the survey found, nothing new
+
+
+class LandlockNewNames(Mutant, LandlockSandbox):
+    """The supervisor judges only the protected names the survey found, not new ones."""
+
+    PLUGIN_NAME = "mutant-landlock-new-names"
+    BREAKS = Promise.NEW_NAMES_REFUSED
+    SELECT = "test_every_new_protected_name"
+
+    def patches(self) -> list[Patch]:
+        return [(ll_engine, "Rules", _AnyNewName)]
 
 
 @attrs.frozen

@@ -125,6 +125,17 @@ class Promise(enum.StrEnum):
     PID_NAMESPACE = "pid-namespace"
     """Host processes are not even listed (a PID namespace of the run's own)."""
 
+    PROCESS_ENTRIES = "process-entries"
+    """No other process's ``/proc/PID`` entry (command line, status, memory map) can be
+    opened: only the command's own and its descendants'. (Listing them is
+    :attr:`PID_NAMESPACE`.)"""
+
+    NEW_NAMES_REFUSED = "new-names-refused"
+    """A protected name made anew in a writable root (``.bashrc``, ``.vscode``, ``.claude``,
+    a symlink, a hard link or a rename onto one) is refused while the command runs, not
+    quarantined after it; but a ``.git`` the command makes empty itself (``git init``,
+    ``git clone``), whose ``hooks`` take only git's ``*.sample`` files, quarantined after."""
+
     NETWORK_NAMESPACE = "network-namespace"
     """The command sees only a loopback interface of its own (a network namespace)."""
 

@@ -62,7 +62,11 @@ class BubblewrapSandbox(SandboxProvider):
     PRIORITY = 100
     # Every one, extras included, but one pinned: bwrap lays its mounts by path when the
     # command starts, after confine named them.
-    PROMISES: ClassVar[frozenset[Promise]] = frozenset(Promise) - {Promise.SWAP_SAFE}
+    # New protected names land in the command's layer and are quarantined, not refused.
+    PROMISES: ClassVar[frozenset[Promise]] = frozenset(Promise) - {
+        Promise.SWAP_SAFE,
+        Promise.NEW_NAMES_REFUSED,
+    }
     GAPS: ClassVar[tuple[Gap, ...]] = (
         Gap(
             Promise.SWAP_SAFE,

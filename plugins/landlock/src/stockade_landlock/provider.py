@@ -34,21 +34,27 @@ class LandlockSandbox(SandboxProvider):
     PLUGIN_NAME = "landlock"
     MODES: ClassVar[frozenset[Mode]] = frozenset({"read-only", "workspace-write"})
     PRIORITY = 50  # below bubblewrap: namespaces hide more (other processes, host /tmp)
-    # Protected paths read-only while the command runs: the supervisor, where the kernel has
-    # what it needs; elsewhere the host puts them back after the run.
+    # Protected paths read-only while the command runs, other processes' /proc entries
+    # refused: the supervisor, where the kernel has what it needs; elsewhere the host puts
+    # protected paths back after the run, and /proc is as the kernel shows it.
     PROMISES: ClassVar[frozenset[Promise]] = CORE | (
-        {Promise.PROTECTED_READ_ONLY} if supervisor.declared() else set()
+        {Promise.PROTECTED_READ_ONLY, Promise.PROCESS_ENTRIES, Promise.NEW_NAMES_REFUSED}
+        if supervisor.declared()
+        else set()
     )
     GAPS: ClassVar[tuple[Gap, ...]] = (
         Gap(
-            Promise.PID_NAMESPACE, "no PID namespace: host PIDs are listed (not their environments)"
+            Promise.PID_NAMESPACE,
+            "no PID namespace: every process's number is listed in /proc (getdents cannot be "
+            "filtered); their entries cannot be opened",
         ),
         Gap(Promise.NETWORK_NAMESPACE, "no network namespace: the host's interfaces are listed"),
         Gap(Promise.PRIVATE_VIEW, "no mount namespace: the host's /tmp and /run stay listable"),
         Gap(
             Promise.PROTECTED_NEVER_VISIBLE,
-            "no overlay without a mount namespace: a command writes the real folder, and a new "
-            "protected name is quarantined only after it exits (visible meanwhile)",
+            "no overlay without a mount namespace: a command writes the real folder; new "
+            "protected names are refused, but a .git it makes itself (git init) is visible while "
+            "it runs and quarantined after",
         ),
     )
 

@@ -40,6 +40,9 @@ def write(path, text="#!/bin/sh\\necho PWNED\\n"):
 """
 
 
+READ_ONLY = "Read-only file system"
+
+
 def _run(host, box, body, *args, **kw):
     result = host.run(box.py(ATTEMPT + body + "\nprint(json.dumps(out))", *args, **kw))
     assert result.exit_code == 0, result.stderr.text
@@ -96,6 +99,11 @@ def test_protected_names_made_during_the_run_are_quarantined(host, box):
     assert all(out[p] == "done" for p in NEIGHBOURS), out
     for rel in NEIGHBOURS:
         assert (box.ws / rel).exists(), rel
+    if box.keeps(Promise.NEW_NAMES_REFUSED):  # refused while it runs: nothing to quarantine
+        assert {p: out[p] for p in NEW_NAMES} == dict.fromkeys(NEW_NAMES, READ_ONLY), out
+        assert not result.quarantined
+        assert not [p for p in NEW_NAMES if os.path.lexists(box.ws / _top(p))]
+        return
     tops = {str(box.ws / _top(rel)) for rel in NEW_NAMES}
     assert set(result.quarantined) == tops, result.quarantined
     for rel in NEW_NAMES:
@@ -110,10 +118,10 @@ def test_protected_names_made_during_the_run_are_quarantined(host, box):
 @pytest.mark.promise(Promise.PROTECTED_NAMES)
 def test_the_quarantine_is_recorded(make_host, event_log, box):
     host = make_host(allow_all=True, plugins=[event_log], config=Config(sandbox=box.sandbox))
-    result, _ = _run(host, box, "attempt('v', write('.vscode/tasks.json'))")
+    result, _ = _run(host, box, "attempt('v', write('sub/.git/description'))")
     [event] = [e for e in event_log.events if e.kind == "quarantine"]
     assert event.action_id == result.action_id
-    assert event.quarantined == (str(box.ws / ".vscode"),)
+    assert event.quarantined == (str(box.ws / "sub" / ".git"),)
     assert event.folder == _quarantine(result) and not event.failed
     kinds = [e.kind for e in event_log.events if e.action_id == result.action_id]
     assert [k for k in kinds if k != "taint"][-2:] == ["quarantine", "result"]  # the breaker's
@@ -122,9 +130,9 @@ def test_the_quarantine_is_recorded(make_host, event_log, box):
 @pytest.mark.promise(Promise.PROTECTED_NAMES)
 def test_a_repo_the_command_inits_takes_its_hook_to_quarantine(host, box):
     script = (
-        "git init -q newrepo && printf '#!/bin/sh\\necho PWNED\\n' > "
-        "newrepo/.git/hooks/pre-commit && chmod +x newrepo/.git/hooks/pre-commit && "
-        "echo ok > newrepo/file"
+        "git init -q newrepo && { printf '#!/bin/sh\\necho PWNED\\n' > "
+        "newrepo/.git/hooks/pre-commit && chmod +x newrepo/.git/hooks/pre-commit || "
+        "echo REFUSED; } && echo ok > newrepo/file"
     )
     result = host.run(box.request(["sh", "-c", script]))
     assert result.exit_code == 0, result.stderr.text
@@ -132,7 +140,12 @@ def test_a_repo_the_command_inits_takes_its_hook_to_quarantine(host, box):
     assert not (box.ws / "newrepo" / ".git").exists()
     assert (box.ws / "newrepo" / "file").read_text() == "ok\n"  # the control
     hook = os.path.join(_quarantine(result), str(box.ws / "newrepo/.git/hooks/pre-commit")[1:])
-    assert os.access(hook, os.X_OK)
+    sample = hook + ".sample"  # git's own template, kept either way
+    assert os.path.exists(sample)
+    if box.keeps(Promise.NEW_NAMES_REFUSED):  # a fresh .git's hooks take only *.sample
+        assert "REFUSED" in result.stdout.text and not os.path.lexists(hook)
+    else:
+        assert os.access(hook, os.X_OK)
 
 
 @pytest.mark.promise(Promise.PROTECTED_NAMES)
@@ -153,6 +166,13 @@ attempt("control", write("plain/ok.txt"))
 """
     result, out = _run(host, box, body, str(box.outside))
     made = [".envrc", ".vscode", "sub/.bashrc", ".idea", "a/b/.claude", ".zshrc"]
+    if box.keeps(Promise.NEW_NAMES_REFUSED):
+        assert out.pop("control") == "done"
+        assert out == dict.fromkeys(out, READ_ONLY), out
+        assert not result.quarantined
+        assert not [m for m in made if os.path.lexists(box.ws / m)]
+        assert (box.ws / "evil").exists() and (box.ws / "evildir").exists()
+        return
     if result.sandbox.writes == "layered":
         # An overlay refuses to rename a folder of the root (EXDEV: ``mv`` copies instead).
         assert out.pop("rename_dir") == out.pop("rename_deep") == "Invalid cross-device link"
@@ -302,7 +322,10 @@ def test_a_root_at_a_homes_config_keeps_autostart_and_user_units(host, box):
     assert not (config / "environment.d").exists()
     assert not (config / "autostart" / "x.desktop").exists()
     assert sorted(os.listdir(config / "autostart")) == ["mine.desktop"]
-    assert str(config / "systemd" / "user") in result.quarantined
+    if box.keeps(Promise.NEW_NAMES_REFUSED):
+        assert "Read-only file system" in result.stderr.text and not result.quarantined
+    else:
+        assert str(config / "systemd" / "user") in result.quarantined
 
 
 @pytest.mark.promise(Promise.PROTECTED_NAMES)
@@ -311,9 +334,13 @@ def test_a_profile_may_open_named_dotfiles(make_host, box):
     config = Config(sandbox=box.sandbox, agents={"default": profile})
     host = make_host(allow_all=True, config=config)
     result, out = _run(host, box, "attempt('b', write('.bashrc'))\nattempt('z', write('.zshrc'))")
-    assert out == {"b": "done", "z": "done"}
     assert (box.ws / ".bashrc").exists()  # opened
-    assert result.quarantined == (str(box.ws / ".zshrc"),)  # not opened
+    if box.keeps(Promise.NEW_NAMES_REFUSED):
+        assert out == {"b": "done", "z": READ_ONLY}
+        assert not result.quarantined and not (box.ws / ".zshrc").exists()
+    else:
+        assert out == {"b": "done", "z": "done"}
+        assert result.quarantined == (str(box.ws / ".zshrc"),)  # not opened
 
 
 WAIT_THEN = """

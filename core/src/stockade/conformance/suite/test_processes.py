@@ -6,7 +6,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +22,15 @@ def victim(box):
     proc = subprocess.Popen(
         ["sleep", "300"], env={"PATH": os.environ["PATH"], "VICTIM_API_TOKEN": box.canary}
     )
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.fixture
+def canary_process(box):
+    """A live host process holding the canary on its command line."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", box.canary])
     yield proc
     proc.kill()
     proc.wait()
@@ -59,6 +70,98 @@ def test_host_processes_are_not_even_listed(host, box, victim):
     out = json.loads(result.stdout.text)
     assert victim.pid not in out["pids"]
     assert len(out["pids"]) < 5, out["pids"]  # a PID namespace: bwrap's init and ourselves
+
+
+READ_OTHERS = r"""
+import ctypes, json, os, subprocess, sys, tempfile, time
+victim, host, here, scratch = int(sys.argv[1]), int(sys.argv[2]), os.getcwd(), tempfile.mkdtemp()
+out = {}
+def attempt(name, fn):
+    try:
+        out[name] = fn()
+    except OSError as error:
+        out[name] = "refused: " + (error.strerror or str(error.errno))
+def read(path, **kw):
+    def go():
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, **kw)
+        try:
+            return os.read(fd, 1 << 16).decode(errors="replace")
+        finally:
+            os.close(fd)
+    return go
+class How(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+libc = ctypes.CDLL(None, use_errno=True)
+def openat2(path):
+    def go():
+        how = How(os.O_RDONLY | os.O_CLOEXEC, 0, 0)
+        fd = libc.syscall(437, -100, path.encode(), ctypes.byref(how), ctypes.sizeof(how))
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+        return read(f"/dev/fd/{fd}")()
+    return go
+for who, pid in (("victim", victim), ("host", host)):
+    for name in ("cmdline", "environ", "status", "stat", "comm", "maps", "task/%d/cmdline" % pid):
+        attempt(f"{who}:{name}", read(f"/proc/{pid}/{name}"))
+    attempt(f"{who}:spelled", read(f"//proc/./{pid}//cmdline"))
+    attempt(f"{who}:dotdot", read(f"/proc/self/../{pid}/cmdline"))
+    attempt(f"{who}:openat2", openat2(f"/proc/{pid}/cmdline"))
+    attempt(f"{who}:relative", read(f"{pid}/cmdline", dir_fd=os.open("/proc", os.O_RDONLY)))
+    os.chdir("/proc")
+    attempt(f"{who}:cwd", read(f"{pid}/cmdline"))
+    os.chdir(here)
+    link = os.path.join(scratch, f"link-{who}")
+    os.symlink(f"/proc/{pid}/cmdline", link)
+    attempt(f"{who}:symlink", read(link))
+    try:
+        path_fd = os.open(f"/proc/{pid}/cmdline", os.O_PATH)
+    except OSError as error:
+        out[f"{who}:o_path"] = "refused: " + error.strerror
+    else:
+        attempt(f"{who}:o_path", read(f"/proc/self/fd/{path_fd}"))
+        attempt(f"{who}:o_path_dev", read(f"/dev/fd/{path_fd}"))
+# controls: the command's own entries, and a child's
+child = subprocess.Popen(["sleep", "30"])
+time.sleep(0.1)
+attempt("control:self", read("/proc/self/cmdline"))
+attempt("control:pid", read(f"/proc/{os.getpid()}/status"))
+attempt("control:thread", read("/proc/thread-self/stat"))
+attempt("control:fd", lambda: str(len(os.listdir("/proc/self/fd"))))
+attempt("control:child", read(f"/proc/{child.pid}/cmdline"))
+attempt("control:meminfo", read("/proc/meminfo"))
+mine = os.path.join(scratch, "mine.txt")
+open(mine, "w").write("mine")
+attempt("control:fd_file", read(f"/proc/self/fd/{os.open(mine, os.O_RDONLY)}"))
+os.chdir(scratch)
+attempt("control:cwd", read("/proc/self/cwd/mine.txt"))
+os.chdir(here)
+attempt("control:exe", lambda: str(open("/proc/self/exe", "rb").read(4)))
+child.kill()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.promise(Promise.PROCESS_ENTRIES)
+def test_other_processes_entries_cannot_be_opened(host, box, canary_process, mode):
+    """Another process's command line, status and memory map, by every spelling; the
+    command's own entries and its child's are the control."""
+    # The host is this process (under Landlock, the command's parent's process).
+    result = host.run(box.py(READ_OTHERS, str(canary_process.pid), str(os.getpid()), mode=mode))
+    assert result.exit_code == 0, result.stderr.text
+    out = json.loads(result.stdout.text)
+    leaked = {
+        k: v for k, v in out.items() if not k.startswith("control") and not v.startswith("refused")
+    }
+    assert not leaked, leaked
+    assert box.canary not in result.stdout.text
+    assert "sleep" in out["control:child"], out
+    assert "python" in out["control:self"], out
+    assert "Tgid" in out["control:pid"], out
+    assert out["control:fd_file"] == out["control:cwd"] == "mine", out
+    assert "ELF" in out["control:exe"], out
+    assert not [k for k, v in out.items() if k.startswith("control") and v.startswith("refused")]
+    seen = Path(f"/proc/{canary_process.pid}/cmdline").read_text()
+    assert box.canary in seen  # control: the host reads it
 
 
 SIGNAL_AND_TRACE = """

@@ -1,21 +1,23 @@
 """The supervisor's seccomp filter, written as BPF by hand: which calls cost a notification.
 
-A filter sees a call's registers, never the memory they point at. So it can tell an
-``open`` for writing from one for reading (the flags are a register) but not where a path
-leads. What it sends to the supervisor (:data:`NOTIFIED`, and ``open``/``openat`` whose
-flags can write, create or truncate: :data:`WRITE_FLAGS`) is every call that creates,
-opens for writing, truncates, renames, links or removes a path, or changes a file's mode
-or owner (by path or by descriptor: a descriptor opened for reading can still be
-``fchmod``-ed); ``openat2`` always, since its flags are in memory. Everything else passes
-this filter untouched (the shared policy, a second filter, still judges it), so a plain
-read costs nothing. The filter is stacked on
-the shared policy: the kernel takes the strictest answer, and an ``EPERM`` of the policy
-wins over a notification.
+A filter sees a call's registers, never the memory they point at, so it cannot tell where
+a path leads. It sends the supervisor every call that creates, truncates, renames, links
+or removes a path, or changes a file's mode, owner, extended attributes or times
+(:mod:`.metadata`; by path or by descriptor: a
+descriptor opened for reading can still be ``fchmod``-ed), and every ``open``, ``openat``
+and ``openat2``: an open for reading too, because a read of another process's ``/proc``
+entry is one (the supervisor lets the kernel make a read-only ``open`` whose path does not
+name ``/proc``, see :mod:`.processes`). Everything else passes this filter untouched (the
+shared policy, a second filter, still judges it), so ``stat``, ``read`` or ``exec`` cost
+nothing. The filter is stacked on the shared policy: the kernel takes the strictest
+answer, and an ``EPERM`` of the policy wins over a notification.
 """
 
 from __future__ import annotations
 
 import struct
+
+from .metadata import CALLS as _METADATA
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 RET_ALLOW = 0x7FFF0000
@@ -49,13 +51,14 @@ NOTIFIED: dict[str, int] = {
     "fchown": 93,
     "lchown": 94,
     "fchownat": 260,
+    **_METADATA,  # extended attributes and times
 }
-# ``open`` and ``openat``, decided by their flags: number -> index of the flags argument.
+# ``open`` and ``openat``: number -> index of the flags argument (notified whatever they are).
 OPENS: dict[str, tuple[int, int]] = {"open": (2, 1), "openat": (257, 2)}
 # O_WRONLY, O_RDWR, O_CREAT, O_TRUNC, __O_TMPFILE: an open with none of these only reads.
 WRITE_FLAGS = 0o1 | 0o2 | 0o100 | 0o1000 | 0o20000000
 
-_LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
+_LD_W_ABS, _JEQ_K, _RET_K = 0x20, 0x15, 0x06
 
 
 def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
@@ -63,13 +66,11 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 
 def program() -> bytes:
-    """The filter: notify :data:`NOTIFIED`, and ``open``/``openat`` with :data:`WRITE_FLAGS`;
-    allow the rest; kill a call through a foreign table (the shared policy kills it too)."""
-    always = sorted(NOTIFIED.values())
-    opens = list(OPENS.values())
-    # 0 ld arch, 1 jeq arch, 2 ld nr, one jeq per notified call, three per open (jeq nr,
-    # ld flags, jset), then ALLOW, NOTIFY, KILL. BPF jumps only forward.
-    allow = 3 + len(always) + 3 * len(opens)
+    """The filter: notify :data:`NOTIFIED` and :data:`OPENS`; allow the rest; kill a call
+    through a foreign table (the shared policy kills it too)."""
+    always = sorted([*NOTIFIED.values(), *(nr for nr, _arg in OPENS.values())])
+    # 0 ld arch, 1 jeq arch, 2 ld nr, one jeq per notified call, then ALLOW, NOTIFY, KILL.
+    allow = 3 + len(always)
     notify, kill = allow + 1, allow + 2
     insns = [
         _insn(_LD_W_ABS, 0, 0, 4),
@@ -78,11 +79,6 @@ def program() -> bytes:
     ]
     for nr in always:
         insns.append(_insn(_JEQ_K, notify - len(insns) - 1, 0, nr))
-    for nr, arg in opens:
-        insns.append(_insn(_JEQ_K, 0, 2, nr))
-        insns.append(_insn(_LD_W_ABS, 0, 0, 16 + 8 * arg))  # the flags' low 32 bits
-        here = len(insns)
-        insns.append(_insn(_JSET_K, notify - here - 1, allow - here - 1, WRITE_FLAGS))
     insns += [
         _insn(_RET_K, 0, 0, RET_ALLOW),
         _insn(_RET_K, 0, 0, RET_USER_NOTIF),

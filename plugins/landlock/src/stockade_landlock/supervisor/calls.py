@@ -19,9 +19,12 @@ import stat
 import time
 from collections.abc import Callable
 
-from . import kernel
+from stockade.confine import protected
+from stockade.confine.protected import GIT
+
+from . import kernel, processes
 from .resolve import AT_FDCWD, Caller, where
-from .rules import REFUSED, Rules
+from .rules import REFUSED, Making, Rules
 
 O_TMPFILE_BIT = 0o20000000
 AT_SYMLINK_NOFOLLOW, AT_REMOVEDIR, AT_SYMLINK_FOLLOW, AT_EMPTY_PATH = 0x100, 0x200, 0x400, 0x1000
@@ -31,11 +34,28 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 class Answer(Exception):
-    """The call's result: ``value``, or a descriptor to hand over."""
+    """The call's result: ``value``, or a descriptor to hand over; or, for ``proceed``, the
+    kernel makes the call itself (only a read-only ``open`` whose flags are registers, whose
+    path no check was made on: the command's own Landlock domain judges it)."""
 
-    def __init__(self, value: int = 0, fd: int | None = None, *, cloexec: bool = False) -> None:
+    def __init__(
+        self,
+        value: int = 0,
+        fd: int | None = None,
+        *,
+        cloexec: bool = False,
+        proceed: bool = False,
+    ) -> None:
         super().__init__(value)
-        self.value, self.fd, self.cloexec = value, fd, cloexec
+        self.value, self.fd, self.cloexec, self.proceed = value, fd, cloexec, proceed
+
+
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | O_TMPFILE_BIT
+
+
+def writes(flags: int) -> bool:
+    """Whether an open with ``flags`` can write, create or truncate."""
+    return bool(flags & WRITES)
 
 
 class Waiting(Exception):
@@ -72,6 +92,25 @@ def refuse_if(rules: Rules, path: str) -> None:
         raise OSError(REFUSED, "protected", path)
 
 
+def refuse_new(rules: Rules, path: str, how: Making) -> None:
+    """Raise ``EROFS`` when ``rules`` refuse to make the name ``path`` by ``how``."""
+    if rules.refuses_new(path, how):
+        raise OSError(REFUSED, "a new protected name", path)
+
+
+def _brought_in(rules: Rules, source: tuple[int, bytes, str], target: str) -> None:
+    """Raise ``EXDEV`` for a folder moved from outside the surveyed roots into them: what
+    it holds was never judged (``mv`` then copies, one judged name at a time)."""
+    folder, last, path = source
+    if not rules.roots or protected.inside(path, rules.roots):
+        return
+    if not protected.inside(target, rules.roots):
+        return
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISDIR(os.lstat(last, dir_fd=folder).st_mode):
+            raise OSError(errno.EXDEV, "a folder from outside the roots", path)
+
+
 def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
     caller: Caller,
     rules: Rules,
@@ -86,17 +125,24 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
     dirfd, path = at
     cloexec = bool(flags & os.O_CLOEXEC)
     anchored = bool(resolve & (kernel.RESOLVE_BENEATH | kernel.RESOLVE_IN_ROOT))
-    own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
-    if own is not None:
-        return Answer(fd=_reopen(rules, own, flags), cloexec=cloexec)
-    base, path = caller.start(dirfd, path, anchored=anchored)
+    reading = not writes(flags)
+    if reading and not anchored and processes.is_proc(path):
+        base, path = processes.start(caller, path)  # another's process: EACCES
+        if not path:  # /proc/self/fd/N, /proc/self/exe: the object the link names
+            return Answer(fd=_reopen(rules, base, flags), cloexec=cloexec)
+    else:
+        own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
+        if own is not None:
+            return Answer(fd=_reopen(rules, own, flags), cloexec=cloexec)
+        base, path = caller.start(dirfd, path, anchored=anchored)
     exclusive = flags & os.O_CREAT and flags & os.O_EXCL
     follow = not (flags & os.O_NOFOLLOW or exclusive or resolve & kernel.RESOLVE_NO_SYMLINKS)
     for _ in range(_MAX_LINKS):
         found = None
         if not exclusive:  # O_CREAT | O_EXCL makes a new name or fails: no object to find
             with contextlib.suppress(FileNotFoundError):
-                found = caller.walk(base, path, 0 if follow else os.O_NOFOLLOW, resolve)
+                nofollow = 0 if follow else os.O_NOFOLLOW
+                found = caller.walk(base, path, nofollow, resolve, proc=reading)
         if found is not None:
             if stat.S_ISLNK(os.fstat(found).st_mode):
                 raise OSError(errno.ELOOP, "a symlink, not followed")
@@ -121,7 +167,7 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
             if exclusive:
                 raise FileExistsError(errno.EEXIST, "exists")
             continue  # it appeared since the walk: look again
-        refuse_if(rules, target)
+        refuse_new(rules, target, "file")
         made = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             wanted = mode & 0o7777 & ~caller.umask()
@@ -144,7 +190,8 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
     its own path is judged, never a name that could since lead elsewhere."""
     info = os.fstat(found)
     device = where(found) if stat.S_ISCHR(info.st_mode) else None
-    if stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode):
+    processes.check(found)  # another process's /proc entry: EACCES
+    if (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)) and writes(flags):
         refuse_if(rules, where(found))
     elif device is not None:
         rules.terminals.check(device)  # another's /dev/pts/N: EACCES
@@ -180,13 +227,22 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
 
 
 def make(
-    caller: Caller, rules: Rules, dirfd: int, path: bytes, do: Callable[[int, bytes], None]
+    caller: Caller,
+    rules: Rules,
+    at: tuple[int, bytes],
+    do: Callable[[int, bytes], None],
+    how: Making | None = None,
 ) -> Answer:
-    """A call that makes or removes the last name of ``path`` (``mkdir``, ``mknod``,
-    ``symlink``, ``unlink``, ``rmdir``): ``do(folder, name)`` once the name is allowed."""
-    folder, last, target = caller.parent(*caller.start(dirfd, path))
-    refuse_if(rules, target)
+    """A call that makes (``how``) or removes the last name of ``at`` (``mkdir``,
+    ``mknod``, ``symlink``, ``unlink``, ``rmdir``): ``do(folder, name)`` once allowed."""
+    folder, last, target = caller.parent(*caller.start(*at))
+    if how is None:
+        refuse_if(rules, target)
+    else:
+        refuse_new(rules, target, how)
     do(folder, last)
+    if how == "mkdir" and os.path.basename(target) == GIT:
+        rules.fresh.add(target)  # made empty by the command: a fresh repository
     return Answer()
 
 
@@ -211,7 +267,7 @@ def link(
         refuse_if(rules, target)
         source = (folder, last)
     folder, last, target = caller.parent(*caller.start(newdir, newpath))
-    refuse_if(rules, target)
+    refuse_new(rules, target, "link")
     if source is None:
         os.link(f"/proc/self/fd/{own}", last, dst_dir_fd=folder, follow_symlinks=True)
     else:
@@ -228,6 +284,13 @@ def rename(
     for target in (otarget, ntarget):
         if rules.holds(target):
             raise OSError(REFUSED, "protected", target)
+    refuse_new(rules, ntarget, "rename")
+    exchange = flags & RENAME_EXCHANGE
+    if exchange:
+        refuse_new(rules, otarget, "rename")
+    _brought_in(rules, (ofolder, olast, otarget), ntarget)
+    if exchange:
+        _brought_in(rules, (nfolder, nlast, ntarget), otarget)
     if _libc.renameat2(ofolder, olast, nfolder, nlast, ctypes.c_uint(flags)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))

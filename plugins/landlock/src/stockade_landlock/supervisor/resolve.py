@@ -77,6 +77,7 @@ class Caller:
         self.listener, self.ident, self.tid = listener, ident, tid
         self.exact = exact  # the supervisor's umask is 0: a mode given is the mode made
         self.opened: list[int] = []  # closed by close()
+        self._text: bytes | None = None
 
     def close(self) -> None:
         """Close every descriptor opened for this call."""
@@ -131,13 +132,28 @@ class Caller:
         else:
             os.chmod(name, mode, dir_fd=folder, follow_symlinks=False)
 
+    def _status(self, key: bytes) -> bytes | None:
+        """A field of the caller's ``/proc/TID/status``, read once per call."""
+        if self._text is None:
+            fd = os.open(f"/proc/{self.tid}/status", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                self._text = os.read(fd, 1 << 14)
+            finally:
+                os.close(fd)
+        found = re.search(rb"^" + key + rb":\s*(\S+)", self._text, re.MULTILINE)
+        return None if found is None else found.group(1)
+
     def umask(self) -> int:
         """The caller's umask, from ``/proc/TID/status``."""
-        with open(f"/proc/{self.tid}/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"Umask:"):
-                    return int(line.split()[1], 8)
-        return 0o022
+        value = self._status(b"Umask")
+        return 0o022 if value is None else int(value, 8)
+
+    def tgid(self) -> int:
+        """The caller's process (its thread group), from ``/proc/TID/status``."""
+        value = self._status(b"Tgid")
+        if value is None:
+            raise ProcessLookupError(errno.ESRCH, "the caller has no thread group")
+        return int(value)
 
     def start(self, dirfd: int, path: bytes, *, anchored: bool = False) -> tuple[int, bytes]:
         """Where the walk of ``path`` starts, and what is left to walk: ``AT_FDCWD``
@@ -193,16 +209,13 @@ class Caller:
         return fd
 
     def _own(self, pid: bytes) -> bool:
-        if int(pid) == self.tid:
-            return True
-        with open(f"/proc/{self.tid}/status", "rb") as status:
-            for line in status:
-                if line.startswith(b"Tgid:"):
-                    return int(line.split()[1]) == int(pid)
-        return False
+        return int(pid) in (self.tid, self.tgid())
 
-    def walk(self, base: int, path: bytes, flags: int, resolve: int = 0) -> int:
-        """``openat2(base, path, O_PATH | flags)`` without magic links; refused on /proc."""
+    def walk(
+        self, base: int, path: bytes, flags: int, resolve: int = 0, *, proc: bool = False
+    ) -> int:
+        """``openat2(base, path, O_PATH | flags)`` without magic links; refused on /proc
+        unless ``proc`` (a read: the caller then judges whose the object is)."""
         fd = self.keep(
             kernel.openat2(
                 base,
@@ -212,7 +225,7 @@ class Caller:
                 resolve | kernel.RESOLVE_NO_MAGICLINKS,
             )
         )
-        if on_proc(fd):
+        if not proc and on_proc(fd):
             raise PermissionError(errno.EACCES, "no path through /proc")
         return fd
 

@@ -1,20 +1,25 @@
-"""What the supervisor refuses: the protected paths found in the writable roots.
+"""What the supervisor refuses: the protected paths found in the writable roots, and new ones.
 
 Landlock only grants: a right on a folder holds for all beneath it, so it cannot keep a
 workspace writable and its ``.git`` not. The supervisor refuses, for every call it is sent,
 what lies at or beneath a protected path the survey found before the run (every ``.git``,
 ``gitdir:`` target, ``core.hooksPath`` folder, a bare repository's hooks and config, agent
 and editor config, dotfiles, run-later folders, and the credential stores): bubblewrap's
-read-only binds, drawn by the same survey. A protected name that appears during the run is
-the command's own until it ends, and is quarantined then, as under bubblewrap. Everything
-else is left to Landlock, which judges the supervisor's own call as it would the command's
-(same domain): the system secrets, the masked paths and everything outside the writable
-roots.
+read-only binds, drawn by the same survey. It refuses a protected name made anew in a
+surveyed root too (:meth:`Rules.refuses_new`), with one exception, so that ``git init``
+and ``git clone`` work: a ``.git`` folder the command makes itself (``mkdir``, so empty),
+whose ``hooks`` folder then takes only git's inert ``*.sample`` files. Such a fresh
+repository is the command's own until it ends and is quarantined then, as under
+bubblewrap. Everything else is left to Landlock, which judges the supervisor's own call as
+it would the command's (same domain): the system secrets, the masked paths and everything
+outside the writable roots.
 """
 
 from __future__ import annotations
 
 import errno
+import threading
+from typing import Literal
 
 from attrs import field, frozen
 
@@ -24,6 +29,29 @@ from .terminals import Terminals
 
 REFUSED = errno.EROFS
 """The error of a refused write, as bubblewrap's read-only mount answers it."""
+Making = Literal["file", "mkdir", "node", "symlink", "link", "rename"]
+"""How a new name is made (what :meth:`Rules.refuses_new` judges)."""
+
+
+class Fresh:
+    """The ``.git`` folders the command made during the run (by ``mkdir``, so empty)."""
+
+    def __init__(self) -> None:
+        self._made: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, path: str) -> None:
+        """Keep ``path``, a ``.git`` the command just made."""
+        with self._lock:
+            self._made.add(path)
+
+    def holding(self, path: str) -> str | None:
+        """The fresh ``.git`` that ``path`` is or lies beneath, or ``None``."""
+        if not self._made:
+            return None
+        with self._lock:
+            made = tuple(self._made)
+        return next((m for m in made if protected.inside(path, (m,))), None)
 
 
 @frozen
@@ -37,11 +65,42 @@ class Rules:
 
     kept: tuple[str, ...] = ()
     terminals: Terminals = field(factory=Terminals, eq=False)
+    roots: tuple[str, ...] = ()
+    writable_dotfiles: frozenset[str] = frozenset()
+    fresh: Fresh = field(factory=Fresh, eq=False)
 
     @classmethod
     def of(cls, survey: protected.Survey) -> Rules:
         """The rules of a survey."""
-        return cls((*survey.read_only, *survey.masked))
+        return cls(
+            (*survey.read_only, *survey.masked),
+            roots=survey.roots,
+            writable_dotfiles=survey.writable_dotfiles,
+        )
+
+    def refuses_new(self, path: str, how: Making) -> bool:
+        """Whether a new name ``path`` (absolute, resolved but for its last name) may not
+        be made by ``how``: a protected name in a surveyed root, or one beneath it, but in
+        a fresh ``.git`` (:class:`Fresh`); a ``.git`` made by ``mkdir`` starts one."""
+        if self.refuses(path):
+            return True
+        root = next((r for r in self.roots if path.startswith(r + "/")), None)
+        if root is None:
+            return False  # the run's home, caches and scratch: the command's own
+        repository = self.fresh.holding(path)
+        if repository is not None:
+            return _in_hooks(path[len(repository) + 1 :], how)
+        parts = path[len(root) + 1 :].split("/")
+        prefix = root
+        for depth, part in enumerate(parts, 1):
+            prefix = f"{prefix}/{part}"
+            if protected.kind_of(prefix, self.writable_dotfiles) is None:
+                continue
+            if depth < len(parts):
+                return True  # beneath a protected name (not a fresh .git: seen above)
+            # a fresh repository (git init, git clone): kept in :class:`Fresh`
+            return not (how == "mkdir" and part == protected.GIT)
+        return False
 
     def refuses(self, path: str) -> bool:
         """Whether ``path`` (absolute, resolved but for its last name) may not change."""
@@ -51,3 +110,12 @@ class Rules:
         """Whether ``path`` is refused, or a folder holding a refused path (a rename of it
         would carry the protected path away from where it is kept)."""
         return self.refuses(path) or any(protected.inside(kept, (path,)) for kept in self.kept)
+
+
+def _in_hooks(inside: str, how: Making) -> bool:
+    """Whether ``inside`` (a path in a fresh ``.git``) is a name its ``hooks`` folder may
+    not take: anything but a file named ``*.sample`` (git's templates, which never run)."""
+    parts = inside.split("/")
+    if parts[0] != "hooks" or len(parts) == 1:
+        return False
+    return not (len(parts) == 2 and how == "file" and parts[1].endswith(".sample"))

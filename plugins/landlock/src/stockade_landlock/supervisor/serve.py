@@ -3,17 +3,21 @@
 It is started by the thread that spawns the command, after Landlock is applied and before
 the seccomp filters are, so it carries the command's Landlock domain and no capability, but
 no filter: its own calls are judged by Landlock exactly as the command's would be, and never
-come back to it. It answers each call by performing it (:mod:`.calls`), never with
-``SECCOMP_USER_NOTIF_FLAG_CONTINUE``: letting the kernel make a checked call would make it
-read the path from the command's memory again, after a thread of the command changed it.
+come back to it. It answers each call it checks by performing it (:mod:`.calls`), never
+with ``SECCOMP_USER_NOTIF_FLAG_CONTINUE``: letting the kernel make a checked call would make
+it read the path from the command's memory again, after a thread of the command changed it.
+Only a read-only ``open`` it does not check (its path names neither ``/proc`` nor
+``/dev/pts``) goes back to the kernel that way: the command's own Landlock domain refuses
+whatever such a path could be swapped for.
 
 When it stops (the run is over, or it fails), it closes the listener: the kernel then fails
 every notified call of the command with ``ENOSYS``, so a command whose supervisor died can
-no longer create, write, rename, link or remove anything (it fails closed).
+no longer open, create, write, rename, link or remove anything (it fails closed).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -22,8 +26,8 @@ import select
 import threading
 from collections.abc import Callable, Sequence
 
-from . import calls, kernel
-from .bpf import NOTIFIED, OPENS, program
+from . import calls, kernel, metadata, processes
+from .bpf import NOTIFIED, OPENS, WRITE_FLAGS, program
 from .calls import Answer
 from .resolve import Caller, signed
 from .rules import Rules
@@ -97,10 +101,12 @@ class Supervisor:
                 os.umask(0)  # applied to each create
             except OSError:  # unshare refused (a container's filter): settle each mode
                 self._exact = False
+            kernel.sync_wake_up(listener)  # an older kernel: the ordinary wake-ups
             poller = select.poll()
             poller.register(listener, select.POLLIN)
             poller.register(self._wake_r, select.POLLIN)
             notif = kernel.Notif()
+            peek = kernel.Peek(_HEAD)
             while not self._stopped:
                 events = dict(poller.poll())
                 if self._wake_r in events:
@@ -113,11 +119,33 @@ class Supervisor:
                     if error.errno in (errno.ENOENT, errno.EINTR):
                         continue  # the caller was killed before we read it
                     raise
-                self._answer(listener, notif)
+                if not self._read_only(listener, notif, peek):
+                    self._answer(listener, notif)
         finally:
             with self._sending:
                 self._closed = True
                 os.close(listener)
+
+    def _read_only(self, listener: int, notif: kernel.Notif, peek: kernel.Peek) -> bool:
+        """The hot path: answer at once, with no object made, a read-only ``open`` or
+        ``openat`` whose path names neither ``/proc`` nor ``/dev/pts`` (the kernel makes
+        it: its flags are a register, and what its path could be swapped for is the
+        command's own Landlock domain's to refuse). ``False``: the full path answers."""
+        data = notif.data
+        arg = _READ_OPENS.get(data.nr)
+        if arg is None or data.args[arg + 1] & WRITE_FLAGS:
+            return False
+        # Unreadable (b""): proceed all the same, the kernel and the command's own domain
+        # judge it (a non-dumpable command's memory cannot be read, its reads still work).
+        head = peek.read(notif.pid, data.args[arg])
+        if head is None or _made_here(head):
+            return False  # cut short by a page's end, or made here: judged in full
+        self.served += 1
+        with self._sending:
+            if not self._closed:
+                with contextlib.suppress(ProcessLookupError, FileNotFoundError):
+                    kernel.send(listener, notif.id, proceed=True)  # gone: nothing to answer
+        return True
 
     def _answer(self, listener: int, notif: kernel.Notif) -> None:
         caller = Caller(listener, notif.id, notif.pid, exact=self._exact)
@@ -157,7 +185,9 @@ class Supervisor:
                 if self._closed:
                     return
                 try:
-                    if answer.fd is not None:
+                    if answer.proceed:
+                        kernel.send(listener, ident, proceed=True)
+                    elif answer.fd is not None:
                         kernel.send_fd(listener, ident, answer.fd, cloexec=answer.cloexec)
                     elif answer.value < 0:
                         kernel.send(listener, ident, 0, -answer.value)
@@ -176,10 +206,13 @@ class Supervisor:
         rules = self.rules
         path = caller.read_path
         at = -100
-        if name == "open":
-            return calls.open_path(caller, rules, (at, path(a[0])), a[1] & 0xFFFFFFFF, a[2])
-        if name == "openat":
-            return calls.open_path(caller, rules, (a[0], path(a[1])), a[2] & 0xFFFFFFFF, a[3])
+        if name in ("open", "openat"):
+            where = (at, path(a[0])) if name == "open" else (a[0], path(a[1]))
+            flags, mode = (a[1], a[2]) if name == "open" else (a[2], a[3])
+            flags &= 0xFFFFFFFF
+            if not calls.writes(flags) and not _made_here(where[1]):
+                return _PROCEED  # a read: the command's own domain judges it (not /proc)
+            return calls.open_path(caller, rules, where, flags, mode)
         if name == "creat":
             flags = os.O_CREAT | os.O_WRONLY | os.O_TRUNC
             return calls.open_path(caller, rules, (at, path(a[0])), flags, a[1])
@@ -193,7 +226,7 @@ class Supervisor:
                 os.mkdir(n, made, dir_fd=d)
                 caller.settle(None, made, n, d)
 
-            return calls.make(caller, rules, dirfd, path(p), mkdir)
+            return calls.make(caller, rules, (dirfd, path(p)), mkdir, "mkdir")
         if name in ("mknod", "mknodat"):
             dirfd, p, mode, dev = (at, *a[:3]) if name == "mknod" else tuple(a[:4])
             node = mode & 0o7777 & ~caller.umask()
@@ -202,18 +235,24 @@ class Supervisor:
                 os.mknod(n, mode & 0o170000 | node, dev, dir_fd=d)
                 caller.settle(None, node, n, d)
 
-            return calls.make(caller, rules, dirfd, path(p), mknod)
+            return calls.make(caller, rules, (dirfd, path(p)), mknod, "node")
         if name in ("symlink", "symlinkat"):
             target = path(a[0])
             dirfd, p = (at, a[1]) if name == "symlink" else (a[1], a[2])
             return calls.make(
-                caller, rules, dirfd, path(p), lambda d, n: os.symlink(target, n, dir_fd=d)
+                caller,
+                rules,
+                (dirfd, path(p)),
+                lambda d, n: os.symlink(target, n, dir_fd=d),
+                "symlink",
             )
         if name in ("unlink", "rmdir", "unlinkat"):
             unlinkat = name == "unlinkat"
             dirfd, p, flags = (a[0], a[1], a[2] & 0xFFFFFFFF) if unlinkat else (at, a[0], 0)
             flags = calls.AT_REMOVEDIR if name == "rmdir" else flags
-            return calls.make(caller, rules, dirfd, path(p), lambda d, n: calls.unlink(d, n, flags))
+            return calls.make(
+                caller, rules, (dirfd, path(p)), lambda d, n: calls.unlink(d, n, flags)
+            )
         if name in ("link", "linkat"):
             if name == "link":
                 return calls.link(caller, rules, (at, path(a[0])), (at, path(a[1])), 0)
@@ -226,6 +265,8 @@ class Supervisor:
             return calls.rename(caller, rules, (a[0], path(a[1])), (a[2], path(a[3])), flags)
         if name == "truncate":
             return calls.truncate(caller, rules, path(a[0]), a[1])
+        if name in metadata.CALLS:
+            return metadata.answer(caller, rules, name, a)
         return self._attributes(caller, name, a)
 
     def _attributes(self, caller: Caller, name: str | None, a: Sequence[int]) -> Answer:
@@ -279,6 +320,18 @@ class Supervisor:
         return calls.open_path(
             caller, self.rules, (a[0], path), how.flags, how.mode, resolve=how.resolve
         )
+
+
+_PROCEED = Answer(proceed=True)
+_READ_OPENS = {nr: arg - 1 for nr, arg in OPENS.values()}  # number -> the path's argument
+_HEAD = 10  # enough of a path to tell /proc/ and /dev/pts/ from the rest
+
+
+def _made_here(path: bytes) -> bool:
+    """Whether a read-only open of ``path`` (or of a path that starts with these
+    :data:`_HEAD` bytes) is made by the supervisor: one under ``/proc`` (refused to the
+    command's own domain) or of a terminal (the run's own only)."""
+    return processes.is_proc(path) or path.startswith(b"/dev/pts/")
 
 
 @functools.cache

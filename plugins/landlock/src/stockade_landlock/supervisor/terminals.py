@@ -27,6 +27,8 @@ from ..rules import Rule, expand
 _RW_IOCTL = abi.FS_READ_FILE | abi.FS_WRITE_FILE | abi.FS_IOCTL_DEV
 DEVICES = {"/dev/ptmx": _RW_IOCTL, "/dev/pts": _RW_IOCTL}
 """What the supervisor's domain grants beyond the command's rules (the Veil takes it back)."""
+PROC = "/proc"
+"""Opened by the supervisor only (:mod:`.processes`): the Veil takes file access there away."""
 TIOCGPTN = 0x80045430
 _PTS = re.compile(r"^/dev/pts/(\d+)$")
 
@@ -56,9 +58,10 @@ class Terminals:
 
 
 class Veil:
-    """The command's extra Landlock layer: file access everywhere but the terminals.
+    """The command's extra Landlock layer: file access everywhere but the terminals and
+    ``/proc`` (the supervisor opens what the command may there, :mod:`.processes`).
 
-    Its rules (every entry of ``/`` and of ``/dev`` but ``ptmx`` and ``pts``) are listed
+    Its rules (every entry of ``/`` but ``/proc``, of ``/dev`` but ``ptmx`` and ``pts``) are listed
     once and made again when ``/`` or ``/dev`` changes; each plan holds a duplicate of
     the ruleset's descriptor.
     """
@@ -75,7 +78,8 @@ class Veil:
                 self.close_locked()
                 handled = _RW_IOCTL & abi.fs_rights(level)
                 listed: list[str] = []
-                rules = expand([("/", handled)], [(p, handled) for p in DEVICES], listed)
+                taken = [(p, handled) for p in (*DEVICES, PROC)]
+                rules = expand([("/", handled)], taken, listed)
                 self._fd = _build(level, handled, rules)
                 self._stamps = tuple((d, os.stat(d).st_mtime_ns) for d in listed)
             return os.dup(self._fd)
