@@ -23,10 +23,10 @@ import os
 import sys
 import time
 
-from ..caller import ask_terminal
 from ..server import protocol
 from ..server.paths import Place
 from ..server.trust import folder_problem, listener_problem
+from ..terminal import ask_terminal
 
 TYPE_CHECKING = False  # not typing's: importing typing costs this client ~5 ms
 if TYPE_CHECKING:
