@@ -30,6 +30,8 @@ class Caller:
             when the client has no terminal.
         on_interrupt: called with a callback to run when the client is interrupted (its
             Ctrl-C, or it went away); returns a function that removes the callback.
+        getenv: ask the client for a variable it left out of :attr:`environ` (its name looks
+            like a secret): its value, or ``None``.
     """
 
     def __init__(
@@ -40,12 +42,14 @@ class Caller:
         host: Callable[[str | None, str | None], Host],
         ask: Callable[[str], str] | None,
         on_interrupt: Callable[[Callable[[], None]], Callable[[], None]],
+        getenv: Callable[[str], str | None] | None = None,
     ) -> None:
         self.environ = environ
         self.cwd = cwd
         self.host = host
         self.ask = ask
         self.on_interrupt = on_interrupt
+        self.getenv = getenv
 
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(

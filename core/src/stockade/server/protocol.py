@@ -13,6 +13,8 @@ Every frame is an object with a ``type``. A conversation:
     server  welcome {version, pid}            or refused {code, message}
     client  call {argv, cwd, env, tty}        (op call only)
     server  out {fd, text} ...  ask {text}    (the client answers: answer {text})
+    server  env {name}                        (the client answers: env {name, value}, a
+                                               variable it withheld, or null)
     client  signal {name}                     (Ctrl-C at the client: the command is killed)
     server  exit {status}
 """
@@ -23,7 +25,7 @@ import _socket
 
 from .. import __version__
 
-VERSION = f"{__version__}/1"
+VERSION = f"{__version__}/2"
 """The package's version and the protocol's revision: a client talks only to its own server."""
 
 HOT = frozenset({"run", "pending", "approve", "decline", "start", "read", "kill", "tasks"})
