@@ -127,7 +127,7 @@ def main() -> int:
         CPU.clear()
         WALL.clear()
         if profile is not None:
-            profile.clear()  # type: ignore[attr-defined]
+            profile.clear()
         rounds = [call() for _ in range(args.calls)]
     finally:
         warm.stop()
