@@ -134,9 +134,9 @@ class Store:
             # One connection per host, used from its threads (run_async admits in a worker):
             # every use holds the lock.
             self._db = sqlite3.connect(
-                path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+                path, timeout=OPEN_TIMEOUT, isolation_level=None, check_same_thread=False
             )
-            _wal(self._db)
+            _write_ahead(self._db)
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._migrate()
         except (OSError, sqlite3.Error) as error:
@@ -294,34 +294,24 @@ class Store:
         return cursor.rowcount == 1
 
 
-BUSY_TIMEOUT = 10.0
-"""Seconds a connection waits for another's lock before it gives up."""
-
-_BUSY = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED (and their extended codes' low byte)
+OPEN_TIMEOUT = 10.0
+"""Seconds an open waits for other connections (the same as every statement's timeout)."""
 
 
-def _wal(db: sqlite3.Connection) -> None:
-    """Put the store in WAL mode, waiting out other connections as any statement would.
-
-    Switching a new file to WAL needs an exclusive lock, and SQLite answers a connection
-    that cannot get it at once with "database is locked" without waiting (its busy
-    handler is not called, since waiting could deadlock): processes and threads that open
-    a new store at once met it. So this one retries, for :data:`BUSY_TIMEOUT` seconds.
-    """
-    deadline = time.monotonic() + BUSY_TIMEOUT
-    delay = 0.001
+def _write_ahead(db: sqlite3.Connection) -> None:
+    """Put the store in WAL mode. SQLite answers ``database is locked`` at once, without
+    its busy handler, when another connection is switching a new file's journal mode at the
+    same moment (two hosts opening one fresh store: a server's first call and its prewarm,
+    say), so the switch is tried again until :data:`OPEN_TIMEOUT`."""
+    deadline = time.monotonic() + OPEN_TIMEOUT
     while True:
         try:
             db.execute("PRAGMA journal_mode=WAL")
-        except sqlite3.OperationalError as error:
-            code = getattr(error, "sqlite_errorcode", None)
-            busy = code is not None and code & 0xFF in _BUSY
-            if not busy or time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
-        else:
             return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
 
 
 def open_store(config: Config) -> Store:
