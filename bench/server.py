@@ -6,8 +6,9 @@ interleaved by :func:`timing.interleaved`, with a private state folder, runtime 
 
 - **Warm**: ``stockade run --sandbox bubblewrap -- true`` with the server already running,
   against raw ``bwrap`` given the provider's own flags (:func:`confined.raw_argv`),
-  ``python -I -c pass``, the in-process CLI (``stockade --no-server run ...``), the same pair
-  in ``danger-full-access``, and ``codex sandbox -- true`` where Codex installs from the npm
+  ``python -I -c pass`` and ``python -c pass`` (with ``site``, as a console script starts),
+  the in-process CLI (``stockade --no-server run ...``), the same pair in
+  ``danger-full-access``, and ``codex sandbox -- true`` where Codex installs from the npm
   registry into ``bench/.codex`` (both npm's ``codex`` launcher and the native binary it
   starts). Targets: a median of at most 20 ms, at least 2x faster than Codex's native
   binary.
@@ -291,6 +292,8 @@ def _measure(
         "warm_full": cmd(*FULL),
         "in_process_full": cmd("--no-server", *FULL),
         "python": confined.timed_command([python, "-I", "-c", "pass"], env, cwd),
+        # The console script's interpreter is not isolated: it also pays for ``site``.
+        "python_site": confined.timed_command([python, "-c", "pass"], env, cwd),
         **peers,
     }
     stop_server(env)
@@ -329,6 +332,7 @@ def _measure(
 
     medians = {name: stats["median"] for name, stats in warm.items()}
     phases["python_ms"] = medians["python"]
+    phases["site_ms"] = medians["python_site"] - medians["python"]
     phases["rest_ms"] = medians["warm"] - sum(phases.values())
     ratios = {
         "warm_vs_in_process": medians["warm"] / medians["in_process"],
@@ -385,6 +389,7 @@ def report_server(
         "in_process_full": "stockade --no-server run --mode danger-full-access -- true",
         "raw_bwrap": "raw bwrap, the provider's flags, --seccomp FD",
         "python": "python -I -c pass",
+        "python_site": "python -c pass (with site, as the console script starts)",
         "codex": "codex sandbox -- true (npm's launcher)",
         "codex_native": "codex sandbox -- true (its native binary)",
     }
@@ -421,7 +426,8 @@ def report_server(
     phases = stats["phases"]
     print(
         "  warm call, inside the client (medians): "
-        f"interpreter (python -I -c pass) {phases['python_ms']:.1f} ms, client imports "
+        f"interpreter (python -I -c pass) {phases['python_ms']:.1f} ms, site "
+        f"{phases['site_ms']:.1f} ms, client imports "
         f"{phases['imports_ms']:.1f} ms, connect + hello {phases['connect_ms']:.1f} ms, "
         f"the call on the server {phases['call_ms']:.1f} ms (of which raw bwrap "
         f"{warm['raw_bwrap']['median']:.1f} ms, the server's share "

@@ -15,7 +15,9 @@ command changed; in-process the default profile does not, as the docs say).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Iterator
@@ -41,6 +43,12 @@ def sk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stockade]:
         (project / "etc" / "only-in-the-project").write_text("")
         (project / "cfg.toml").write_text("[timeout]\ndefault = 17\n")
         (project / "bad.toml").write_text("[timeout]\ndefualt = 17\n")
+        # Relative paths inside a config file are the file's, whoever reads it and wherever.
+        (project / "conf").mkdir()
+        (project / "conf" / "rel.toml").write_text('[credentials]\nfile = "secrets.toml"\n')
+        secrets = project / "conf" / "secrets.toml"
+        secrets.write_text('demo = "demo-value-1"\n')
+        secrets.chmod(0o600)
         warm = found.run("run", "--yes", "--mode", FULL, "--", "true", cwd=project)
         assert warm.returncode == 0, warm.stderr
         found.wait_server()
@@ -67,9 +75,10 @@ RUN_OPTIONS = st.fixed_dictionaries(
     {
         "cwd": st.sampled_from([None, "sub", "etc", "./sub/..", "missing"]),
         "config": st.sampled_from(
-            [None, "cfg.toml", "bad.toml", "missing.toml", "../proj/cfg.toml"]
+            [None, "cfg.toml", "bad.toml", "missing.toml", "../proj/cfg.toml", "conf/rel.toml"]
         ),
-        "env_config": st.sampled_from([None, "cfg.toml", "bad.toml"]),
+        "env_config": st.sampled_from([None, "cfg.toml", "bad.toml", "conf/rel.toml"]),
+        "secret": st.booleans(),  # resolved from conf/rel.toml's file, else an error
         "grant": st.sampled_from([None, "out", "../proj/out", "missing"]),
         "mode": st.sampled_from([FULL, FULL, "read-only", None]),
         "yes": st.booleans(),
@@ -97,6 +106,7 @@ def _run_argv(o: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
         if o[key] is not None:
             argv += [flag, o[key]]
     argv += ["--yes"] * o["yes"] + ["--json"] * o["json"]
+    argv += ["--secret", "GIVEN=demo"] * o["secret"]
     env = {} if o["env_config"] is None else {"STOCKADE_CONFIG": o["env_config"]}
     return [*argv, "--", *o["program"]], env
 
@@ -150,3 +160,23 @@ def test_the_server_and_in_process_give_the_same_answer(
     if served[3] != local[3]:  # the second call recorded a step: the same step
         assert served[3] is not None and local[3] is not None
         assert served[3] == local[3], argv
+
+
+DEMO_DIGEST = f"{hashlib.sha256(b'demo-value-1').hexdigest()}  -\n".encode()
+
+
+@pytest.mark.parametrize("how", ["--config", "STOCKADE_CONFIG"])
+def test_relative_paths_in_a_config_file_are_the_files(sk: Stockade, how: str) -> None:
+    """``credentials.file = "secrets.toml"`` in ``proj/conf/rel.toml`` is
+    ``proj/conf/secrets.toml``, through the server (whose own folder is ``/``) and
+    in-process, from a folder that is neither (``proj/sub``, the config named from there)."""
+    cwd = sk.root / "proj" / "sub"
+    config = os.path.relpath(sk.root / "proj" / "conf" / "rel.toml", cwd)
+    argv = ["run", "--yes", "--mode", FULL, "--secret", "GIVEN=demo", "--"]
+    argv += ["sh", "-c", 'printf %s "$GIVEN" | sha256sum']  # the value itself is refused
+    env = {"STOCKADE_CONFIG": config} if how == "STOCKADE_CONFIG" else {}
+    prefix = ["--config", config] if how == "--config" else []
+    for server in (True, False):
+        done = sk.run(*prefix, *argv, server=server, env=env, cwd=cwd)
+        assert (done.returncode, done.stdout) == (0, DEMO_DIGEST), (server, done.stderr)
+        assert b"running in-process" not in done.stderr

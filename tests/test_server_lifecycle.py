@@ -268,3 +268,19 @@ def test_a_server_exiting_as_a_client_connects_is_replaced(sk: Stockade) -> None
     assert done.returncode == 0, done.stderr
     assert done.stdout.decode().startswith("task-"), done.stderr
     assert b"in-process" not in done.stderr
+
+
+def test_clients_starting_servers_at_once_all_reach_one(sk: Stockade) -> None:
+    """Clients that each find no server start one each, at once: one binds, the rest find it
+    listening and exit without touching its secret, and every client is served by it (before,
+    a late starter rewrote the secret, so later clients were refused and ran in-process)."""
+    clients = [sk.popen(*RUN, "echo", str(i)) for i in range(6)]
+    results = [(c.wait(timeout=WAIT), *c.communicate()) for c in clients]
+    pid = sk.wait_server()
+    for i, (code, out, err) in enumerate(results):
+        assert (code, out) == (0, f"{i}\n".encode()), err
+        assert b"in-process" not in err, err
+    code, shown = status(sk)
+    assert (code, shown["pid"]) == (0, pid)
+    assert shown["calls_served"] == len(clients)  # the others' calls were served by it too
+    assert b"in-process" not in sk.run(*RUN, "true").stderr  # its secret is still its own

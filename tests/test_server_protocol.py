@@ -221,3 +221,42 @@ def test_encode_refuses_what_is_not_json() -> None:
     for value in (float("inf"), float("nan"), b"bytes", object()):
         with pytest.raises((ValueError, TypeError)):
             protocol.encode({"type": "out", "text": value})
+
+
+CLIENT_MODULES = frozenset(
+    {
+        "stockade",
+        "stockade.cli",
+        "stockade.cli.client",
+        "stockade.config",
+        "stockade.config.dirs",
+        "stockade.server",
+        "stockade.server.paths",
+        "stockade.server.protocol",
+        "stockade.server.trust",
+        "stockade.terminal",
+    }
+)
+"""What the thin client may load: each module is a file read and unmarshalled at every call."""
+
+
+def test_the_thin_client_loads_only_its_own_modules_and_c_ones() -> None:
+    # Each pure-Python standard module costs the client's start (enum, re, collections, struct
+    # and typing each cost a millisecond or more): it loads only C modules besides its own.
+    import subprocess
+    import sys
+
+    script = (
+        "import sys; before = set(sys.modules)\n"
+        "from stockade.cli.client import call\n"
+        "print('\\n'.join(sorted(set(sys.modules) - before)))\n"
+    )
+    found = subprocess.run(
+        [sys.executable, "-I", "-c", script], capture_output=True, text=True, check=True
+    ).stdout.split()
+    ours = {name for name in found if name.startswith("stockade")}
+    assert ours == CLIENT_MODULES
+    python = [
+        name for name in found if not name.startswith(("stockade", "_")) and name != "__future__"
+    ]
+    assert python == [], f"the thin client imports pure-Python modules: {python}"

@@ -75,3 +75,32 @@ def test_arbitrary_tables_never_crash(data):
         structure_config(data, source="fuzz")
     except ConfigError as error:
         assert error.details["problems"]
+
+
+def test_relative_paths_inside_a_file_are_its_folders(tmp_path, monkeypatch) -> None:
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    (folder / "c.toml").write_text(
+        '[store]\npath = "db/store.db"\n[credentials]\nfile = "../secrets.toml"\n'
+        '[output]\nspill_dir = "spill"\n[network]\nupstream_ca = "/abs/ca.pem"\n'
+        '[skills]\nuser = ["skills", "~/mine"]\n'
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the reading process's folder counts for nothing inside
+    for config in (
+        load_config("../conf/c.toml", environ={}),
+        load_config("conf/c.toml", environ={}, cwd=str(tmp_path)),  # a server's caller
+    ):
+        assert config.store.path == str(folder / "db" / "store.db")
+        assert config.credentials.file == str(tmp_path / "secrets.toml")
+        assert config.output.spill_dir == str(folder / "spill")
+        assert config.network.upstream_ca == "/abs/ca.pem"
+        assert config.skills.user == (str(folder / "skills"), "~/mine")
+        assert config.source in ("../conf/c.toml", "conf/c.toml")  # named as given
+
+
+def test_a_config_without_paths_keeps_its_defaults(tmp_path) -> None:
+    (tmp_path / "c.toml").write_text("[timeout]\ndefault = 5\n")
+    config = load_config(str(tmp_path / "c.toml"), environ={})
+    assert (config.store.path, config.credentials.file, config.skills.user) == (None, None, None)

@@ -30,6 +30,8 @@ class Caller:
             when the client has no terminal.
         on_interrupt: called with a callback to run when the client is interrupted (its
             Ctrl-C, or it went away); returns a function that removes the callback.
+        getenv: ask the client for a variable it left out of :attr:`environ` (its name looks
+            like a secret): its value, or ``None``.
     """
 
     def __init__(
@@ -40,12 +42,14 @@ class Caller:
         host: Callable[[str | None, str | None], Host],
         ask: Callable[[str], str] | None,
         on_interrupt: Callable[[Callable[[], None]], Callable[[], None]],
+        getenv: Callable[[str], str | None] | None = None,
     ) -> None:
         self.environ = environ
         self.cwd = cwd
         self.host = host
         self.ask = ask
         self.on_interrupt = on_interrupt
+        self.getenv = getenv
 
 
 CALLER: contextvars.ContextVar[Caller | None] = contextvars.ContextVar(
@@ -68,23 +72,3 @@ def cwd() -> str:
     """The caller's working directory, else this process's."""
     caller = CALLER.get()
     return os.getcwd() if caller is None else caller.cwd
-
-
-def ask_terminal(question: str) -> str | None:
-    """Write ``question`` to this process's terminal (``/dev/tty``) and return the line typed
-    after it (a terminal in canonical mode gives it whole); ``None`` when there is none."""
-    try:
-        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        os.write(tty, question.encode("utf-8", "surrogateescape"))
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = os.read(tty, 1024)
-            if not chunk:
-                break
-            data += chunk
-        return data.decode("utf-8", "replace")
-    finally:
-        os.close(tty)

@@ -23,10 +23,10 @@ import os
 import sys
 import time
 
-from ..caller import ask_terminal
 from ..server import protocol
 from ..server.paths import Place
 from ..server.trust import folder_problem, listener_problem
+from ..terminal import ask_terminal
 
 TYPE_CHECKING = False  # not typing's: importing typing costs this client ~5 ms
 if TYPE_CHECKING:
@@ -110,6 +110,8 @@ def served(
                 out(fd if isinstance(fd, int) else 2, str(message.get("text", "")))
             elif kind == "ask":  # no terminal here: an ask goes unanswered
                 protocol.send(conn, {"type": "answer", "text": ""})
+            elif kind == "env":
+                protocol.send(conn, env_answer(message, environ))
             elif kind == "exit":
                 status = message.get("status")
                 return status if isinstance(status, int) else 1
@@ -269,15 +271,26 @@ SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
 words (a test keeps the two the same; this client cannot pay for importing ``re``)."""
 
 
+def withheld(name: str) -> bool:
+    """Whether a variable is left out of a call: its name looks like a secret (such a
+    variable never reaches a command) and does not begin with ``STOCKADE_`` (the built-in
+    broker's ``STOCKADE_SECRET_*`` credentials travel)."""
+    return not name.startswith("STOCKADE_") and any(w in name.upper() for w in SECRET_WORDS)
+
+
 def needed_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The part of ``environ`` a call needs: every variable but those whose names look like
-    secrets, which never reach a command; of those, only ``STOCKADE_*`` ones travel (the
-    built-in broker's ``STOCKADE_SECRET_*`` credentials)."""
-    return {
-        name: value
-        for name, value in environ.items()
-        if name.startswith("STOCKADE_") or not any(w in name.upper() for w in SECRET_WORDS)
-    }
+    """The part of ``environ`` a call needs: every variable not :func:`withheld`. A withheld
+    one goes only when the server asks for it by name (:func:`env_answer`)."""
+    return {name: value for name, value in environ.items() if not withheld(name)}
+
+
+def env_answer(message: Mapping[str, object], environ: Mapping[str, str]) -> dict[str, object]:
+    """The answer to the server's ``env`` frame: the withheld variable it names (its broker
+    resolves a credential from it: a ``credentials.env_prefix`` of the user's own), or
+    ``None``. A variable that is not withheld went with the call already."""
+    name = message.get("name")
+    value = environ.get(name) if isinstance(name, str) and withheld(name) else None
+    return {"type": "env", "name": name if isinstance(name, str) else "", "value": value}
 
 
 def _terminal() -> bool:
@@ -325,6 +338,9 @@ def converse(conn: _socket.socket, argv: list[str]) -> int:
                 assert message is not None  # noqa: S101 - kind says so
                 answer = ask_terminal(str(message.get("text", ""))) or ""
                 protocol.send(conn, {"type": "answer", "text": answer})
+            elif kind == "env":
+                assert message is not None  # noqa: S101 - kind says so
+                protocol.send(conn, env_answer(message, os.environ))
             elif kind == "exit":
                 assert message is not None  # noqa: S101 - kind says so
                 status = message.get("status")

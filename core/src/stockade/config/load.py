@@ -34,7 +34,8 @@ def load_config(
 ) -> Config:
     """Read the configuration from ``path`` (or where :func:`config_path` finds it); a
     relative path is the caller's, under ``cwd`` (this process's folder when omitted), and
-    messages name it as it was given.
+    messages name it as it was given. Relative paths *inside* the file are the file's:
+    they are resolved against its folder (:func:`anchored`), whoever reads it.
 
     Raises:
         ConfigError: the file is missing, is not TOML, or does not match the schema; the
@@ -43,15 +44,40 @@ def load_config(
     path = path or config_path(environ)
     if path is None:
         return Config()
+    where = os.path.join(cwd, path) if cwd else path
     try:
-        with open(os.path.join(cwd, path) if cwd else path, "rb") as handle:
+        with open(where, "rb") as handle:
             raw = handle.read()
     except OSError as error:
         raise ConfigError(
             f"cannot read config file {path}: {error.strerror}",
             hint="fix the path given by --config or STOCKADE_CONFIG",
         ) from None
-    return parse_config(raw, source=path)
+    return anchored(parse_config(raw, source=path), os.path.dirname(os.path.abspath(where)))
+
+
+def anchored(config: Config, folder: str) -> Config:
+    """``config`` with each relative path it names made absolute under ``folder`` (the
+    file's own): ``store.path``, ``credentials.file``, ``output.spill_dir``,
+    ``network.upstream_ca`` and ``skills.user``. A path that begins with ``~`` stays as it
+    is (a home is expanded where it is used); ``skills.project`` is the workspace's."""
+
+    def at(path: str | None) -> str | None:
+        if not path or os.path.isabs(path) or path.startswith("~"):
+            return path
+        return os.path.normpath(os.path.join(folder, path))
+
+    user = config.skills.user
+    return attrs.evolve(
+        config,
+        store=attrs.evolve(config.store, path=at(config.store.path)),
+        credentials=attrs.evolve(config.credentials, file=at(config.credentials.file)),
+        output=attrs.evolve(config.output, spill_dir=at(config.output.spill_dir)),
+        network=attrs.evolve(config.network, upstream_ca=at(config.network.upstream_ca)),
+        skills=attrs.evolve(
+            config.skills, user=None if user is None else tuple(str(at(u)) for u in user)
+        ),
+    )
 
 
 def parse_config(raw: bytes | str, *, source: str = "<string>") -> Config:

@@ -113,7 +113,8 @@ def stockade_ask(pending: PendingApproval) -> Decision | None:
 def _ask(question: str) -> str | None:
     """The line typed after ``question`` at the terminal of whoever ran the command: this
     process's, or a server's caller's; ``None`` when there is none."""
-    from ..caller import ask_terminal, current
+    from ..caller import current
+    from ..terminal import ask_terminal
 
     caller = current()
     if caller is not None:

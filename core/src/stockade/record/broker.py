@@ -8,7 +8,10 @@ This broker looks in two places, in order:
    ``[credentials] env_prefix`` + the handle upper-cased, ``-`` and ``.`` as ``_``
    (``github`` -> ``STOCKADE_SECRET_GITHUB``); an empty value counts as unset. Such names
    never reach a child by themselves: the child's environment is an allowlist, and a name
-   with the default prefix looks like a secret, which even ``env.allow`` cannot pass;
+   with the default prefix looks like a secret, which even ``env.allow`` cannot pass.
+   Through the warm server, the host's environment is the client's less the variables it
+   withholds (names that look like secrets, unless they begin with ``STOCKADE_``): such a
+   variable is asked of the client by name, for this call only (:mod:`stockade.caller`);
 2. ``[credentials] file``: a TOML file of ``handle = "secret"`` lines that only its owner,
    the current user, may read or write. It is read on the first handle that needs it (not
    when the host starts) and read again when it changes.
@@ -26,7 +29,7 @@ import stat
 import threading
 from collections.abc import Mapping
 
-from .. import hookimpl
+from .. import caller, hookimpl
 from ..config.schema import Config, CredentialsConfig
 from ..errors import CredentialUnavailable
 from ..request.spec import ExecSpec
@@ -92,7 +95,10 @@ class CredentialBroker:
         """
         check_handle(handle)
         if self.prefix:
-            value = self.environ.get(env_name(self.prefix, handle))
+            variable = env_name(self.prefix, handle)
+            value = self.environ.get(variable)
+            if value is None:
+                value = _from_client(variable)
             if value:
                 return value
         if self.file is None:
@@ -211,6 +217,15 @@ def where_to_put(config: Config, handle: str) -> str:
 def _toml_type(value: object) -> str:
     names = {dict: "table", list: "array", bool: "boolean", int: "integer", float: "float"}
     return names.get(type(value), "date or time")
+
+
+def _from_client(variable: str) -> str | None:
+    """A variable the server's client withheld from the call, asked of it now; ``None`` in a
+    process of its own (its environment is whole)."""
+    who = caller.current()
+    if who is None or who.getenv is None:
+        return None
+    return who.getenv(variable)
 
 
 def _unavailable(message: str, *, path: str, hint: str | None = None) -> CredentialUnavailable:

@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -93,7 +94,7 @@ def load_key(path: str, *, create: bool) -> Ed25519PrivateKey | None:
             return None
         key = Ed25519PrivateKey.generate()
         raw = key.private_bytes_raw()
-        temp = f"{path}.{os.getpid()}.tmp"
+        temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"  # two hosts' threads race
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "wb") as handle:
             handle.write(raw)

@@ -111,6 +111,8 @@ class Call:
         self.warm = warm
         self._send_lock = threading.Lock()
         self._answers: queue.Queue[str | None] = queue.Queue()
+        self._env: queue.Queue[tuple[str, str | None] | None] = queue.Queue()
+        self._env_lock = threading.Lock()  # one question about the environment at a time
         self._stops: list[Callable[[], None]] = []
         self._stops_lock = threading.Lock()
         self.interrupted = threading.Event()
@@ -139,6 +141,7 @@ class Call:
         for stop in stops:
             stop()
         self._answers.put(None)
+        self._env.put(None)
 
     def on_interrupt(self, stop: Callable[[], None]) -> Callable[[], None]:
         with self._stops_lock:
@@ -159,6 +162,21 @@ class Call:
         answer = self._answers.get()
         return "" if answer is None else answer
 
+    def getenv(self, name: str) -> str | None:
+        """The client's variable ``name``, asked for now: one the client withheld from the
+        call (its name looks like a secret); ``None`` if it has no such variable, or went."""
+        with self._env_lock:
+            if self.interrupted.is_set():
+                return None
+            self.send({"type": "env", "name": name})
+            while True:
+                answer = self._env.get()
+                if answer is None:  # interrupted, or the client went away
+                    self._env.put(None)  # for any later question
+                    return None
+                if answer[0] == name:
+                    return answer[1]
+
     def listen(self) -> None:
         """Read the client's frames until the call ends: answers, signals, hang-up."""
         while True:
@@ -173,6 +191,9 @@ class Call:
             kind = message.get("type")
             if kind == "answer" and isinstance(message.get("text"), str):
                 self._answers.put(str(message["text"]))
+            elif kind == "env" and isinstance(message.get("name"), str):
+                value = message.get("value")
+                self._env.put((str(message["name"]), value if isinstance(value, str) else None))
             elif kind == "signal":
                 self.interrupt()
 
@@ -188,6 +209,7 @@ class Call:
             host=lambda config, run: self.warm.host(config, env, cwd, run, holds=holds),
             ask=self.ask if tty else None,
             on_interrupt=self.on_interrupt,
+            getenv=self.getenv,
         )
         listener = threading.Thread(target=self.listen, name="stockade-call-listen", daemon=True)
         listener.start()

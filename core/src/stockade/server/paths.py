@@ -28,6 +28,7 @@ SOCKET = "socket"
 TOKEN = "token"  # noqa: S105 - the name of the file that holds the secret
 PID = "pid"
 LOG = "log"
+START_LOCK = "start"
 _MAX_SUN_PATH = 100  # sockaddr_un holds 108 bytes; longer paths go through /proc/self/fd
 
 
@@ -59,6 +60,7 @@ class Place:
         self.token = os.path.join(self.private, TOKEN + suffix)
         self.pid = os.path.join(self.private, PID + suffix)
         self.log = os.path.join(self.private, LOG + suffix)
+        self.start_lock = os.path.join(self.private, START_LOCK + suffix)
 
     def make(self) -> None:
         """Create both folders, 0700, refusing one that another user owns or others may open.

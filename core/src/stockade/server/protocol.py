@@ -13,6 +13,8 @@ Every frame is an object with a ``type``. A conversation:
     server  welcome {version, pid}            or refused {code, message}
     client  call {argv, cwd, env, tty}        (op call only)
     server  out {fd, text} ...  ask {text}    (the client answers: answer {text})
+    server  env {name}                        (the client answers: env {name, value}, a
+                                               variable it withheld, or null)
     client  signal {name}                     (Ctrl-C at the client: the command is killed)
     server  exit {status}
 """
@@ -20,11 +22,10 @@ Every frame is an object with a ``type``. A conversation:
 from __future__ import annotations
 
 import _socket
-import struct
 
 from .. import __version__
 
-VERSION = f"{__version__}/1"
+VERSION = f"{__version__}/2"
 """The package's version and the protocol's revision: a client talks only to its own server."""
 
 HOT = frozenset({"run", "pending", "approve", "decline", "start", "read", "kill", "tasks"})
@@ -38,7 +39,9 @@ CHUNK = 2 * 1024 * 1024
 1 MiB) goes in one frame, so the client writes it as the in-process command does, in one
 write (a reader that leaves early sees the same thing); escaped, it stays under MAX_FRAME."""
 
-_HEADER = struct.Struct("!I")
+_HEADER_SIZE = 4
+"""A frame's length, big-endian (``int.to_bytes``: the ``struct`` module costs the client an
+import)."""
 
 
 def command_of(argv: list[str]) -> str | None:
@@ -137,7 +140,7 @@ def encode(message: dict[str, object]) -> bytes:
     body = dumps(message).encode("ascii")
     if len(body) > MAX_FRAME:
         raise ProtocolError(f"a frame of {len(body)} bytes is over the limit of {MAX_FRAME}")
-    return _HEADER.pack(len(body)) + body
+    return len(body).to_bytes(_HEADER_SIZE, "big") + body
 
 
 def send(sock: _socket.socket, message: dict[str, object]) -> None:
@@ -172,10 +175,10 @@ def receive(sock: _socket.socket, *, limit: int = MAX_FRAME) -> dict[str, object
         ProtocolError: a truncated or oversized frame, or one that is not a JSON object with
             a string ``type``.
     """
-    header = _exactly(sock, _HEADER.size, started=False)
+    header = _exactly(sock, _HEADER_SIZE, started=False)
     if header is None:
         return None
-    (size,) = _HEADER.unpack(header)
+    size = int.from_bytes(header, "big")
     if size > limit:
         raise ProtocolError(
             f"a frame of {size} bytes is over the limit of {limit}", code="too_large"

@@ -25,7 +25,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from . import code, protocol
 from .calls import Call, CallError, check_call, route_streams
@@ -109,12 +109,19 @@ class Server:
             OSError: the socket cannot be bound (another server is listening, say).
         """
         self.place.make()
-        _write_private(self.place.token, self.secret)
+        # Clients that find no server start one each, at once: only the first to hold the
+        # lock binds; the others find it listening, and leave its secret and socket alone.
+        with _locked(self.place.start_lock):
+            self._bind()
+
+    def _bind(self) -> None:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         address, fd = self.place.address()
         try:
             if _answers(address):
+                listener.close()
                 raise OSError(f"another server is listening on {self.place.socket}")
+            _write_private(self.place.token, self.secret)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(address)  # a dead server's socket
             old = os.umask(0o177)
@@ -423,6 +430,19 @@ def _answers(address: str) -> bool:
     finally:
         probe.close()
     return True
+
+
+@contextlib.contextmanager
+def _locked(path: str) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (made 0600 if need be)."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _read(path: str) -> str:

@@ -21,9 +21,11 @@ from __future__ import annotations
 import _socket
 import os
 import stat
-import struct
+import sys
 
-_PEERCRED = struct.Struct("3i")
+_PEERCRED_SIZE = 12
+"""``struct ucred``: pid, uid, gid, three native ints (read without ``struct``, an import the
+client does not pay)."""
 
 
 def folder_problem(folder: str, *, uid: int | None = None) -> str | None:
@@ -69,8 +71,8 @@ def _problem(path: str, info: os.stat_result, uid: int, *, socket_folder: bool) 
 
 def listener_uid(conn: _socket.socket) -> int:
     """The uid of the process listening at the other end of ``conn``, by ``SO_PEERCRED``."""
-    data = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _PEERCRED.size)
-    return int(_PEERCRED.unpack(data)[1])
+    data = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _PEERCRED_SIZE)
+    return int.from_bytes(data[4:8], sys.byteorder, signed=True)
 
 
 def listener_problem(conn: _socket.socket, *, uid: int | None = None) -> str | None:
