@@ -192,9 +192,11 @@ def test_generated_paths_never_read_outside(tree, path):
     ws = tree.workspace
     for result in (
         _outcome(ws.file_read, path),
+        _outcome(ws.file_bytes, path),
         _outcome(ws.file_list, path),
         _outcome(ws.file_read, path + "/" + tree.canary_name),
         _outcome(ws.file_read, path + "/secret/" + tree.canary_name),
+        _outcome(ws.file_bytes, path + "/secret/" + tree.canary_name),
         _outcome(ws.file_list, path + "/secret"),
     ):
         tree.assert_no_canary(result)
@@ -351,6 +353,21 @@ def ws(tmp_path, resolver):
     root.mkdir()
     with Workspace(str(root), resolver=resolver) as workspace:
         yield workspace
+
+
+@settings(
+    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.binary(max_size=3 * 1024), offset=st.integers(0, 4096))
+@example(data=b"\x00\xff\xfe\x80" * 700, offset=0)
+def test_file_bytes_gives_the_bytes_as_stored(ws, data, offset):
+    ws.file_write("blob", data)
+    assert ws.file_bytes("blob") == data
+    assert ws.file_bytes("blob", offset=offset, limit=7) == data[offset : offset + 7]
+    os.link(os.path.join(ws.root, "blob"), os.path.join(ws.root, "second"))
+    with pytest.raises(UsageError, match="hard links"):  # refused as file_read refuses
+        ws.file_bytes("blob")
+    os.unlink(os.path.join(ws.root, "second"))
 
 
 def test_root_must_be_a_directory(tmp_path):

@@ -23,6 +23,10 @@ ask = []
 workspace = "{ws}"
 ask = ["writes"]
 
+[agents.keeper]
+workspace = "{ws}"
+private = ["private/*"]
+
 [agents.echoer]
 workspace = "{ws}"
 programs = ["echo", "sh"]
