@@ -47,7 +47,10 @@ from stockade.workspace.files import Workspace
 from . import results, snapshots
 
 APPROVED_BY = "openai-agents (the run's tool approval)"
-"""Who answered a held step the SDK's approval let run (the store's ``answered_by``)."""
+"""Who answered a held step the SDK's approval let run, or turned down (the store's
+``answered_by``)."""
+REJECTED = "rejected through the agent run's tool approval"
+"""The reason of a held step's decline when the SDK's approval rejected its call."""
 
 
 class HeldCall(BaseModel):
@@ -59,6 +62,7 @@ class HeldCall(BaseModel):
     argv: tuple[str, ...]
     run_id: str
     step: int
+    call_id: str = ""
 
 
 class StockadeSandboxSessionState(SandboxSessionState):
@@ -189,7 +193,7 @@ class StockadeSandboxSession(BaseSandboxSession):
             workspace=None if own or self.state.profile != "default" else self.root,
         )
 
-    async def admit(self, argv: Sequence[str], timeout: float | None) -> bool:
+    async def admit(self, argv: Sequence[str], timeout: float | None, *, call_id: str = "") -> bool:
         """Admit ``argv`` now and keep the outcome for the call that runs it; whether it waits
         for a person (the SDK's approval then asks, and only an approved call runs it)."""
         request = self.request(argv, timeout)
@@ -198,7 +202,7 @@ class StockadeSandboxSession(BaseSandboxSession):
             entry = await asyncio.to_thread(self.host.admit, request)
         except PolicyHeld as held:
             run_id, step = str(held.details["run_id"]), int(str(held.details["step"]))
-            call = HeldCall(argv=request.argv, run_id=run_id, step=step)
+            call = HeldCall(argv=request.argv, run_id=run_id, step=step, call_id=call_id)
             self.state.held = (*self.state.held, call)
             return True
         except StockadeError as error:
@@ -206,9 +210,20 @@ class StockadeSandboxSession(BaseSandboxSession):
         self._parked.setdefault(request.argv, deque()).append(entry)
         return False
 
-    def _take_held(self, argv: tuple[str, ...]) -> HeldCall | None:
+    def decline_rejected(self, call_ids: set[str]) -> None:
+        """Decline, in the store, the held steps of the tool calls ``call_ids``, which the
+        SDK's approval rejected: each is final, a ``decline`` event."""
+        for call in self.state.held:
+            if call.call_id and call.call_id in call_ids:
+                self._take_held(call.argv, call.call_id)
+                with contextlib.suppress(UsageError):  # answered meanwhile (stockade decline)
+                    self.host.answer(
+                        call.run_id, call.step, approve=False, by=APPROVED_BY, reason=REJECTED
+                    )
+
+    def _take_held(self, argv: tuple[str, ...], call_id: str | None = None) -> HeldCall | None:
         for index, call in enumerate(self.state.held):
-            if call.argv == argv:
+            if call.argv == argv and call_id in (None, call.call_id):
                 self.state.held = self.state.held[:index] + self.state.held[index + 1 :]
                 return call
         return None
