@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +35,6 @@ def setup_for(tmp_path: Path, extra: str = "") -> dict[str, Path]:
 @pytest.fixture
 def setup(tmp_path: Path) -> dict[str, Path]:
     return make_setup(tmp_path)
-
-
-@pytest.fixture
-def home_tmp() -> Iterator[Path]:
-    """A private folder under the home, never under /tmp: the sandbox's own /tmp would hide
-    an escape there for the wrong reason."""
-    base = Path.home() / ".stockade-tests"
-    base.mkdir(mode=0o700, exist_ok=True)
-    root = Path(tempfile.mkdtemp(dir=base))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- containment --------------------------------------------------------------------------

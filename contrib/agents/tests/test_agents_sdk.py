@@ -263,24 +263,13 @@ async def test_what_stockade_does_not_offer_is_refused(make_host):
             await session.exec("true", user="root")
 
 
-def _example():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[3] / "docs" / "examples" / "agents_sdk.py"
-    spec = importlib.util.spec_from_file_location("agents_sdk_example", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("approve", [True, False])
 @pytest.mark.asyncio
-async def test_the_docs_example_runs_and_asks(tmp_path, approve):
+async def test_the_docs_example_runs_and_asks(docs_example, tmp_path, approve):
     from stockade.config.load import parse_config
     from stockade.host import Host
 
-    example = _example()
+    example = docs_example
     ws = tmp_path / "ws"
     ws.mkdir()
     asked = []

@@ -161,3 +161,16 @@ async def test_a_private_file_is_not_read_through_the_session(make_host):
         with pytest.raises(WorkspaceArchiveReadError, match="private"):
             await session.read(Path("private/key"))
         assert (await session.read(Path("open.txt"))).read() == b"open\n"  # control
+
+
+@pytest.mark.asyncio
+async def test_the_docs_snapshot_example_runs(docs_example, home_tmp):
+    from stockade.config.load import parse_config
+    from stockade.host import Host
+
+    ws = home_tmp / "ws"
+    ws.mkdir()
+    with Host(parse_config('sandbox = "landlock"\n')) as host:
+        forks = await docs_example.keep_and_fork(host, str(ws), 2)
+    assert len(forks) == 2
+    assert [Path(f, "notes.txt").read_text() for f in forks] == ["draft\nmore\n"] * 2
