@@ -76,8 +76,7 @@ async def keep_and_fork(host: Host, workspace: str, copies: int) -> list[str]:
     )
     async with session:  # stopping it (here, at the end) takes the snapshot
         await session.exec("echo draft > notes.txt")
-    snapshot = session.state.snapshot  # a StockadeSnapshot: .taken names it in the store
-    assert isinstance(snapshot, stockade_agents.StockadeSnapshot)
+    # session.state.snapshot is a StockadeSnapshot: .taken names it in the store
     resumed = await client.resume(session.state)  # the workspace put back as it was
     async with resumed:
         await resumed.exec("echo more >> notes.txt")  # its stop replaces the snapshot

@@ -117,27 +117,27 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
     def _own(self, snapshot: StockadeSnapshot) -> StockadeSnapshot:
         return snapshot.model_copy(update={"store": store_folder(self.host.config)})
 
-    def fork(self, snapshot: StockadeSnapshot, count: int) -> tuple[Manifest, ...]:
+    def fork(self, snapshot: SnapshotBase, count: int) -> tuple[Manifest, ...]:
         """``count`` manifests, each rooted in a new workspace holding the snapshot's files
         (hard links: :func:`stockade.layers.snapshots.fork`), for sessions of the default
         profile. Commands in a fork run under bubblewrap with layers only; elsewhere they are
         refused (``SandboxUnavailable``), since they would write the shared files in place.
 
         Raises:
-            UsageError: the snapshot was never taken, or is gone.
+            UsageError: ``snapshot`` is not a Stockade snapshot, was never taken, or is gone.
         """
-        found = self._own(snapshot).stockade()
+        found = self._own(snapshot).stockade() if isinstance(snapshot, StockadeSnapshot) else None
         if found is None:
             raise UsageError(
                 f"no Stockade snapshot behind SDK snapshot {snapshot.id}",
-                hint="stop a session created with StockadeSnapshotSpec() first",
+                hint="fork the snapshot of a stopped session made with StockadeSnapshotSpec()",
             )
         made = snapshots.fork(found, count, store=store_folder(self.host.config))
         return tuple(Manifest(root=folder) for folder in made)
 
-    def discard(self, snapshot: StockadeSnapshot) -> None:
-        """Remove the Stockade snapshot behind ``snapshot`` and every fork of it."""
-        found = self._own(snapshot).stockade()
+    def discard(self, snapshot: SnapshotBase) -> None:
+        """Remove the Stockade snapshot behind ``snapshot`` (if any) and every fork of it."""
+        found = self._own(snapshot).stockade() if isinstance(snapshot, StockadeSnapshot) else None
         if found is not None:
             snapshots.discard(found, store=store_folder(self.host.config))
 
