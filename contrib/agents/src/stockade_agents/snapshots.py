@@ -51,6 +51,14 @@ class StockadeSnapshot(SnapshotBase):
         except UsageError:
             return None
 
+    def gone(self) -> SnapshotRestoreError:
+        """The SDK's error for a snapshot never taken, or discarded since."""
+        return SnapshotRestoreError(
+            snapshot_id=self.id,
+            path=Path(self.store or "<stockade>"),
+            cause=FileNotFoundError(f"no Stockade snapshot {self.taken}"),
+        )
+
     async def persist(self, data: io.IOBase, *, dependencies: Dependencies | None = None) -> None:
         # A Stockade session takes its snapshot from the folder (StockadeSandboxSession); a
         # tar from another backend's session has no folder to take it from.
@@ -67,11 +75,7 @@ class StockadeSnapshot(SnapshotBase):
         """The snapshot as a tar stream (paths relative to the workspace)."""
         found = self.stockade()
         if found is None:
-            raise SnapshotRestoreError(
-                snapshot_id=self.id,
-                path=Path(self.store or "<stockade>"),
-                cause=FileNotFoundError(f"no Stockade snapshot {self.taken}"),
-            )
+            raise self.gone()
         out = tempfile.TemporaryFile()  # noqa: SIM115 - handed to the caller, who closes it
         snapshots.export(found, out)
         out.seek(0)
@@ -111,11 +115,7 @@ def put_back(snapshot: StockadeSnapshot, root: str) -> None:
     """
     found = snapshot.stockade()
     if found is None:
-        raise SnapshotRestoreError(
-            snapshot_id=snapshot.id,
-            path=Path(snapshot.store or "<stockade>"),
-            cause=FileNotFoundError(f"no Stockade snapshot {snapshot.taken}"),
-        )
+        raise snapshot.gone()
     clear(root)
     # Every name is new: a copy never writes through a name already there (O_EXCL).
     shutil.copytree(found.folder, root, symlinks=True, dirs_exist_ok=True, copy_function=_copy)
