@@ -343,8 +343,6 @@ class StockadeSandboxSession(BaseSandboxSession):
             return
         await super().mkdir(path, parents=parents, user=user)
 
-    # --- the workspace as a tar ------------------------------------------------------------
-
     # --- snapshots: Stockade's own where the state asks for one -----------------------------
 
     async def _persist_snapshot(self) -> None:
@@ -360,8 +358,9 @@ class StockadeSandboxSession(BaseSandboxSession):
             ) from error
 
     def _should_compute_snapshot_fingerprint_on_persist(self) -> bool:
-        # The SDK's fingerprint runs a helper program in the sandbox: a command of the run
-        # the agent never asked for. A restore here copies a folder; nothing to skip.
+        # The SDK's fingerprint runs a helper program in the sandbox, a command of the run
+        # the agent never asked for, to let a preserved workspace skip its restore; a
+        # Stockade session's workspace is never preserved in that sense: it always restores.
         return False
 
     async def _restore_snapshot_into_workspace_on_resume(self) -> None:
@@ -380,6 +379,8 @@ class StockadeSandboxSession(BaseSandboxSession):
         # The SDK clears with `ls` and `rm -rf` run in the sandbox, which Stockade's policy
         # would hold or refuse; the host clears the session's own workspace itself.
         await asyncio.to_thread(snapshots.clear, self.root)
+
+    # --- the workspace as a tar ------------------------------------------------------------
 
     async def persist_workspace(self) -> io.IOBase:
         # The SDK's portable form (a tar), for its other snapshot kinds and backends; a
