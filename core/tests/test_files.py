@@ -355,21 +355,6 @@ def ws(tmp_path, resolver):
         yield workspace
 
 
-@settings(
-    max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(data=st.binary(max_size=3 * 1024), offset=st.integers(0, 4096))
-@example(data=b"\x00\xff\xfe\x80" * 700, offset=0)
-def test_file_bytes_gives_the_bytes_as_stored(ws, data, offset):
-    ws.file_write("blob", data)
-    assert ws.file_bytes("blob") == data
-    assert ws.file_bytes("blob", offset=offset, limit=7) == data[offset : offset + 7]
-    os.link(os.path.join(ws.root, "blob"), os.path.join(ws.root, "second"))
-    with pytest.raises(UsageError, match="hard links"):  # refused as file_read refuses
-        ws.file_bytes("blob")
-    os.unlink(os.path.join(ws.root, "second"))
-
-
 def test_root_must_be_a_directory(tmp_path):
     with pytest.raises(BadCwd):
         Workspace(str(tmp_path / "missing"))
