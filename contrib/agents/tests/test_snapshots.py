@@ -174,3 +174,16 @@ async def test_the_docs_snapshot_example_runs(docs_example, home_tmp):
         forks = await docs_example.keep_and_fork(host, str(ws), 2)
     assert len(forks) == 2
     assert [Path(f, "notes.txt").read_text() for f in forks] == ["draft\nmore\n"] * 2
+
+
+@pytest.mark.asyncio
+async def test_a_snapshot_id_never_leads_out_of_the_store(make_host, home_tmp):
+    host = make_host("landlock")
+    store = store_folder(host.config)
+    (home_tmp / "planted").mkdir()
+    (home_tmp / "planted" / "f").write_text("x")
+    for taken in (f"snap-../../{home_tmp}/planted", "snap-/etc", "../snapshots", "snap-"):
+        forged = StockadeSnapshot(id="s", store=store, taken=taken)
+        assert forged.stockade() is None and not await forged.restorable()
+        with pytest.raises(UsageError):
+            StockadeSandboxClient(host).fork(forged, 1)
