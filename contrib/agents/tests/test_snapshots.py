@@ -10,7 +10,11 @@ from pathlib import Path
 
 import pytest
 from agents.sandbox import Manifest
-from agents.sandbox.errors import SnapshotPersistError, WorkspaceArchiveReadError
+from agents.sandbox.errors import (
+    SnapshotPersistError,
+    WorkspaceArchiveReadError,
+    WorkspaceReadNotFoundError,
+)
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from agents.sandbox.snapshot import LocalSnapshotSpec
 
@@ -187,3 +191,58 @@ async def test_a_snapshot_id_never_leads_out_of_the_store(make_host, home_tmp):
         assert forged.stockade() is None and not await forged.restorable()
         with pytest.raises(UsageError):
             StockadeSandboxClient(host).fork(forged, 1)
+
+
+@pytest.mark.asyncio
+async def test_a_symlink_swapped_after_the_check_never_reads_private_data(make_host, monkeypatch):
+    # A racing thread flips `notes` between an open file and a private one: the path is
+    # checked, then opened. Each part read is checked again as the file it opened.
+    import threading
+
+    from stockade.workspace.files import Workspace
+
+    host = make_host("landlock")
+    ws = Path(host.config.agents["keeper"].workspace or "")
+    (ws / "private").mkdir()
+    (ws / "private" / "key").write_bytes(b"canary-private\n")
+    (ws / "open.txt").write_bytes(b"open\n")
+    (ws / "notes").symlink_to("open.txt")
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            for target in ("private/key", "open.txt"):
+                (ws / ".flip").symlink_to(target)
+                os.replace(ws / ".flip", ws / "notes")
+
+    async def reads(count: int) -> set[bytes | None]:
+        client = StockadeSandboxClient(host)
+        session = await client.create(options=StockadeSandboxClientOptions(profile="keeper"))
+        seen: set[bytes | None] = set()
+        async with session:
+            for _ in range(count):
+                try:
+                    seen.add((await session.read(Path("notes"))).read())
+                except (WorkspaceArchiveReadError, WorkspaceReadNotFoundError):
+                    seen.add(None)
+        return seen
+
+    racer = threading.Thread(target=flip, daemon=True)
+    racer.start()
+    try:
+        checked = await reads(150)
+        # Control: the same race without the check of the opened file reads the canary.
+        plain = Workspace.file_bytes
+        monkeypatch.setattr(
+            Workspace,
+            "file_bytes",
+            lambda self, path, *, offset=0, limit=256 * 1024, check=None: plain(
+                self, path, offset=offset, limit=limit
+            ),
+        )
+        unchecked = await reads(150)
+    finally:
+        stop.set()
+        racer.join()
+    assert b"canary-private\n" in unchecked  # the race was won: the test can see a breach
+    assert b"canary-private\n" not in checked and b"open\n" in checked

@@ -296,9 +296,16 @@ class StockadeSandboxSession(BaseSandboxSession):
         try:
             # Private data (the profile's globs, the sidecar's marks) is refused, as the MCP
             # file_read refuses it; what is read counts for the breaker as the MCP tool's does.
-            await asyncio.to_thread(breaker.file_read, self.root, relative, profile, granted=False)
+            # Each part is checked again as the file it opened, so a symlink swapped between
+            # the check and the read cannot lead to a private file.
+            def private(opened: str) -> None:
+                breaker.file_read(self.root, opened, profile, granted=False)
+
+            await asyncio.to_thread(private, relative)
             offset = 0
-            while chunk := await asyncio.to_thread(files.file_bytes, relative, offset=offset):
+            while chunk := await asyncio.to_thread(
+                files.file_bytes, relative, offset=offset, check=private
+            ):
                 chunks.append(chunk)
                 offset += len(chunk)
             await asyncio.to_thread(breaker.file_tool, "read", self.root, relative, profile)

@@ -50,7 +50,7 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Literal
 
@@ -337,9 +337,20 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def file_bytes(self, path: str, *, offset: int = 0, limit: int = READ_LIMIT) -> bytes:
+    def file_bytes(
+        self,
+        path: str,
+        *,
+        offset: int = 0,
+        limit: int = READ_LIMIT,
+        check: Callable[[str], None] | None = None,
+    ) -> bytes:
         """Up to ``limit`` bytes of file ``path`` from ``offset``, exactly as stored, text or
         binary (empty past the end); refused as :meth:`file_read` refuses.
+
+        ``check``, if given, is called with the path of the file opened (relative to the
+        workspace, from its descriptor, so a symlink swapped after a check of ``path``
+        cannot steer it) before a byte is read; whatever it raises refuses the read.
 
         Raises:
             UsageError: as :meth:`file_read`.
@@ -352,6 +363,8 @@ class Workspace:
         shown = _display(parts)
         fd, _ = self._regular(parts, shown)
         try:
+            if check is not None:
+                check(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), self.root))
             return os.pread(fd, limit, offset)
         except OSError as error:
             raise _refusal(shown, error) from None
