@@ -371,3 +371,57 @@ async def test_the_structured_result_is_capped_like_the_text(setup):
     assert data["stdout"]["text"].endswith("1999999\n2000000\n")  # the tail is kept
     assert data["stdout"]["text"].startswith("1\n2\n3\n")
     assert data["stdout"]["total_bytes"] == len("".join(f"{i}\n" for i in range(1, 2000001)))
+
+
+@pytest.mark.asyncio
+async def test_file_read_checks_the_file_it_opened_not_the_path(home_tmp, monkeypatch):
+    # A racing thread flips `notes` between an open file and a private one: the path is
+    # checked, then opened. The read is checked again as the file its descriptor opened.
+    import threading
+
+    from stockade.config.load import parse_config
+    from stockade.host import Host
+    from stockade.workspace.files import Workspace
+    from stockade_mcp.server import Service
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(home_tmp / "state"))
+    ws = home_tmp / "ws"
+    (ws / "private").mkdir(parents=True)
+    (ws / "private" / "key").write_text("canary-private\n")
+    (ws / "open.txt").write_text("open\n")
+    (ws / "notes").symlink_to("open.txt")
+    toml = f'sandbox = "landlock"\n[agents.keeper]\nworkspace = "{ws}"\nprivate = ["private/*"]\n'
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            for target in ("private/key", "open.txt"):
+                (ws / ".flip").symlink_to(target)
+                os.replace(ws / ".flip", ws / "notes")
+
+    async def reads(count: int) -> str:
+        with Host(parse_config(toml)) as host:
+            service = Service(host, agent="keeper")
+            asked = {"path": "notes"}
+            results = [await service.call(None, "file_read", asked) for _ in range(count)]
+        return "".join(text_of(result) for result in results)
+
+    racer = threading.Thread(target=flip, daemon=True)
+    racer.start()
+    try:
+        checked = await reads(150)
+        # Control: the same race without the check of the opened file reads the canary.
+        plain = Workspace.file_read
+        monkeypatch.setattr(
+            Workspace,
+            "file_read",
+            lambda self, path, *, offset=0, limit=256 * 1024, check=None: plain(
+                self, path, offset=offset, limit=limit
+            ),
+        )
+        unchecked = await reads(150)
+    finally:
+        stop.set()
+        racer.join()
+    assert "canary-private" in unchecked  # the race was won: the test can see a breach
+    assert "canary-private" not in checked and "open" in checked

@@ -46,11 +46,15 @@ async def file_read(
         raise UsageError("offset and limit must be integers (bytes)")
     profile = service.host.config.profile(service.agent)
     granted = arguments.get("read_private") is True
-    await asyncio.to_thread(
-        lambda: service.host.breaker.file_read(service.root(), path, profile, granted=granted)
-    )
+
+    def private(opened: str) -> None:
+        service.host.breaker.file_read(service.root(), opened, profile, granted=granted)
+
+    await asyncio.to_thread(private, path)
+    # Checked again as the file the descriptor opened: a symlink swapped after the check
+    # above cannot lead the read to private data.
     read = await asyncio.to_thread(
-        lambda: service.workspace().file_read(path, offset=offset, limit=limit)
+        lambda: service.workspace().file_read(path, offset=offset, limit=limit, check=private)
     )
     await _taint(service, "read", path)
     shown = read.text if read.text is not None else (read.description or "")

@@ -292,13 +292,21 @@ class Workspace:
                     kind = "other"
                 yield Entry(item.name, kind, 0 if kind == "dir" else info.st_size)
 
-    def file_read(self, path: str, *, offset: int = 0, limit: int = READ_LIMIT) -> ReadResult:
+    def file_read(
+        self,
+        path: str,
+        *,
+        offset: int = 0,
+        limit: int = READ_LIMIT,
+        check: Callable[[str], None] | None = None,
+    ) -> ReadResult:
         """Up to ``limit`` bytes of file ``path`` from ``offset``, as text; binary is described.
 
         A file with a NUL byte or invalid UTF-8 in its first 8 KiB is binary: its size,
         sha256 and a guess of its type are returned instead of its content. Text is cut
         before a character split by the limit, so ``offset + returned`` is where the next
-        call starts; invalid UTF-8 past the first 8 KiB is shown as U+FFFD.
+        call starts; invalid UTF-8 past the first 8 KiB is shown as U+FFFD. ``check``: as
+        :meth:`file_bytes`'s.
 
         Raises:
             UsageError: the path is refused, missing, not a regular file, or leads out;
@@ -315,6 +323,8 @@ class Workspace:
         shown = _display(parts)
         fd, size = self._regular(parts, shown)
         try:
+            if check is not None:
+                check(_opened(fd, self.root))
             head = os.pread(fd, SNIFF_BYTES, 0)
             if _is_binary(head, whole=len(head) < SNIFF_BYTES):
                 digest, size = _sha256_fd(fd)
@@ -348,9 +358,8 @@ class Workspace:
         """Up to ``limit`` bytes of file ``path`` from ``offset``, exactly as stored, text or
         binary (empty past the end); refused as :meth:`file_read` refuses.
 
-        ``check``, if given, is called with the path of the file opened (relative to the
-        workspace, from its descriptor, so a symlink swapped after a check of ``path``
-        cannot steer it) before a byte is read; whatever it raises refuses the read.
+        ``check``, if given, gets the opened file's path (from its descriptor: no symlink
+        swapped since can steer it) before a byte is read; what it raises refuses the read.
 
         Raises:
             UsageError: as :meth:`file_read`.
@@ -364,7 +373,7 @@ class Workspace:
         fd, _ = self._regular(parts, shown)
         try:
             if check is not None:
-                check(os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), self.root))
+                check(_opened(fd, self.root))
             return os.pread(fd, limit, offset)
         except OSError as error:
             raise _refusal(shown, error) from None
@@ -483,3 +492,8 @@ class Workspace:
                 hint="remove files from the workspace first, or raise the profile's quota_mb",
                 details={"path": shown, "used": used, "limit": limit, "growth": growth},
             )
+
+
+def _opened(fd: int, root: str) -> str:
+    """Where the file open as ``fd`` is, relative to ``root`` (from the descriptor)."""
+    return os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), root)
