@@ -375,12 +375,11 @@ async def test_the_structured_result_is_capped_like_the_text(setup):
 
 @pytest.mark.asyncio
 async def test_file_read_checks_the_file_it_opened_not_the_path(home_tmp, monkeypatch):
-    # A racing thread flips `notes` between an open file and a private one: the path is
+    # Another process flips `notes` between an open file and a private one: the path is
     # checked, then opened. The read is checked again as the file its descriptor opened.
-    import threading
-
     from stockade.config.load import parse_config
     from stockade.host import Host
+    from stockade.testing import flipping
     from stockade.workspace.files import Workspace
     from stockade_mcp.server import Service
 
@@ -391,37 +390,21 @@ async def test_file_read_checks_the_file_it_opened_not_the_path(home_tmp, monkey
     (ws / "open.txt").write_text("open\n")
     (ws / "notes").symlink_to("open.txt")
     toml = f'sandbox = "landlock"\n[agents.keeper]\nworkspace = "{ws}"\nprivate = ["private/*"]\n'
-    stop = threading.Event()
+    plain = Workspace.file_read
 
-    def flip() -> None:
-        while not stop.is_set():
-            for target in ("private/key", "open.txt"):
-                (ws / ".flip").symlink_to(target)
-                os.replace(ws / ".flip", ws / "notes")
+    def unchecked(self, path, *, offset=0, limit=256 * 1024, check=None):
+        return plain(self, path, offset=offset, limit=limit)
 
-    async def reads(count: int) -> str:
-        with Host(parse_config(toml)) as host:
-            service = Service(host, agent="keeper")
-            asked = {"path": "notes"}
-            results = [await service.call(None, "file_read", asked) for _ in range(count)]
-        return "".join(text_of(result) for result in results)
-
-    racer = threading.Thread(target=flip, daemon=True)
-    racer.start()
-    try:
-        checked = await reads(150)
-        # Control: the same race without the check of the opened file reads the canary.
-        plain = Workspace.file_read
-        monkeypatch.setattr(
-            Workspace,
-            "file_read",
-            lambda self, path, *, offset=0, limit=256 * 1024, check=None: plain(
-                self, path, offset=offset, limit=limit
-            ),
-        )
-        unchecked = await reads(150)
-    finally:
-        stop.set()
-        racer.join()
-    assert "canary-private" in unchecked  # the race was won: the test can see a breach
+    checked, control = "", ""
+    with Host(parse_config(toml)) as host, flipping(ws / "notes", ["private/key", "open.txt"]):
+        service = Service(host, agent="keeper")
+        # Pairs until the control has read the canary (the race was won), 40 at least.
+        for count in range(400):
+            checked += text_of(await service.call(None, "file_read", {"path": "notes"}))
+            with monkeypatch.context() as patch:
+                patch.setattr(Workspace, "file_read", unchecked)
+                control += text_of(await service.call(None, "file_read", {"path": "notes"}))
+            if count >= 40 and "canary-private" in control:
+                break
+    assert "canary-private" in control  # the race was won: the test can see a breach
     assert "canary-private" not in checked and "open" in checked

@@ -195,10 +195,9 @@ async def test_a_snapshot_id_never_leads_out_of_the_store(make_host, home_tmp):
 
 @pytest.mark.asyncio
 async def test_a_symlink_swapped_after_the_check_never_reads_private_data(make_host, monkeypatch):
-    # A racing thread flips `notes` between an open file and a private one: the path is
+    # Another process flips `notes` between an open file and a private one: the path is
     # checked, then opened. Each part read is checked again as the file it opened.
-    import threading
-
+    from stockade.testing import flipping
     from stockade.workspace.files import Workspace
 
     host = make_host("landlock")
@@ -207,42 +206,30 @@ async def test_a_symlink_swapped_after_the_check_never_reads_private_data(make_h
     (ws / "private" / "key").write_bytes(b"canary-private\n")
     (ws / "open.txt").write_bytes(b"open\n")
     (ws / "notes").symlink_to("open.txt")
-    stop = threading.Event()
+    plain = Workspace.file_bytes
 
-    def flip() -> None:
-        while not stop.is_set():
-            for target in ("private/key", "open.txt"):
-                (ws / ".flip").symlink_to(target)
-                os.replace(ws / ".flip", ws / "notes")
+    def unchecked(self, path, *, offset=0, limit=256 * 1024, check=None):
+        return plain(self, path, offset=offset, limit=limit)
 
-    async def reads(count: int) -> set[bytes | None]:
-        client = StockadeSandboxClient(host)
-        session = await client.create(options=StockadeSandboxClientOptions(profile="keeper"))
-        seen: set[bytes | None] = set()
-        async with session:
-            for _ in range(count):
-                try:
-                    seen.add((await session.read(Path("notes"))).read())
-                except (WorkspaceArchiveReadError, WorkspaceReadNotFoundError):
-                    seen.add(None)
-        return seen
+    async def read(session) -> bytes | None:
+        try:
+            return (await session.read(Path("notes"))).read()
+        except (WorkspaceArchiveReadError, WorkspaceReadNotFoundError):
+            return None
 
-    racer = threading.Thread(target=flip, daemon=True)
-    racer.start()
-    try:
-        checked = await reads(150)
-        # Control: the same race without the check of the opened file reads the canary.
-        plain = Workspace.file_bytes
-        monkeypatch.setattr(
-            Workspace,
-            "file_bytes",
-            lambda self, path, *, offset=0, limit=256 * 1024, check=None: plain(
-                self, path, offset=offset, limit=limit
-            ),
-        )
-        unchecked = await reads(150)
-    finally:
-        stop.set()
-        racer.join()
-    assert b"canary-private\n" in unchecked  # the race was won: the test can see a breach
+    client = StockadeSandboxClient(host)
+    session = await client.create(options=StockadeSandboxClientOptions(profile="keeper"))
+    checked: set[bytes | None] = set()
+    control: set[bytes | None] = set()
+    async with session:
+        with flipping(ws / "notes", ["private/key", "open.txt"]):
+            # Pairs until the control has read the canary (the race was won), 40 at least.
+            for count in range(400):
+                checked.add(await read(session))
+                with monkeypatch.context() as patch:
+                    patch.setattr(Workspace, "file_bytes", unchecked)
+                    control.add(await read(session))
+                if count >= 40 and b"canary-private\n" in control:
+                    break
+    assert b"canary-private\n" in control  # the race was won: the test can see a breach
     assert b"canary-private\n" not in checked and b"open\n" in checked

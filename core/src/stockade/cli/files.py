@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -11,15 +12,17 @@ from .common import report_error
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
     from ..config.schema import Config
     from ..request.spec import Profile
     from ..workspace.file_types import WriteResult
 
 
-def _root(args: argparse.Namespace) -> tuple[str, int | None]:
-    """The agent profile's workspace (else the current directory) and its quota; a read of
-    private data not granted (``--read-private``) is refused here, before anything is read.
+def _root(args: argparse.Namespace) -> tuple[str, int | None, Callable[[str], None] | None]:
+    """The agent profile's workspace (else the current directory), its quota, and the check
+    a read not granted private data (``--read-private``) makes again of the file it opened;
+    such a read of private data is refused here, before anything is read.
 
     Raises:
         PolicyDenied: the read names private data.
@@ -30,9 +33,11 @@ def _root(args: argparse.Namespace) -> tuple[str, int | None]:
     config = load_config(args.config, environ=os.environ)
     profile = config.profile(args.profile)
     root = workspace_of(config, profile) or os.getcwd()
+    check = None
     if args.tool == "read" and not getattr(args, "read_private", False):
         _refuse_private(config, profile, root, args.path)
-    return root, profile.quota_mb
+        check = functools.partial(_refuse_private, config, profile, root)
+    return root, profile.quota_mb, check
 
 
 def _refuse_private(config: Config, profile: Profile, root: str, path: str) -> None:
@@ -56,12 +61,14 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
     from ..workspace.files import Workspace
 
     try:
-        root, quota_mb = _root(args)
+        root, quota_mb, check = _root(args)
         with Workspace(root, quota_mb=quota_mb) as workspace:
             if args.tool == "list":
                 result: object = workspace.file_list(args.path)
             elif args.tool == "read":
-                result = workspace.file_read(args.path, offset=args.offset, limit=args.limit)
+                result = workspace.file_read(
+                    args.path, offset=args.offset, limit=args.limit, check=check
+                )
             else:
                 result = workspace.file_write(args.path, sys.stdin.buffer.read())
         _taint(args, root, result if isinstance(result, WriteResult) else None)
