@@ -124,25 +124,27 @@ def bench_snapshots(runs: int, files: int = 1000) -> dict[str, Any]:
 
 def report_snapshots(stats: dict[str, Any]) -> None:
     """Print the snapshot part."""
-    print(
-        f"\nThe Agents SDK client, a session's stop and start again on {stats['files']} files, "
-        f"interleaved: {stats['runs']} runs each"
+    timing.table(
+        f"The Agents SDK client, a session's stop and start again on {stats['files']} files, "
+        f"interleaved: {stats['runs']} runs each",
+        [
+            ("StockadeSnapshotSpec (copy into the store, copy back)", stats["stockade"]),
+            ("LocalSnapshotSpec (the SDK's tar, written and extracted)", stats["tar"]),
+        ],
     )
-    print(timing.HEAD)
-    print(timing.row("StockadeSnapshotSpec (copy into the store, copy back)", stats["stockade"]))
-    print(timing.row("LocalSnapshotSpec (the SDK's tar, written and extracted)", stats["tar"]))
 
 
 def report(stats: dict[str, Any]) -> None:
     """Print the section."""
-    print(
-        f"\nThe Agents SDK client, `true` (sandbox {stats['sandbox']}), interleaved: "
-        f"{stats['runs']} runs each"
+    timing.table(
+        f"The Agents SDK client, `true` (sandbox {stats['sandbox']}), interleaved: "
+        f"{stats['runs']} runs each",
+        [
+            ('Host.run(ExecRequest(["true"]))', stats["Host.run"]),
+            ('await Host.run_async(ExecRequest(["true"]))', stats["Host.run_async"]),
+            ('await session.exec("true") (StockadeSandboxClient)', stats["client"]),
+        ],
     )
-    print(timing.HEAD)
-    print(timing.row('Host.run(ExecRequest(["true"]))', stats["Host.run"]))
-    print(timing.row('await Host.run_async(ExecRequest(["true"]))', stats["Host.run_async"]))
-    print(timing.row('await session.exec("true") (StockadeSandboxClient)', stats["client"]))
     ok = stats["overhead_ms"] <= TARGET_MS
     print(
         f"  the client adds {stats['overhead_ms']:.3f} ms median over Host.run   "

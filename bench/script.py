@@ -90,18 +90,16 @@ def bench_script(runs: int) -> dict[str, Any]:
 
 def report_script(stats: dict[str, Any]) -> None:
     """The section's table."""
-    print(
-        f"\nShell scripts read by their parts: a {stats['bytes']}-byte script of "
-        f"{stats['parts']} parts, {stats['runs']} runs, interleaved"
+    timing.table(
+        f"Shell scripts read by their parts: a {stats['bytes']}-byte script of "
+        f"{stats['parts']} parts, {stats['runs']} runs, interleaved",
+        [
+            ("read(SCRIPT): parse and account for every byte", stats["read"]),
+            ('classify_argv(["bash", "-lc", SCRIPT]), cache cleared', stats["classify"]),
+            ('classify_argv(["git", "status"])', stats["one argv"]),
+            ("tree-sitter's parse alone", stats["tree-sitter"]),
+        ],
     )
-    print(timing.CPU_HEAD)
-    for label, title in (
-        ("read", "read(SCRIPT): parse and account for every byte"),
-        ("classify", 'classify_argv(["bash", "-lc", SCRIPT]), cache cleared'),
-        ("one argv", 'classify_argv(["git", "status"])'),
-        ("tree-sitter", "tree-sitter's parse alone"),
-    ):
-        print(timing.row(title, stats[label]))
     cpu, wall = ("met" if stats[key] else "NOT met" for key in ("met", "met_wall"))
     print(f"  target: reading 1 KiB takes at most 1 ms: CPU median {cpu}, wall median {wall}")
 

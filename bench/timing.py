@@ -96,6 +96,15 @@ CPU_HEAD = HEAD + f" {'cpu median':>10} {'cpu min':>10}"
 """The header above :func:`row` lines of stats taken with ``cpu=True``."""
 
 
+def table(title: str, rows: Sequence[tuple[str, Stats]]) -> None:
+    """Print a section's table: ``title`` on a line of its own after a blank one, the
+    header (with the CPU columns when the stats have them), then one :func:`row` a case."""
+    print(f"\n{title}")
+    print(CPU_HEAD if rows and "cpu_median" in rows[0][1] else HEAD)
+    for label, stats in rows:
+        print(row(label, stats))
+
+
 def main(
     name: str,
     doc: str,
