@@ -12,13 +12,16 @@ redirections, a quoted here-document), interleaved with two baselines in the sam
 - ``one argv``: ``classify_argv(["git", "status"])``, the classifier on a plain argv;
 - ``tree-sitter``: the grammar's parse alone, the floor under ``read``.
 
-Target (issue 38): parsing a 1 KiB script takes at most 1 ms (the ``read`` median).
+Each case is timed by the wall clock and by the thread's CPU time, in the same calls: on a
+machine shared with other work the wall clock counts the time the process waits for a core,
+which the CPU time does not.
+
+Target (issue 38): parsing a 1 KiB script takes at most 1 ms (the ``read`` median), judged
+on the CPU median and shown for the wall median too.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import tempfile
 from typing import Any
@@ -73,44 +76,33 @@ def bench_script(runs: int) -> dict[str, Any]:
         "one argv": lambda: 0 if classify_argv(["git", "status"]) else 1,
         "tree-sitter": lambda: 0 if parser.parse(source).root_node else 1,
     }
-    stats = timing.interleaved(cases, runs, warmup=max(10, runs // 10))
+    stats = timing.interleaved(cases, runs, warmup=max(10, runs // 10), cpu=True)
     return {
         "runs": runs,
         "bytes": len(source),
         "parts": len(read(text).parts),  # type: ignore[union-attr]
         **stats,
         "target_ms": 1.0,
-        "met": stats["read"]["median"] <= 1.0,
+        "met": stats["read"]["cpu_median"] <= 1.0,
+        "met_wall": stats["read"]["median"] <= 1.0,
     }
 
 
 def report_script(stats: dict[str, Any]) -> None:
     """The section's table."""
-    print(
-        f"\nShell scripts read by their parts: a {stats['bytes']}-byte script of "
-        f"{stats['parts']} parts, {stats['runs']} runs, interleaved"
+    timing.table(
+        f"Shell scripts read by their parts: a {stats['bytes']}-byte script of "
+        f"{stats['parts']} parts, {stats['runs']} runs, interleaved",
+        [
+            ("read(SCRIPT): parse and account for every byte", stats["read"]),
+            ('classify_argv(["bash", "-lc", SCRIPT]), cache cleared', stats["classify"]),
+            ('classify_argv(["git", "status"])', stats["one argv"]),
+            ("tree-sitter's parse alone", stats["tree-sitter"]),
+        ],
     )
-    print(timing.HEAD)
-    for label, title in (
-        ("read", "read(SCRIPT): parse and account for every byte"),
-        ("classify", 'classify_argv(["bash", "-lc", SCRIPT]), cache cleared'),
-        ("one argv", 'classify_argv(["git", "status"])'),
-        ("tree-sitter", "tree-sitter's parse alone"),
-    ):
-        print(timing.row(title, stats[label]))
-    verdict = "met" if stats["met"] else "NOT met"
-    print(f"  target: reading 1 KiB takes at most 1 ms (median): {verdict}")
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=300)
-    args = parser.parse_args()
-    stats = bench_script(args.runs)
-    report_script(stats)
-    print("\nBENCH " + json.dumps({"script": stats}, sort_keys=True, separators=(",", ":")))
-    return 0
+    cpu, wall = ("met" if stats[key] else "NOT met" for key in ("met", "met_wall"))
+    print(f"  target: reading 1 KiB takes at most 1 ms: CPU median {cpu}, wall median {wall}")
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(timing.main("script", __doc__ or "", bench_script, report_script, runs=300))

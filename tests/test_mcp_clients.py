@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -49,18 +47,6 @@ async def agents_sdk(
     )
     async with server:
         yield server
-
-
-@pytest.fixture
-def home_tmp() -> Iterator[Path]:
-    """A private folder under the home (the sandbox's /tmp is its own)."""
-    base = Path.home() / ".stockade-tests"
-    base.mkdir(mode=0o700, exist_ok=True)
-    root = Path(tempfile.mkdtemp(dir=base))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.mark.asyncio

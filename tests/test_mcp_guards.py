@@ -11,10 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +35,6 @@ def setup_for(tmp_path: Path, extra: str = "") -> dict[str, Path]:
 @pytest.fixture
 def setup(tmp_path: Path) -> dict[str, Path]:
     return make_setup(tmp_path)
-
-
-@pytest.fixture
-def home_tmp() -> Iterator[Path]:
-    """A private folder under the home, never under /tmp: the sandbox's own /tmp would hide
-    an escape there for the wrong reason."""
-    base = Path.home() / ".stockade-tests"
-    base.mkdir(mode=0o700, exist_ok=True)
-    root = Path(tempfile.mkdtemp(dir=base))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 # --- containment --------------------------------------------------------------------------
@@ -387,3 +371,40 @@ async def test_the_structured_result_is_capped_like_the_text(setup):
     assert data["stdout"]["text"].endswith("1999999\n2000000\n")  # the tail is kept
     assert data["stdout"]["text"].startswith("1\n2\n3\n")
     assert data["stdout"]["total_bytes"] == len("".join(f"{i}\n" for i in range(1, 2000001)))
+
+
+@pytest.mark.asyncio
+async def test_file_read_checks_the_file_it_opened_not_the_path(home_tmp, monkeypatch):
+    # Another process flips `notes` between an open file and a private one: the path is
+    # checked, then opened. The read is checked again as the file its descriptor opened.
+    from stockade.config.load import parse_config
+    from stockade.host import Host
+    from stockade.testing import flipping
+    from stockade.workspace.files import Workspace
+    from stockade_mcp.server import Service
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(home_tmp / "state"))
+    ws = home_tmp / "ws"
+    (ws / "private").mkdir(parents=True)
+    (ws / "private" / "key").write_text("canary-private\n")
+    (ws / "open.txt").write_text("open\n")
+    (ws / "notes").symlink_to("open.txt")
+    toml = f'sandbox = "landlock"\n[agents.keeper]\nworkspace = "{ws}"\nprivate = ["private/*"]\n'
+    plain = Workspace.file_read
+
+    def unchecked(self, path, *, offset=0, limit=256 * 1024, check=None):
+        return plain(self, path, offset=offset, limit=limit)
+
+    checked, control = "", ""
+    with Host(parse_config(toml)) as host, flipping(ws / "notes", ["private/key", "open.txt"]):
+        service = Service(host, agent="keeper")
+        # Pairs until the control has read the canary (the race was won), 40 at least.
+        for count in range(400):
+            checked += text_of(await service.call(None, "file_read", {"path": "notes"}))
+            with monkeypatch.context() as patch:
+                patch.setattr(Workspace, "file_read", unchecked)
+                control += text_of(await service.call(None, "file_read", {"path": "notes"}))
+            if count >= 40 and "canary-private" in control:
+                break
+    assert "canary-private" in control  # the race was won: the test can see a breach
+    assert "canary-private" not in checked and "open" in checked

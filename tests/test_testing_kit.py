@@ -44,3 +44,17 @@ def test_the_docstring_example_runs(make_host, event_log, tmp_path):
     assert len(tests) == 1
     tests[0](make_host=make_host, event_log=event_log, tmp_path=tmp_path)  # type: ignore[operator]
     assert [p.seen for p in made] == [[("true",)]]  # the plugin was really in the host
+
+
+def test_home_tmp_is_a_private_folder_under_the_home(home_tmp):
+    import os
+    import stat
+    from pathlib import Path
+
+    assert home_tmp.parent == Path.home() / ".stockade-tests"
+    assert stat.S_IMODE(os.stat(home_tmp).st_mode) == 0o700
+    root = testing.under_home("x-")
+    try:
+        assert root.name.startswith("x-") and root != home_tmp
+    finally:
+        root.rmdir()

@@ -192,9 +192,11 @@ def test_generated_paths_never_read_outside(tree, path):
     ws = tree.workspace
     for result in (
         _outcome(ws.file_read, path),
+        _outcome(ws.file_bytes, path),
         _outcome(ws.file_list, path),
         _outcome(ws.file_read, path + "/" + tree.canary_name),
         _outcome(ws.file_read, path + "/secret/" + tree.canary_name),
+        _outcome(ws.file_bytes, path + "/secret/" + tree.canary_name),
         _outcome(ws.file_list, path + "/secret"),
     ):
         tree.assert_no_canary(result)

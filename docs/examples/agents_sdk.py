@@ -67,6 +67,26 @@ def ask_a_person(item: ToolApprovalItem) -> bool:
 # --8<-- [end:answer]
 
 
+# --8<-- [start:snapshot]
+async def keep_and_fork(host: Host, workspace: str, copies: int) -> list[str]:
+    """Work in a session whose stop takes a Stockade snapshot; fork that snapshot."""
+    client = StockadeSandboxClient(host)
+    session = await client.create(
+        manifest=Manifest(root=workspace), snapshot=stockade_agents.StockadeSnapshotSpec()
+    )
+    async with session:  # stopping it (here, at the end) takes the snapshot
+        await session.exec("echo draft > notes.txt")
+    # session.state.snapshot is a StockadeSnapshot: .taken names it in the store
+    resumed = await client.resume(session.state)  # the workspace put back as it was
+    async with resumed:
+        await resumed.exec("echo more >> notes.txt")  # its stop replaces the snapshot
+    forks = client.fork(resumed.state.snapshot, copies)  # Manifests sharing its files
+    return [str(manifest.root) for manifest in forks]
+
+
+# --8<-- [end:snapshot]
+
+
 def offline_model() -> ScriptedModel:
     """A scripted model: one command that writes (held when writes ask), then done."""
     script = "printf 'print(\"hello\")\\n' > hello.py && python3 hello.py"

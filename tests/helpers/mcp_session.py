@@ -18,26 +18,20 @@ from typing import Any
 import anyio
 from mcp import ClientSession, StdioServerParameters, stdio_client, types
 
+from stockade.testing import FRONT_END_PROFILES
+
 CLI = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
 EXAMPLES = Path(__file__).resolve().parents[2] / "skills"
-CONFIG = f"""\
+CONFIG = (
+    f"""\
 [skills]
 project = ["{EXAMPLES}"]
 user = []
 safe_mode = false
 
-[agents.tester]
-workspace = "{{ws}}"
-ask = []
-
-[agents.careful]
-workspace = "{{ws}}"
-ask = ["writes"]
-
-[agents.echoer]
-workspace = "{{ws}}"
-programs = ["echo"]
 """
+    + FRONT_END_PROFILES
+)
 
 Elicit = Callable[[Any, types.ElicitRequestParams], Any]
 

@@ -2,31 +2,27 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from agents import set_tracing_disabled
 
 from stockade.config.load import parse_config
 from stockade.host import Host
+from stockade.testing import FRONT_END_PROFILES
 
-PROFILES = """
-[agents.tester]
+PROFILES = (
+    FRONT_END_PROFILES
+    + """
+[agents.keeper]
 workspace = "{ws}"
-ask = []
-
-[agents.careful]
-workspace = "{ws}"
-ask = ["writes"]
-
-[agents.echoer]
-workspace = "{ws}"
-programs = ["echo", "sh"]
+private = ["private/*"]
 """
+)
 
 
 @pytest.fixture(autouse=True)
@@ -58,14 +54,12 @@ def make_host(home_tmp: Path) -> Iterator[Callable[[str], Host]]:
         host.close()
 
 
-@pytest.fixture
-def home_tmp() -> Iterator[Path]:
-    """A private folder under the home: the sandbox's /tmp is its own, so a canary there
-    would not show a breach."""
-    base = Path.home() / ".stockade-tests"
-    base.mkdir(mode=0o700, exist_ok=True)
-    root = Path(tempfile.mkdtemp(dir=base))
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+@pytest.fixture(scope="session")
+def docs_example() -> ModuleType:
+    """``docs/examples/agents_sdk.py``, loaded."""
+    path = Path(__file__).resolve().parents[3] / "docs" / "examples" / "agents_sdk.py"
+    spec = importlib.util.spec_from_file_location("agents_sdk_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -146,21 +146,33 @@ async def test_a_rejected_step_never_runs(make_host, sandbox):
     async with session:
         config = RunConfig(sandbox=SandboxRunConfig(session=session))
         first = await Runner.run(agent, "work", run_config=config)
+        (held,) = session.state.held
+        assert [step.step for step in host.store.waiting()] == [held.step]  # control
         state = first.to_state()
         state.reject(first.interruptions[0])
-        await Runner.run(agent, state, run_config=config)
-        (held,) = session.state.held
+        second = await Runner.run(agent, state, run_config=config)
+    assert second.final_output == "done"
     assert not made.exists()
     (output,) = tool_outputs(model)
     assert output == "Tool execution was not approved."
-    # Unanswered in Stockade's store: `stockade pending` shows it, a person may decline it.
-    assert host.store.get(held.run_id, held.step).state == "held"
+    # Declined in Stockade's store: `stockade pending` is empty, the record says declined.
+    assert session.state.held == ()
+    assert host.store.waiting() == []
+    found = host.store.get(held.run_id, held.step)
+    assert found.state == "declined" and found.answered_by == stockade_agents.session.APPROVED_BY
+    from stockade.record.chain import rows
+
+    declines = [row.body for row in rows(host.store, held.run_id) if row.kind == "decline"]
+    assert [body["reason"] for body in declines] == [stockade_agents.session.REJECTED]
 
 
+@pytest.mark.parametrize("approve", [True, False])
 @pytest.mark.asyncio
-async def test_an_approval_reaches_a_step_the_runner_stopped_its_session_for(make_host):
+async def test_an_answer_reaches_a_step_the_runner_stopped_its_session_for(make_host, approve):
     # The runner owns the session: it stops it at the interruption and resumes it from the
-    # RunState; the held step travels in the session state.
+    # RunState, here through its JSON; the held step travels in the session state.
+    from agents import RunState
+
     host = make_host("landlock")
     made = Path(host.config.agents["careful"].workspace or "") / "made"
     agent = SandboxAgent(
@@ -174,10 +186,13 @@ async def test_an_approval_reaches_a_step_the_runner_stopped_its_session_for(mak
     )
     first = await Runner.run(agent, "work", run_config=config)
     assert not made.exists()
-    state = first.to_state()
-    state.approve(first.interruptions[0])
+    (held,) = host.store.waiting()
+    state = await RunState.from_string(agent, first.to_state().to_string())
+    (state.approve if approve else state.reject)(state.get_interruptions()[0])
     second = await Runner.run(agent, state, run_config=config)
-    assert second.final_output == "done" and made.exists()
+    assert second.final_output == "done" and made.exists() is approve
+    assert host.store.waiting() == []
+    assert host.store.get(held.run_id, held.step).state == ("done" if approve else "declined")
 
 
 @pytest.mark.asyncio
@@ -248,24 +263,13 @@ async def test_what_stockade_does_not_offer_is_refused(make_host):
             await session.exec("true", user="root")
 
 
-def _example():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[3] / "docs" / "examples" / "agents_sdk.py"
-    spec = importlib.util.spec_from_file_location("agents_sdk_example", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("approve", [True, False])
 @pytest.mark.asyncio
-async def test_the_docs_example_runs_and_asks(tmp_path, approve):
+async def test_the_docs_example_runs_and_asks(docs_example, tmp_path, approve):
     from stockade.config.load import parse_config
     from stockade.host import Host
 
-    example = _example()
+    example = docs_example
     ws = tmp_path / "ws"
     ws.mkdir()
     asked = []

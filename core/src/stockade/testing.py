@@ -19,7 +19,12 @@ Every host is independent (its own plugin manager) and closed when the test ends
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -103,6 +108,23 @@ def self_signed_cert(folder: Path, names: Sequence[str] = ("allowed.test",)) -> 
 
 HostFactory = Callable[..., Host]
 
+FRONT_END_PROFILES = """\
+[agents.tester]
+workspace = "{ws}"
+ask = []
+
+[agents.careful]
+workspace = "{ws}"
+ask = ["writes"]
+
+[agents.echoer]
+workspace = "{ws}"
+programs = ["echo"]
+"""
+"""Three agent profiles on one workspace for testing a front end (an MCP server, an agent
+framework's client), as TOML to ``.format(ws=FOLDER)``: ``tester`` never asks, ``careful``
+asks before a write, ``echoer`` may run ``echo`` only."""
+
 
 def cli_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     """Set how the ``stockade`` command line runs in a test's processes: in-process
@@ -154,3 +176,49 @@ def make_host() -> Iterator[HostFactory]:
 def event_log() -> EventLog:
     """A fresh :class:`EventLog` to pass in ``plugins``."""
     return EventLog()
+
+
+def under_home(prefix: str = "") -> Path:
+    """A new private (0700) folder under the user's home, in ``~/.stockade-tests``: a
+    sandboxed command's ``/tmp`` is its own, so a canary under the host's ``/tmp`` would be
+    out of its reach for the wrong reason and could not show a breach."""
+    base = Path.home() / ".stockade-tests"
+    base.mkdir(mode=0o700, exist_ok=True)
+    return Path(tempfile.mkdtemp(dir=base, prefix=prefix))
+
+
+@pytest.fixture
+def home_tmp() -> Iterator[Path]:
+    """A private folder under the home (:func:`under_home`), removed after the test: where
+    an attack's canaries and a workspace the sandbox must see belong."""
+    root = under_home()
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_FLIP = """\
+import os, sys
+link, targets = sys.argv[1], sys.argv[2:]
+while True:
+    for target in targets:
+        os.symlink(target, link + ".flip")
+        os.replace(link + ".flip", link)
+"""
+
+
+@contextlib.contextmanager
+def flipping(link: Path, targets: Sequence[str]) -> Iterator[None]:
+    """While the block runs, another process swaps the symlink ``link`` between ``targets``
+    as fast as it can: an attacker racing a check of a path and its use."""
+    flipper = subprocess.Popen(
+        [sys.executable, "-c", _FLIP, str(link), *targets], stdout=subprocess.DEVNULL
+    )
+    try:
+        yield
+    finally:
+        flipper.kill()
+        flipper.wait()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{link}.flip")

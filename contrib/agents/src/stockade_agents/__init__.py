@@ -11,6 +11,7 @@ from .approval import shell
 from .client import StockadeSandboxClient, StockadeSandboxClientOptions
 from .results import REFUSED
 from .session import StockadeSandboxSession, StockadeSandboxSessionState
+from .snapshots import StockadeSnapshot, StockadeSnapshotSpec
 
 __all__ = [
     "REFUSED",
@@ -18,5 +19,7 @@ __all__ = [
     "StockadeSandboxClientOptions",
     "StockadeSandboxSession",
     "StockadeSandboxSessionState",
+    "StockadeSnapshot",
+    "StockadeSnapshotSpec",
     "shell",
 ]

@@ -14,11 +14,14 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 
+from stockade.config.schema import store_folder
 from stockade.errors import UsageError
 from stockade.host import Host
+from stockade.layers import snapshots
 from stockade.workspace.folders import workspace_of
 
 from .session import StockadeSandboxSession, StockadeSandboxSessionState
+from .snapshots import StockadeSnapshot
 
 _DEFAULT_ROOT = cast("str", Manifest.model_fields["root"].default)
 
@@ -104,9 +107,39 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
         return self._session(state)
 
     def _session(self, state: StockadeSandboxSessionState) -> SandboxSession:
+        if isinstance(state.snapshot, StockadeSnapshot):
+            # This host's store, whatever a deserialized state names.
+            state.snapshot = self._own(state.snapshot)
         run = self.host.for_run(cwd=str(state.manifest.root))
         inner = StockadeSandboxSession(state=state, host=run)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
+
+    def _own(self, snapshot: StockadeSnapshot) -> StockadeSnapshot:
+        return snapshot.model_copy(update={"store": store_folder(self.host.config)})
+
+    def fork(self, snapshot: SnapshotBase, count: int) -> tuple[Manifest, ...]:
+        """``count`` manifests, each rooted in a new workspace holding the snapshot's files
+        (hard links: :func:`stockade.layers.snapshots.fork`), for sessions of the default
+        profile. Commands in a fork run under bubblewrap with layers only; elsewhere they are
+        refused (``SandboxUnavailable``), since they would write the shared files in place.
+
+        Raises:
+            UsageError: ``snapshot`` is not a Stockade snapshot, was never taken, or is gone.
+        """
+        found = self._own(snapshot).stockade() if isinstance(snapshot, StockadeSnapshot) else None
+        if found is None:
+            raise UsageError(
+                f"no Stockade snapshot behind SDK snapshot {snapshot.id}",
+                hint="fork the snapshot of a stopped session made with StockadeSnapshotSpec()",
+            )
+        made = snapshots.fork(found, count, store=store_folder(self.host.config))
+        return tuple(Manifest(root=folder) for folder in made)
+
+    def discard(self, snapshot: SnapshotBase) -> None:
+        """Remove the Stockade snapshot behind ``snapshot`` (if any) and every fork of it."""
+        found = self._own(snapshot).stockade() if isinstance(snapshot, StockadeSnapshot) else None
+        if found is not None:
+            snapshots.discard(found, store=store_folder(self.host.config))
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
         """Nothing of the host's to release beyond what stopping did: the workspace is the

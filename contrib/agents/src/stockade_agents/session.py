@@ -22,6 +22,8 @@ from typing import Literal
 
 from agents.sandbox.errors import (
     ExposedPortUnavailableError,
+    SnapshotPersistError,
+    SnapshotRestoreError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
@@ -40,13 +42,15 @@ from stockade.request.result import RunResult
 from stockade.request.spec import ExecRequest
 from stockade.run.doer import Admission
 from stockade.run.executor import AbortToken
-from stockade.workspace.file_types import READ_LIMIT
 from stockade.workspace.files import Workspace
 
-from . import results
+from . import results, snapshots
 
 APPROVED_BY = "openai-agents (the run's tool approval)"
-"""Who answered a held step the SDK's approval let run (the store's ``answered_by``)."""
+"""Who answered a held step the SDK's approval let run, or turned down (the store's
+``answered_by``)."""
+REJECTED = "rejected through the agent run's tool approval"
+"""The reason of a held step's decline when the SDK's approval rejected its call."""
 
 
 class HeldCall(BaseModel):
@@ -58,6 +62,7 @@ class HeldCall(BaseModel):
     argv: tuple[str, ...]
     run_id: str
     step: int
+    call_id: str = ""
 
 
 class StockadeSandboxSessionState(SandboxSessionState):
@@ -188,7 +193,7 @@ class StockadeSandboxSession(BaseSandboxSession):
             workspace=None if own or self.state.profile != "default" else self.root,
         )
 
-    async def admit(self, argv: Sequence[str], timeout: float | None) -> bool:
+    async def admit(self, argv: Sequence[str], timeout: float | None, *, call_id: str = "") -> bool:
         """Admit ``argv`` now and keep the outcome for the call that runs it; whether it waits
         for a person (the SDK's approval then asks, and only an approved call runs it)."""
         request = self.request(argv, timeout)
@@ -197,7 +202,7 @@ class StockadeSandboxSession(BaseSandboxSession):
             entry = await asyncio.to_thread(self.host.admit, request)
         except PolicyHeld as held:
             run_id, step = str(held.details["run_id"]), int(str(held.details["step"]))
-            call = HeldCall(argv=request.argv, run_id=run_id, step=step)
+            call = HeldCall(argv=request.argv, run_id=run_id, step=step, call_id=call_id)
             self.state.held = (*self.state.held, call)
             return True
         except StockadeError as error:
@@ -205,9 +210,20 @@ class StockadeSandboxSession(BaseSandboxSession):
         self._parked.setdefault(request.argv, deque()).append(entry)
         return False
 
-    def _take_held(self, argv: tuple[str, ...]) -> HeldCall | None:
+    def decline_rejected(self, call_ids: set[str]) -> None:
+        """Decline, in the store, the held steps of the tool calls ``call_ids``, which the
+        SDK's approval rejected: each is final, a ``decline`` event."""
+        for call in self.state.held:
+            if call.call_id and call.call_id in call_ids:
+                self._take_held(call.argv, call.call_id)
+                with contextlib.suppress(UsageError):  # answered meanwhile (stockade decline)
+                    self.host.answer(
+                        call.run_id, call.step, approve=False, by=APPROVED_BY, reason=REJECTED
+                    )
+
+    def _take_held(self, argv: tuple[str, ...], call_id: str | None = None) -> HeldCall | None:
         for index, call in enumerate(self.state.held):
-            if call.argv == argv:
+            if call.argv == argv and call_id in (None, call.call_id):
                 self.state.held = self.state.held[:index] + self.state.held[index + 1 :]
                 return call
         return None
@@ -275,25 +291,31 @@ class StockadeSandboxSession(BaseSandboxSession):
             raise ValueError("Stockade reads files as the user who runs it: remove user")
         absolute, relative = self._relative(path)
         files = self._workspace()
+        breaker, profile = self.host.breaker, self.host.config.profile(self.state.profile)
         chunks: list[bytes] = []
-        offset = 0
         try:
-            while True:
-                part = await asyncio.to_thread(
-                    files.file_read, relative, offset=offset, limit=READ_LIMIT
-                )
-                if part.text is None:
-                    raise WorkspaceArchiveReadError(
-                        path=absolute,
-                        context={"reason": f"{part.description}: the file tools read text only"},
-                    )
-                chunks.append(part.text.encode("utf-8"))
-                offset += part.returned
-                if not part.truncated or part.returned == 0:
-                    break
+            # Private data (the profile's globs, the sidecar's marks) is refused, as the MCP
+            # file_read refuses it; what is read counts for the breaker as the MCP tool's does.
+            # Each part is checked again as the file it opened, so a symlink swapped between
+            # the check and the read cannot lead to a private file.
+            def private(opened: str) -> None:
+                breaker.file_read(self.root, opened, profile, granted=False)
+
+            await asyncio.to_thread(private, relative)
+            offset = 0
+            while chunk := await asyncio.to_thread(
+                files.file_bytes, relative, offset=offset, check=private
+            ):
+                chunks.append(chunk)
+                offset += len(chunk)
+            await asyncio.to_thread(breaker.file_tool, "read", self.root, relative, profile)
         except UsageError as error:
             if not os.path.lexists(absolute):
                 raise WorkspaceReadNotFoundError(path=absolute, cause=error) from error
+            raise WorkspaceArchiveReadError(
+                path=absolute, context={"reason": str(error)}, cause=error
+            ) from error
+        except StockadeError as error:  # denied (private data), or the taint not recorded
             raise WorkspaceArchiveReadError(
                 path=absolute, context={"reason": str(error)}, cause=error
             ) from error
@@ -305,8 +327,13 @@ class StockadeSandboxSession(BaseSandboxSession):
         absolute, relative = self._relative(path, for_write=True)
         payload = coerce_write_payload(path=absolute, data=data)
         content = payload.stream.read()
+        content = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        profile = self.host.config.profile(self.state.profile)
         try:
-            await asyncio.to_thread(self._workspace().file_write, relative, bytes(content))
+            written = await asyncio.to_thread(self._workspace().file_write, relative, content)
+            await asyncio.to_thread(
+                self.host.breaker.file_tool, "write", self.root, relative, profile, written=written
+            )
         except StockadeError as error:
             raise WorkspaceArchiveWriteError(
                 path=absolute, context={"reason": str(error)}, cause=error
@@ -323,11 +350,48 @@ class StockadeSandboxSession(BaseSandboxSession):
             return
         await super().mkdir(path, parents=parents, user=user)
 
+    # --- snapshots: Stockade's own where the state asks for one -----------------------------
+
+    async def _persist_snapshot(self) -> None:
+        taken = self.state.snapshot
+        if not isinstance(taken, snapshots.StockadeSnapshot):
+            await super()._persist_snapshot()  # the SDK's: a tar of the workspace
+            return
+        try:
+            self.state.snapshot = await asyncio.to_thread(snapshots.take, taken, self.root)
+        except (OSError, StockadeError) as error:
+            raise SnapshotPersistError(
+                snapshot_id=taken.id, path=Path(self.root), cause=error
+            ) from error
+
+    def _should_compute_snapshot_fingerprint_on_persist(self) -> bool:
+        # The SDK's fingerprint runs a helper program in the sandbox, a command of the run
+        # the agent never asked for, to let a preserved workspace skip its restore; a
+        # Stockade session's workspace is never preserved in that sense: it always restores.
+        return False
+
+    async def _restore_snapshot_into_workspace_on_resume(self) -> None:
+        taken = self.state.snapshot
+        if not isinstance(taken, snapshots.StockadeSnapshot):
+            await super()._restore_snapshot_into_workspace_on_resume()
+            return
+        try:
+            await asyncio.to_thread(snapshots.put_back, taken, self.root)
+        except OSError as error:
+            raise SnapshotRestoreError(
+                snapshot_id=taken.id, path=Path(self.root), cause=error
+            ) from error
+
+    async def _clear_workspace_root_on_resume(self) -> None:
+        # The SDK clears with `ls` and `rm -rf` run in the sandbox, which Stockade's policy
+        # would hold or refuse; the host clears the session's own workspace itself.
+        await asyncio.to_thread(snapshots.clear, self.root)
+
     # --- the workspace as a tar ------------------------------------------------------------
 
     async def persist_workspace(self) -> io.IOBase:
-        # A seam for layered workspaces: when stockade.layers (issue #32) is on the branch this
-        # runs on, its snapshot of the upper layer replaces this tar of the whole folder.
+        # The SDK's portable form (a tar), for its other snapshot kinds and backends; a
+        # StockadeSnapshot never calls this (_persist_snapshot takes it from the folder).
         root = self.root
         buffer = io.BytesIO()
 

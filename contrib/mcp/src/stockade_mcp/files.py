@@ -4,7 +4,7 @@ server was started for (:class:`stockade.workspace.files.Workspace` keeps every 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from stockade.errors import UsageError
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from mcp import types
 
     from stockade.layers.view import View
-    from stockade.workspace.file_types import WriteResult
+    from stockade.workspace.file_types import ReadResult, WriteResult
     from stockade.workspace.files import Workspace
 
     from .running import Context
@@ -48,17 +48,37 @@ async def file_read(
         raise UsageError("offset and limit must be integers (bytes)")
     profile = service.host.config.profile(service.agent)
     granted = arguments.get("read_private") is True
-    await asyncio.to_thread(
-        lambda: service.host.breaker.file_read(service.root(), path, profile, granted=granted)
-    )
+
+    def private(opened: str) -> None:
+        service.host.breaker.file_read(service.root(), opened, profile, granted=granted)
+
+    await asyncio.to_thread(private, path)
+    # Checked again as the file the descriptor opened: a symlink swapped after the check
+    # above cannot lead the read to private data.
     read = await asyncio.to_thread(
-        lambda: _reader(service, arguments).file_read(path, offset=offset, limit=limit)
+        lambda: _read(service, arguments, path, offset=offset, limit=limit, check=private)
     )
     await _taint(service, "read", path)
     shown = read.text if read.text is not None else (read.description or "")
     if read.truncated:
         shown += f"\n[more follows: read on with offset {read.offset + read.returned}]"
     return ok(shown, read)
+
+
+def _read(
+    service: Service,
+    arguments: Mapping[str, Any],
+    path: str,
+    *,
+    offset: int,
+    limit: int,
+    check: Callable[[str], None],
+) -> ReadResult:
+    """Read through the workspace, checking the file it opened again; a task's view follows
+    no symlink at all, so the path's check before is the whole of it there."""
+    if arguments.get("task_id") is None:
+        return service.workspace().file_read(path, offset=offset, limit=limit, check=check)
+    return _reader(service, arguments).file_read(path, offset=offset, limit=limit)
 
 
 def _reader(service: Service, arguments: Mapping[str, Any]) -> Workspace | View:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -11,6 +12,7 @@ from .common import report_error
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Callable
 
     from ..config.schema import Config
     from ..request.spec import Profile
@@ -18,9 +20,10 @@ if TYPE_CHECKING:
     from ..workspace.files import Workspace
 
 
-def _root(args: argparse.Namespace) -> tuple[str, int | None]:
-    """The agent profile's workspace (else the current directory) and its quota; a read of
-    private data not granted (``--read-private``) is refused here, before anything is read.
+def _root(args: argparse.Namespace) -> tuple[str, int | None, Callable[[str], None] | None]:
+    """The agent profile's workspace (else the current directory), its quota, and the check
+    a read not granted private data (``--read-private``) makes again of the file it opened;
+    such a read of private data is refused here, before anything is read.
 
     Raises:
         PolicyDenied: the read names private data.
@@ -31,9 +34,11 @@ def _root(args: argparse.Namespace) -> tuple[str, int | None]:
     config = load_config(args.config, environ=os.environ)
     profile = config.profile(args.profile)
     root = workspace_of(config, profile) or os.getcwd()
+    check = None
     if args.tool == "read" and not getattr(args, "read_private", False):
         _refuse_private(config, profile, root, args.path)
-    return root, profile.quota_mb
+        check = functools.partial(_refuse_private, config, profile, root)
+    return root, profile.quota_mb, check
 
 
 def _refuse_private(config: Config, profile: Profile, root: str, path: str) -> None:
@@ -57,13 +62,13 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
     from ..workspace.files import Workspace
 
     try:
-        root, quota_mb = _root(args)
+        root, quota_mb, check = _root(args)
         if getattr(args, "view", None):
             result = _viewed(args, root)
             _taint(args, root, None)
         else:
             with Workspace(root, quota_mb=quota_mb) as workspace:
-                result = _tool(args, workspace)
+                result = _tool(args, workspace, check)
             _taint(args, root, result if isinstance(result, WriteResult) else None)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
@@ -76,11 +81,13 @@ def file_command(args: argparse.Namespace, _parser: object = None) -> int:
     return 0
 
 
-def _tool(args: argparse.Namespace, workspace: Workspace) -> object:
+def _tool(
+    args: argparse.Namespace, workspace: Workspace, check: Callable[[str], None] | None
+) -> object:
     if args.tool == "list":
         return workspace.file_list(args.path)
     if args.tool == "read":
-        return workspace.file_read(args.path, offset=args.offset, limit=args.limit)
+        return workspace.file_read(args.path, offset=args.offset, limit=args.limit, check=check)
     return workspace.file_write(args.path, sys.stdin.buffer.read())
 
 

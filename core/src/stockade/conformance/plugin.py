@@ -13,7 +13,6 @@ result, and the reason of a pin or the failing cases.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from ..confine.promises import Promise
 from ..confine.provider import SandboxProvider
 from ..host import Host
 from ..request.literals import Mode
-from ..testing import AllowAll
+from ..testing import AllowAll, under_home
 from . import ground
 from .table import PINNED, Outcomes, render
 
@@ -189,18 +188,10 @@ def _refuse_if_uncontained(config: pytest.Config, sandbox: str, cls: type[Sandbo
         )
 
 
-def _under_home(prefix: str = "") -> Path:
-    """A new private folder under the user's home (the sandbox's /tmp is its own, so a
-    canary under the host's /tmp would not show a breach)."""
-    base = Path.home() / ".stockade-tests"
-    base.mkdir(mode=0o700, exist_ok=True)
-    return Path(tempfile.mkdtemp(dir=base, prefix=prefix))
-
-
 def _first_probe(sandbox: str, cls: type[SandboxProvider]) -> str | None:
     """What the first containment probe got through (``None``: it held): a command in the
     workspace writes a file beside it, with a file in the workspace as its control."""
-    root = _under_home("probe-")
+    root = under_home("probe-")
     made = ground.Box(root, sandbox, cls)
     mode: Mode = "workspace-write" if "workspace-write" in cls.MODES else "read-only"
     beside = made.outside / ("probe-" + made.canary)
@@ -230,7 +221,7 @@ def box(
     Stockade's own state (held steps, the record) goes to a folder of the test's own.
     """
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
-    made = ground.Box(_under_home(), sandbox, sandbox_provider)
+    made = ground.Box(under_home(), sandbox, sandbox_provider)
     try:
         yield made
     finally:

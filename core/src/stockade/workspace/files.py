@@ -50,7 +50,7 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Literal
 
@@ -292,13 +292,21 @@ class Workspace:
                     kind = "other"
                 yield Entry(item.name, kind, 0 if kind == "dir" else info.st_size)
 
-    def file_read(self, path: str, *, offset: int = 0, limit: int = READ_LIMIT) -> ReadResult:
+    def file_read(
+        self,
+        path: str,
+        *,
+        offset: int = 0,
+        limit: int = READ_LIMIT,
+        check: Callable[[str], None] | None = None,
+    ) -> ReadResult:
         """Up to ``limit`` bytes of file ``path`` from ``offset``, as text; binary is described.
 
         A file with a NUL byte or invalid UTF-8 in its first 8 KiB is binary: its size,
         sha256 and a guess of its type are returned instead of its content. Text is cut
         before a character split by the limit, so ``offset + returned`` is where the next
-        call starts; invalid UTF-8 past the first 8 KiB is shown as U+FFFD.
+        call starts; invalid UTF-8 past the first 8 KiB is shown as U+FFFD. ``check``: as
+        :meth:`file_bytes`'s.
 
         Raises:
             UsageError: the path is refused, missing, not a regular file, or leads out;
@@ -313,26 +321,10 @@ class Workspace:
             )
         parts = _components(path)
         shown = _display(parts)
+        fd, size = self._regular(parts, shown)
         try:
-            fd = self._open(parts, _READ_FLAGS, follow=True)
-        except OSError as error:
-            raise _refusal(shown, error) from None
-        try:
-            _refuse_masked(fd, shown)
-            info = os.fstat(fd)
-            if stat.S_ISDIR(info.st_mode):
-                raise UsageError(f"path {shown!r} is a directory", hint="list it with file_list")
-            if not stat.S_ISREG(info.st_mode):
-                raise UsageError(f"path {shown!r} is not a regular file")
-            if info.st_nlink > 1:
-                # A second name may be outside the workspace: a path check cannot see it.
-                raise UsageError(
-                    f"path {shown!r} has {info.st_nlink} hard links; the file tools read only "
-                    "files with one name, since another could lie outside the workspace",
-                    hint="copy the file inside the workspace, or read it with a command",
-                    details={"path": shown, "rule": "hard-link"},
-                )
-            size = info.st_size
+            if check is not None:
+                check(_opened(fd, self.root))
             head = os.pread(fd, SNIFF_BYTES, 0)
             if _is_binary(head, whole=len(head) < SNIFF_BYTES):
                 digest, size = _sha256_fd(fd)
@@ -354,6 +346,69 @@ class Workspace:
             raise _refusal(shown, error) from None
         finally:
             os.close(fd)
+
+    def file_bytes(
+        self,
+        path: str,
+        *,
+        offset: int = 0,
+        limit: int = READ_LIMIT,
+        check: Callable[[str], None] | None = None,
+    ) -> bytes:
+        """Up to ``limit`` bytes of file ``path`` from ``offset``, exactly as stored, text or
+        binary (empty past the end); refused as :meth:`file_read` refuses.
+
+        ``check``, if given, gets the opened file's path (from its descriptor: no symlink
+        swapped since can steer it) before a byte is read; what it raises refuses the read.
+
+        Raises:
+            UsageError: as :meth:`file_read`.
+        """
+        if offset < 0 or not 1 <= limit <= READ_LIMIT:
+            raise UsageError(
+                f"offset must be 0 or more and limit 1..{READ_LIMIT} bytes, not {offset}, {limit}"
+            )
+        parts = _components(path)
+        shown = _display(parts)
+        fd, _ = self._regular(parts, shown)
+        try:
+            if check is not None:
+                check(_opened(fd, self.root))
+            return os.pread(fd, limit, offset)
+        except OSError as error:
+            raise _refusal(shown, error) from None
+        finally:
+            os.close(fd)
+
+    def _regular(self, parts: list[str], shown: str) -> tuple[int, int]:
+        """A descriptor of the regular file ``parts`` names (one name only, not in a
+        credential store) and its size; the caller closes it."""
+        try:
+            fd = self._open(parts, _READ_FLAGS, follow=True)
+        except OSError as error:
+            raise _refusal(shown, error) from None
+        try:
+            _refuse_masked(fd, shown)
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise UsageError(f"path {shown!r} is a directory", hint="list it with file_list")
+            if not stat.S_ISREG(info.st_mode):
+                raise UsageError(f"path {shown!r} is not a regular file")
+            if info.st_nlink > 1:
+                # A second name may be outside the workspace: a path check cannot see it.
+                raise UsageError(
+                    f"path {shown!r} has {info.st_nlink} hard links; the file tools read only "
+                    "files with one name, since another could lie outside the workspace",
+                    hint="copy the file inside the workspace, or read it with a command",
+                    details={"path": shown, "rule": "hard-link"},
+                )
+        except OSError as error:
+            os.close(fd)
+            raise _refusal(shown, error) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, info.st_size
 
     def file_write(
         self, path: str, content: str | bytes, *, make_parents: bool = True
@@ -437,3 +492,8 @@ class Workspace:
                 hint="remove files from the workspace first, or raise the profile's quota_mb",
                 details={"path": shown, "used": used, "limit": limit, "growth": growth},
             )
+
+
+def _opened(fd: int, root: str) -> str:
+    """Where the file open as ``fd`` is, relative to ``root`` (from the descriptor)."""
+    return os.path.relpath(os.readlink(f"/proc/self/fd/{fd}"), root)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import re
 
 import tree_sitter
@@ -20,7 +21,12 @@ import tree_sitter_bash
 from ._types import Part, Redirect, Script, Unread
 from ._words import literal
 
-_PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+_LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
+_PARSER = tree_sitter.Parser(_LANGUAGE)
+# Named node kinds by id: `kind_id in _NAMED` costs half of `node.is_named`.
+_NAMED = frozenset(
+    kind for kind in range(_LANGUAGE.node_kind_count) if _LANGUAGE.node_kind_is_named(kind)
+)
 LIMIT = 64 * 1024
 """Bytes of script read at most; a longer script is unread."""
 _WORDS = frozenset({"word", "string", "raw_string", "concatenation", "number"})
@@ -35,6 +41,8 @@ _TEST_NODES = frozenset({"unary_expression", "binary_expression"})
 _ASCII = bytes(range(128)) + b"a" * 128
 _PLAIN = re.compile(rb"[A-Za-z0-9_./,%+^-]+")  # no ~, = or : (a tilde after them expands)
 _BLANK = re.compile(rb"(?:[ \t\n]|\\\n)*")
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_NEWLINES = itertools.repeat(b"\n")
 _NAMES = {
     "command_substitution": "a command substitution",
     "simple_expansion": "a variable expansion",
@@ -115,7 +123,7 @@ class _Reader:
         self.groups: list[list[tuple[int, int]]] = []
         self.joiners: list[tuple[int, int]] = []
         self.group: list[tuple[int, int]] | None = None
-        self.words: set[tuple[int, int]] = set()
+        self.words: list[tuple[int, int]] = []
 
     def text(self, node: tree_sitter.Node) -> str:
         return self.source[node.start_byte : node.end_byte].decode("utf-8", "surrogateescape")
@@ -126,33 +134,38 @@ class _Reader:
         if self.group is not None:
             self.group.append(span)
 
-    def word(self, node: tree_sitter.Node) -> str:
-        if node.type not in _WORDS:
+    def word(self, node: tree_sitter.Node, kind: str = "") -> str:
+        if (kind or node.type) not in _WORDS:
             raise _NotRead(_name(node), node)
-        span = (node.start_byte, node.end_byte)
-        raw = self.source[span[0] : span[1]]
+        start, end = node.start_byte, node.end_byte
+        raw = self.source[start:end]
         if _PLAIN.fullmatch(raw):  # most words: nothing to unquote, nothing that could expand
             value: str | None = raw.decode("ascii")
         else:
             value = literal(raw.decode("utf-8", "surrogateescape"))
         if value is None:
             raise _NotRead(f"the word {self.text(node)!r} would expand", node)
+        span = (start, end)
         self.spans.append(span)
         if self.group is not None:
             self.group.append(span)
-        self.words.add(span)
+        self.words.append(span)
         return value
 
     def program(self, root: tree_sitter.Node) -> None:
         joiner = ""
         for child in root.children:
-            if child.type == "comment":
+            kind = child.type
+            if kind == "comment":
                 self.take(child)
-            elif child.type == ";":
+            elif kind == ";":
                 self.take(child)
                 self.joiners.append((child.start_byte, child.end_byte))
                 joiner = ";"
-            elif child.is_named:
+            elif kind == "command":  # most statements: no list, pipeline or redirection
+                self.command(child, joiner or (";" if self.parts else ""))
+                joiner = ""
+            elif child.kind_id in _NAMED:
                 self.statement(child, joiner or (";" if self.parts else ""))
                 joiner = ""
             else:
@@ -163,24 +176,25 @@ class _Reader:
         stack: list[tuple[tree_sitter.Node, str]] = [(node, joiner)]
         while stack:
             current, join = stack.pop()
-            if current.type in ("list", "pipeline"):
+            kind = current.type
+            if kind == "command":
+                self.command(current, join)
+            elif kind in ("list", "pipeline"):
                 pending: list[tuple[tree_sitter.Node, str]] = []
                 next_join = join
                 for child in current.children:
-                    if child.is_named:
+                    if child.kind_id in _NAMED:
                         pending.append((child, next_join))
-                    elif child.type in _JOINERS:
+                    elif (token := child.type) in _JOINERS:
                         self.take(child)
                         self.joiners.append((child.start_byte, child.end_byte))
-                        next_join = child.type
+                        next_join = token
                     else:
                         raise _NotRead(f"the operator {child.type!r}", child)
                 stack.extend(reversed(pending))
-            elif current.type == "redirected_statement":
+            elif kind == "redirected_statement":
                 self.redirected(current, join)
-            elif current.type == "command":
-                self.command(current, join)
-            elif current.type == "test_command":
+            elif kind == "test_command":
                 self.test(current, join)
             else:
                 raise _NotRead(_name(current), current)
@@ -214,11 +228,12 @@ class _Reader:
         for child in node.children:
             kind = child.type
             if kind in _WORDS:
-                argv.append(self.word(child))
+                argv.append(self.word(child, kind))
             elif kind == "command_name":
-                if child.named_child_count != 1:
+                inner = child.children
+                if len(inner) != 1 or not inner[0].is_named:
                     raise _NotRead("a command name the reader does not know", child)
-                argv.append(self.word(child.named_children[0]))
+                argv.append(self.word(inner[0]))
             elif kind.endswith("_redirect"):
                 redirects.append(self.redirect(child, argv))
             elif child.is_named:
@@ -265,16 +280,17 @@ class _Reader:
             raise _NotRead(_name(node), node)
         fd, op, target = "", "", ""
         for child in node.children:
-            if child.type == "file_descriptor" and not op:
+            kind, named = child.type, child.kind_id in _NAMED
+            if kind == "file_descriptor" and not op:
                 self.take(child)
                 fd = self.text(child)
-            elif not child.is_named and not op:
+            elif not named and not op:
                 self.take(child)
-                op = child.type
-            elif child.is_named and op and not target and op not in _CLOSE_OPS:
-                target = self.word(child)
-            elif child.is_named and op:
-                arguments.append(self.word(child))  # `ls >f -l`: -l is ls's argument
+                op = kind
+            elif named and op and not target and op not in _CLOSE_OPS:
+                target = self.word(child, kind)
+            elif named and op:
+                arguments.append(self.word(child, kind))  # `ls >f -l`: -l is ls's argument
             else:
                 raise _NotRead("a redirection the reader does not know", node)
         if op == "<<<":
@@ -323,35 +339,38 @@ class _Reader:
         split where bash splits them: a part's words never span a bare newline, no two words
         touch, and two parts are always apart by a joiner or a newline."""
         spans = sorted(self.spans)
-        starts = [start for start, _ in spans]
         source = self.source
-        ends = [0, *(end for _, end in spans)]
-        if any(start < end for start, end in zip(starts, ends, strict=False)):
+        starts = list(map(_FIRST, spans))
+        ends = [0]
+        ends += map(_SECOND, spans)
+        if any(map(operator.lt, starts, ends)):
             raise _NotRead("text the grammar read twice")
-        gaps = [source[ends[i] : start] for i, start in enumerate([*starts, len(source)])]
+        starts.append(len(source))
+        gaps = list(map(source.__getitem__, map(slice, ends, starts)))
+        starts.pop()
         if _BLANK.fullmatch(b"".join(gaps)) is None:
             bad = next(gap for gap in gaps if _BLANK.fullmatch(gap) is None)
             raise _NotRead(f"text the reader did not understand ({bad[:20]!r})")
-        # seen[i]: how many of the blanks before spans[0..i] (the end last) hold a newline.
-        bare = [b"\n" in gap and b"\n" in gap.replace(b"\\\n", b"") for gap in gaps]
-        seen = list(itertools.accumulate(map(int, bare)))
-        word_starts = {start for start, _ in self.words}
-        if any(end in word_starts for _, end in self.words):
+        # The blanks (gaps[i]: the one before spans[i], the end last) that hold a bare
+        # newline, in order: bisect_right(bare, i) of them lie before spans[i].
+        lines = itertools.compress(itertools.count(), map(operator.contains, gaps, _NEWLINES))
+        bare = [i for i in lines if b"\n" in gaps[i].replace(b"\\\n", b"")]
+        words = self.words
+        if not set(map(_FIRST, words)).isdisjoint(map(_SECOND, words)):
             raise _NotRead("a word the grammar split in two")
-        joiners = sorted(start for start, _ in self.joiners)
+        joiners = sorted(map(_FIRST, self.joiners))
+        before = bisect.bisect_right
         previous = -1
         for group in self.groups:
-            first, last = (
-                bisect.bisect_left(starts, min(group)[0]),
-                bisect.bisect_left(starts, max(group)[0]),
-            )
-            if seen[last] > seen[first]:
+            first = bisect.bisect_left(starts, min(group)[0])
+            last = bisect.bisect_left(starts, max(group)[0])
+            if before(bare, last) > before(bare, first):
                 raise _NotRead("a command whose words the grammar joined across a line")
             if previous >= 0:
                 end, start = spans[previous][1], spans[first][0]
                 if start < end:
                     raise _NotRead("commands the grammar read out of order")
-                newline = seen[first] > seen[previous]  # in a blank between the two
+                newline = before(bare, first) > before(bare, previous)  # in a blank between
                 joined = bisect.bisect_left(joiners, end) < bisect.bisect_left(joiners, start)
                 if not joined and not newline:
                     raise _NotRead("commands the grammar split where bash would not")
