@@ -235,8 +235,10 @@ class Worker:
 
         from .layered import forget_pool
 
-        forget_pool(store_folder(self.doer.config), self.doer.run_id)
-        self.doer.close()  # the runs' doers share its executor and providers
+        try:
+            forget_pool(store_folder(self.doer.config), self.doer.run_id)
+        finally:
+            self.doer.close()  # the runs' doers share its executor and providers
 
 
 def _where() -> dict[str, str]:
