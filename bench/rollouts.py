@@ -46,16 +46,18 @@ SHARDS = (1, 2, 4)
 WINDOW = 3
 """Rounds of batches in flight to the shard writers: a writer appends one while the next
 is pickled and sent (waiting for each round left every writer idle between rounds)."""
+PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
+"""The system's python3: a venv under /tmp (as ``uv run`` may use) is hidden by the sandbox."""
 CODE = "def add(a, b):\n    return a + b\n"
 TEST = "from app import add\nassert add(2, 3) == 5\n"
 # Eight steps: argv, and whether the step hands in fix.py.
 STEPS: tuple[tuple[tuple[str, ...], bool], ...] = (
     (("cat", "app.py"), False),
     (("cp", "fix.py", "app.py"), True),
-    (("python3", "test_app.py"), False),
+    ((PYTHON, "test_app.py"), False),
     (("ls", "-la"), False),
     (("sed", "-i", "s/a + b/b + a/", "app.py"), False),
-    (("python3", "test_app.py"), False),
+    ((PYTHON, "test_app.py"), False),
     (("cat", "notes.txt"), False),
     (("wc", "-l", "app.py"), False),
 )

@@ -124,8 +124,8 @@ class Worker:
         """An episode whose worker was lost comes here: ``kept`` when its workspace is on
         this node and holds anything (as its last finished step left it), else
         ``re-forked`` from ``snapshot`` into the same folder, else ``empty``; with the files
-        it holds. ``base``: a layered
-        fork's snapshot folder (what its changes are measured against)."""
+        it holds. ``base``: a layered fork's snapshot folder (what its changes are measured
+        against)."""
         from .forks import copy_into, manifest, unpack
 
         # An empty folder is not taken for the episode's: the driver makes an own workspace
