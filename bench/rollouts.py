@@ -45,7 +45,7 @@ WORKERS = (1, 2, 4, 8)
 SHARDS = (1, 2, 4)
 WINDOW = 3
 """Rounds of batches in flight to the shard writers: a writer appends one while the next
-is pickled and sent (waiting for each round left every writer idle between rounds)."""
+is pickled and sent (``--window 1`` waits for each round, as the first version did)."""
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 """The system's python3: a venv under /tmp (as ``uv run`` may use) is hidden by the sandbox."""
 CODE = "def add(a, b):\n    return a + b\n"
