@@ -1,18 +1,22 @@
 """Snapshots and forks (:mod:`stockade.layers.snapshots`): the docs' example runs; forks
 share the snapshot's files and stay apart; a command that would write a fork in place
-(Landlock) is refused; export and discard."""
+(Landlock) is refused; export and discard; forks made and removed while a command runs in a
+sibling are not taken for changes to its files."""
 
 from __future__ import annotations
 
 import importlib.util
 import io
 import os
+import secrets
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
 
 from stockade.config.schema import Config, store_folder
+from stockade.conformance.procs import sleeping, wait_until
 from stockade.errors import SandboxUnavailable, UsageError
 from stockade.layers import snapshots
 from stockade.request.spec import ExecRequest
@@ -76,3 +80,33 @@ def test_a_command_that_would_write_a_fork_in_place_is_refused(tmp_path, make_ho
     assert (Path(snap.folder) / "a.txt").read_text() == "a"
     ok = host.run(ExecRequest(["sh", "-c", "echo changed > a.txt"], str(tmp_path)))
     assert ok.ok  # the control: an ordinary folder runs under Landlock
+
+
+def test_forks_made_and_removed_while_one_runs_are_no_conflict(tmp_path, make_host):
+    (tmp_path / "a.txt").write_text("a")
+    (tmp_path / "b.txt").write_text("b")
+    store = store_folder(Config())
+    snap = snapshots.take(str(tmp_path), store=store)
+    first, gone = snapshots.fork(snap, 2, store=store)
+    host = make_host(allow_all=True, config=Config(sandbox="bubblewrap"))
+    # Changes both files two seconds after it starts; meanwhile a sibling fork is made and
+    # one removed (each adds or drops a link to the shared files: their change time moves),
+    # and b.txt is replaced in the fork itself (a real rival change: a conflict, the control).
+    marker = f"{31 + secrets.randbelow(10**6) / 10**6:.6f}"
+    script = f"sleep {marker} & sleep 2; echo mine > a.txt; echo mine > b.txt"
+    results = {}
+    run = ExecRequest(["sh", "-c", script], first, workspace=first)
+    ran = threading.Thread(target=lambda: results.update(r=host.run(run)))
+    ran.start()
+    assert wait_until(lambda: sleeping(marker), 60)  # it runs: what follows is after its start
+    snapshots.fork(snap, 1, store=store)
+    snapshots.discard_fork(gone, store=store)
+    (Path(first) / "b.new").write_text("rival")
+    os.replace(Path(first) / "b.new", Path(first) / "b.txt")
+    ran.join(60)
+    result = results["r"]
+    assert result.conflicts == (str(Path(first) / "b.txt"),)  # the rival's change is seen
+    assert (Path(first) / "a.txt").read_text() == "mine\n"  # the link churn is not
+    assert (Path(first) / "b.txt").read_text() == "rival"
+    assert (Path(snap.folder) / "a.txt").read_text() == "a"  # the snapshot keeps its own
+    snapshots.discard(snap, store=store)

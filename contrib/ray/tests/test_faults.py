@@ -2,8 +2,9 @@
 killed by pid. Every affected caller gets ``WorkerLost`` saying whether its step had
 started; steps elsewhere finish and are recorded; the record has no step left placed without
 an outcome and verifies; replacements never land on the dead node and keep to the placement
-asked; an episode on the lost node refuses its next step; ``shutdown`` releases every
-waiter, even of a pool whose only node is gone."""
+asked; an episode whose worker is replaced goes on there, in its workspace where the folder
+survives, else forked again from its snapshot or empty, and says which in the record;
+``shutdown`` releases every waiter, even of a pool whose only node is gone."""
 
 from __future__ import annotations
 
@@ -110,12 +111,16 @@ def test_a_lost_node(cluster: Cluster, state: Path, box: Box) -> None:
         assert sorted(g.details["started"] for g in gone) == [False] * k + [True] * k
         assert all(d.result.exit_code == 0 and d.node != doomed_id for d in done)
         assert len(done) == 8 - 2 * k
-        # The episode lived on that node: its step is lost and its next one refused.
+        # The episode lived on that node: its step is lost; its next one is refused while
+        # the replacement starts, or goes on there (never on the dead node).
         with pytest.raises(WorkerLost):
             ep_future.result(120)
-        with pytest.raises(WorkerLost, match="episode") as refused:
-            episode.run(ExecRequest(("true",)))
-        assert refused.value.details["started"] is False
+        try:
+            went = episode.run(ExecRequest(("true",))).result(120)
+        except WorkerLost as refused:
+            assert refused.details["started"] is False and "episode" in refused.message
+        else:
+            assert went.node != doomed_id and episode.rehomed[-1]["to"]["node"] == went.node
 
         # No gap: every step placed has an outcome, and the chain verifies.
         store, found = _record(spread)
@@ -175,3 +180,46 @@ def _alive() -> set[str]:
     import ray
 
     return {str(n["NodeID"]) for n in ray.nodes() if n["Alive"]}
+
+
+def test_an_episode_goes_on_after_its_worker_is_killed(state: Path, box: Box) -> None:
+    (box.ws / "seed.txt").write_text("seed")
+    pool = StockadePool(1, _config(state), plugins=[AllowAll()])
+    try:
+        kept, forked = pool.fork(pool.snapshot(str(box.ws)), 2)
+        empty = pool.episode()
+        kept.run(ExecRequest(("sh", "-c", "echo mine > mine.txt"))).result(60)
+        forked.run(ExecRequest(("sh", "-c", "echo gone > gone.txt"))).result(60)
+        marker = Path(kept.workspace) / f"started-{secrets.token_hex(4)}"
+        cut = kept.run(ExecRequest((PYTHON, "-S", "-c", WAIT, str(marker), "60")))
+        assert wait_until(marker.exists, 60)
+        os.kill(int(cut.worker["pid"]), signal.SIGKILL)
+        with pytest.raises(WorkerLost) as lost:
+            cut.result(120)
+        assert lost.value.details["started"] is True
+        assert lost.value.details["episode"] == kept.name
+        old = cut.worker["actor"]
+        assert wait_until(lambda: [w["actor"] for w in pool.workers()] not in ([], [old]), 120)
+        # Its folder survives on the node: the episode goes on in it, on the replacement.
+        again = kept.run(ExecRequest(("cat", "mine.txt"))).result(60)
+        assert again.result.stdout.text == "mine\n" and again.actor != cut.worker["actor"]
+        assert kept.rehomed[-1]["workspace"] == "kept"
+        # A node without its folder (removed here): forked again from the snapshot, the
+        # changes since lost, and said; an episode with no snapshot starts empty, and says so.
+        import shutil
+
+        shutil.rmtree(forked.workspace)
+        shutil.rmtree(empty.workspace)
+        listed = forked.run(ExecRequest(("ls",))).result(60).result
+        assert listed.stdout.text.split() == ["seed.txt"], (forked.rehomed, listed)
+        assert forked.rehomed[-1]["workspace"] == "re-forked" and forked.rehomed[-1]["steps"] == 1
+        assert empty.run(ExecRequest(("ls",))).result(60).result.stdout.text == ""
+        assert empty.rehomed[-1]["workspace"] == "empty"
+        # In the signed record, beside each episode's commands.
+        store = Store(str(state / "store.db"))
+        said = {r.run_id: r.body["verdict"] for r in rows(store) if r.kind == "annotation"}
+        assert said == {kept.run_id: "kept", forked.run_id: "re-forked", empty.run_id: "empty"}
+        assert verify(store).ok
+        store.close()
+    finally:
+        pool.shutdown()

@@ -1,10 +1,12 @@
 """The sharded record: shard chains written by their own actors, anchored in the main chain,
 and one ``stockade verify`` over all of them; each shard tampered with in turn (an event
 rewritten, the tail past its anchor cut, the shard re-signed with another key) fails it,
-naming that shard, where the untouched copy passes (the control)."""
+naming that shard, where the untouched copy passes (the control). A pool made with
+``shards=N`` records its runs' events there, and the same verify covers them."""
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import sqlite3
 import subprocess
@@ -12,8 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ground import Box
 
-from stockade.record.chain import Chain
+from stockade.record.chain import Chain, rows
 from stockade.record.events import AnnotationEvent
 from stockade.record.shards import shard_path, verify_shards
 from stockade.record.store import Store
@@ -94,3 +97,43 @@ def test_a_shard_tampered_with_fails_verify(
     ran = _verify_cli(store)
     assert ran.returncode == 1, ran.stdout
     assert f"shard {shard}" in ran.stderr
+
+
+def test_a_sharded_pool_records_its_runs_in_shards_that_verify_covers(box: Box) -> None:
+    from stockade.config.schema import Config, StoreConfig
+    from stockade.request.spec import ExecRequest, Profile
+    from stockade.testing import AllowAll
+    from stockade_ray import StockadePool
+
+    path = box.state / "store.db"
+    pool = StockadePool(1, Config(store=StoreConfig(path=str(path))), plugins=[AllowAll()],
+                        shards=2)  # fmt: skip
+    try:
+        episodes = [pool.episode(profile=Profile(name="t", ask=())) for _ in range(4)]
+        for episode in episodes:
+            episode.run(ExecRequest(("echo", "hi"))).result(60)
+            episode.annotate("reward", score=1.0)
+        pool.run(ExecRequest(("true",), str(box.ws))).result(60)
+        own = pool.host.run_id
+        runs = {e.run_id for e in episodes} | {own}
+    finally:
+        pool.shutdown()
+    store = Store(str(path))
+    main = {(r.run_id, r.kind) for r in rows(store)}
+    assert not {k for run, k in main if run in runs} - {"taint"}  # all in the shards
+    assert {c.name for c in verify_shards(store) if c.ok and c.after == 0} == {"s0", "s1"}
+    held = set()
+    for name in ("s0", "s1"):
+        shard = Store(shard_path(store, name))
+        held |= {(r.run_id, r.kind) for r in rows(shard)}
+        shard.close()
+    assert {run for run, kind in held if kind == "result"} == runs
+    assert {run for run, kind in held if kind == "annotation"} == {e.run_id for e in episodes}
+    store.close()
+    assert _verify_cli(path).returncode == 0  # one verify over the main chain and both shards
+    name = f"s{int(hashlib.sha256(own.encode()).hexdigest()[:8], 16) % 2}"  # the pool's run's
+    shard = shard_path(Store(str(path)), name)
+    with sqlite3.connect(shard) as db:  # a step's event rewritten in a shard: verify fails
+        db.execute("UPDATE events SET body = replace(body, '\"step\":1', '\"step\":7')")
+    ran = _verify_cli(path)
+    assert ran.returncode == 1 and f"shard {name}" in ran.stderr, ran.stdout + ran.stderr

@@ -382,10 +382,19 @@ def lost_error(item: Shipped, cause: object, *, started: bool) -> WorkerLost:
         if started
         else "it had not started: nothing of it ran, so it is safe to run again"
     )
+    details: dict[str, Any] = {"started": started, **_named(item)}
+    hint = "the pool starts another worker; run the step again if it is safe to"
+    if item.episode is not None:  # what becomes of its workspace: Episode.rehome
+        details["episode"] = item.episode.name
+        hint += (
+            "; the episode goes on on the replacement, in its workspace as its last finished "
+            "step left it where that survives, else forked again from its snapshot (its "
+            "changes since are lost) or empty: Episode.rehomed and the record say which"
+        )
     return WorkerLost(
         f"the worker running this step was lost before it gave a result back ({how}): {cause}",
-        hint="the pool starts another worker; run the step again if it is safe to",
-        details={"started": started, **_named(item)},
+        hint=hint,
+        details=details,
     )
 
 

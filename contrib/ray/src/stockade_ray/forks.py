@@ -1,11 +1,11 @@
 """Snapshots of a workspace, forks from them, and exports of a workspace as a tar stream.
 
-The interface is small (:class:`Snapshots`: ``take`` a folder, ``fork`` a snapshot into an
-empty folder), so a node that has layered workspaces can fork from a layer instead of a
-copy. The one built here, :class:`CopySnapshots`, is a copy: a snapshot is a tar archive
-of the folder (regular files, folders and symbolic links; nothing else), made once on the
-driver and put in Ray's object store, and a fork unpacks it into the episode's workspace on
-its worker's node.
+The interface is small (:class:`Snapshots`: ``take`` a folder, ``fork_into`` a workspace on
+a worker's node), so a node that has layered workspaces forks from a layer instead of a
+copy (:class:`~stockade_ray.layered.LayeredSnapshots`, the pool's default). The copy,
+:class:`CopySnapshots`: a snapshot is a tar archive of the folder (regular files, folders
+and symbolic links; nothing else), made once on the driver and put in Ray's object store,
+and a fork unpacks it into the episode's workspace on its worker's node.
 
 Unpacking never writes through a link: the target folder is new and empty, files are made
 with ``O_EXCL | O_NOFOLLOW`` below folders made here, and the links are made last. A member
@@ -21,7 +21,7 @@ import os
 import stat
 import tarfile
 from collections.abc import Iterator, Mapping
-from typing import Protocol
+from typing import Literal, Protocol
 
 import attrs
 
@@ -69,15 +69,38 @@ class Export:
     deleted: tuple[str, ...] = ()
 
 
+@attrs.frozen
+class Forked:
+    """How one episode's workspace was forked (``Episode.forked``).
+
+    Attributes:
+        workspace: where it is (on its worker's node).
+        method: ``layers`` (hard links to the node's layers' snapshot: no copy) or ``copy``.
+        why: for a copy, why not layers (``""`` for a fork from layers).
+        files: the files it holds.
+        base: for ``layers``, the snapshot's folder on the node (what its changes are
+            measured against); ``""`` for a copy.
+    """
+
+    workspace: str
+    method: Literal["layers", "copy"]
+    why: str = ""
+    files: int = 0
+    base: str = ""
+
+
 class Snapshots(Protocol):
-    """What forks need: a snapshot of a folder, and a fork of it into an empty folder."""
+    """What forks need: a snapshot of a folder, and a fork of it on a worker's node."""
 
     def take(self, folder: str, *, cap: int) -> Snapshot:
         """The folder as it is now."""
 
-    def fork(self, archive: bytes, into: str) -> None:
-        """``into`` (made here, empty) holding what the snapshot whose ``data`` is
-        ``archive`` holds (run on the worker's node)."""
+    def fork_into(
+        self, snapshot: Snapshot, into: str, *, store: str, pool: str, refusal: str | None
+    ) -> Forked:
+        """A workspace holding what ``snapshot`` holds, run on the worker's node: ``into``
+        (new or empty) or another folder it names; ``refusal`` says why this node's steps
+        would not write through layers (``None``: they would); ``pool`` names the pool."""
 
 
 class CopySnapshots:
@@ -91,8 +114,24 @@ class CopySnapshots:
         digest = hashlib.sha256(archive).hexdigest()
         return Snapshot(digest, files, len(archive), ray.put(archive))
 
-    def fork(self, archive: bytes, into: str) -> None:
-        unpack(archive, into)
+    def fork_into(
+        self,
+        snapshot: Snapshot,
+        into: str,
+        *,
+        store: str,
+        pool: str,
+        refusal: str | None,
+    ) -> Forked:
+        return copy_into(snapshot, into, why="a copy was asked for (CopySnapshots)")
+
+
+def copy_into(snapshot: Snapshot, into: str, *, why: str) -> Forked:
+    """``into`` (new or empty) holding a copy of the snapshot's archive."""
+    import ray
+
+    archive = snapshot.data if isinstance(snapshot.data, bytes) else ray.get(snapshot.data)
+    return Forked(into, "copy", why, unpack(archive, into))
 
 
 def _walk(folder: str) -> Iterator[tuple[str, os.stat_result]]:

@@ -75,9 +75,13 @@ class StockadePool:
         caps: how much of the changed files comes back (:class:`~stockade_ray.worker.Caps`).
         plugins: extra plugin objects for the driver's host (policies, classifiers,
             recorders: everything that decides or records runs here, never on a worker).
-        snapshots: how snapshots are taken and forked (:class:`~stockade_ray.forks.Snapshots`;
-            a copy, :class:`~stockade_ray.forks.CopySnapshots`, unless given): handed to
-            every worker, which forks with it on its node.
+        snapshots: how snapshots are taken and forked (:class:`~stockade_ray.forks.Snapshots`):
+            handed to every worker, which forks with it on its node. Unless given, from the
+            node's layers where its steps write through them, else a copy
+            (:class:`~stockade_ray.layered.LayeredSnapshots`);
+            :class:`~stockade_ray.forks.CopySnapshots` always copies.
+        shards: when more than 0, the pool's runs' events go to this many shard chains,
+            anchored in the driver's (:mod:`stockade_ray.sharding`).
     """
 
     def __init__(
@@ -90,17 +94,22 @@ class StockadePool:
         caps: Caps | None = None,
         plugins: Sequence[object] = (),
         snapshots: Snapshots | None = None,
+        shards: int = 0,
     ) -> None:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        from .forks import CopySnapshots
+        from .layered import LayeredSnapshots
 
         if size < 1:
             raise UsageError(f"a pool needs at least one worker, not {size}")
         self.host = Host(_pinned(config or Config()), environ=environ, plugins=plugins)
+        if shards > 0:
+            from .sharding import ShardingRecorder
+
+            ShardingRecorder.install(self.host, shards)
         self.caps = caps or Caps()
-        self.snapshots: Snapshots = snapshots or CopySnapshots()
+        self.snapshots: Snapshots = snapshots or LayeredSnapshots()
         env = self.host.environ
         worker_env = {k: env[k] for k in ("STOCKADE_DISABLE_PLUGINS",) if k in env}
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -310,15 +319,23 @@ class StockadePool:
         least busy live one.
 
         Raises:
-            WorkerLost: its episode's worker was lost (nothing of the step ran).
+            WorkerLost: its episode's worker was lost and is not replaced yet (nothing of
+                the step ran).
         """
+        if (
+            episode is not None
+            and not episode.slot.lost
+            and episode.slot.actor is not episode.actor
+        ):
+            episode.rehome()  # its worker was replaced: its workspace is brought back there
         with self._lock:
             if episode is not None:
                 slot = episode.slot
                 if slot.lost or slot.actor is not episode.actor:
                     raise WorkerLost(
-                        f"the worker holding episode {episode.name}'s workspace was lost",
-                        hint="fork a new episode; this one's workspace went with its worker",
+                        f"the worker holding episode {episode.name}'s workspace was lost, "
+                        "and its replacement is still starting; nothing of the step ran",
+                        hint="run it again in a moment: the episode goes on on the replacement",
                         details={"started": False, **_named(episode.where)},
                     )
             else:

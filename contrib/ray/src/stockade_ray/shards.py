@@ -26,13 +26,13 @@ if TYPE_CHECKING:
 class ShardWriter:
     """One shard chain, appended in this actor's process."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, redact: Sequence[str] = ()) -> None:
         from stockade.record.chain import Chain
         from stockade.record.store import Store
 
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         self.store = Store(path)
-        self.chain = Chain(self.store)
+        self.chain = Chain(self.store, redact)  # the main chain's redaction
 
     def append(self, events: Sequence[Event]) -> int:
         """Append ``events`` in one transaction; how many."""
@@ -57,9 +57,16 @@ class ShardedRecord:
         main: the driver's chain (its store names where the shards live).
         count: how many shards (``s0`` ... ``s{count-1}``).
         placement: Ray actor options for the writers (one CPU-light process each).
+        redact: the patterns the shards redact (the main store's ``store.redact``).
     """
 
-    def __init__(self, main: Chain, count: int, placement: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        main: Chain,
+        count: int,
+        placement: dict[str, Any] | None = None,
+        redact: Sequence[str] = (),
+    ) -> None:
         import ray
 
         from stockade.record.shards import shard_path
@@ -67,7 +74,7 @@ class ShardedRecord:
         self.main = main
         self.names = [f"s{i}" for i in range(count)]
         writer = ray.remote(ShardWriter).options(**(placement or {"num_cpus": 0}))
-        self.writers = [writer.remote(shard_path(main.store, n)) for n in self.names]
+        self.writers = [writer.remote(shard_path(main.store, n), redact) for n in self.names]
 
     def shard_of(self, run_id: str) -> int:
         """The shard a run's events go to (always the same one)."""

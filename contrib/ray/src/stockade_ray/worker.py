@@ -75,7 +75,10 @@ class Worker:
             config, sandboxes=hooks.sandboxes(), executors=hooks.executors(), run_id=run_id
         )
         self._runs: dict[str, Doer] = {run_id: self.doer}
-        self._bases: dict[str, dict[str, str]] = {}  # a forked workspace's manifest
+        self._bases: dict[str, dict[str, str]] = {}  # a copied fork's manifest
+        self._base_folders: dict[str, str] = {}  # a layered fork's snapshot folder
+        self._manifests: dict[str, dict[str, str]] = {}
+        self._refusal: tuple[str | None] | None = None  # why forks are copies here, once asked
         self.ledger = ledger
         self.place = _where()
 
@@ -85,20 +88,81 @@ class Worker:
             self._runs[run_id] = self.doer.for_run(run_id)
         return self._runs[run_id]
 
-    def seed(
+    async def seed(
         self,
         workspace: str,
-        digest: str,
-        archive: bytes,
-        snapshots: Any = None,  # noqa: ANN401 - a stockade_ray.forks.Snapshots
-    ) -> dict[str, Any]:
-        """Make ``workspace`` (new) a fork of the snapshot ``digest``; how many files."""
-        from .forks import CopySnapshots, manifest
+        snapshot: Any,  # noqa: ANN401 - a stockade_ray.forks.Snapshot (its data a reference)
+        snapshots: Any,  # noqa: ANN401 - a stockade_ray.forks.Snapshots
+    ) -> Any:  # noqa: ANN401 - a stockade_ray.forks.Forked
+        """A workspace forked from ``snapshot`` for an episode: from the node's layers where
+        its writing steps would write through them, else a copy into ``workspace``
+        (:class:`~stockade_ray.forks.Forked` says which, and why)."""
+        from stockade.config.schema import store_folder
 
+        from .forks import manifest
+        from .layered import layers_refusal
+
+        store = store_folder(self.doer.config)
+        if self._refusal is None:
+            self._refusal = (layers_refusal(self.doer, store, "workspace-write"),)
         os.makedirs(os.path.dirname(workspace), mode=0o700, exist_ok=True)
-        (snapshots or CopySnapshots()).fork(archive, workspace)
+        forked = snapshots.fork_into(
+            snapshot, workspace, store=store, pool=self.doer.run_id, refusal=self._refusal[0]
+        )
+        if forked.base:
+            self._base_folders[forked.workspace] = forked.base
+        else:
+            self._bases[forked.workspace] = manifest(forked.workspace)
+        return forked
+
+    def rehome(
+        self,
+        workspace: str,
+        snapshot: Any,  # noqa: ANN401 - a stockade_ray.forks.Snapshot, or None
+        base: str,
+    ) -> dict[str, Any]:
+        """An episode whose worker was lost comes here: ``kept`` when its workspace is on
+        this node and holds anything (as its last finished step left it), else
+        ``re-forked`` from ``snapshot`` into the same folder, else ``empty``; with the files
+        it holds. ``base``: a layered fork's snapshot folder (what its changes are measured
+        against)."""
+        from .forks import copy_into, manifest, unpack
+
+        # An empty folder is not taken for the episode's: the driver makes an own workspace
+        # folder when it admits a step, on its node (on one disk with this one, it is here).
+        found = os.path.isdir(workspace) and bool(os.listdir(workspace))
+        if found:
+            if base and os.path.isdir(base):
+                self._base_folders[workspace] = base
+            elif snapshot is not None:  # what it was forked from, for export(changes=True)
+                import tempfile
+
+                import ray
+
+                with tempfile.TemporaryDirectory() as scratch:
+                    unpack(ray.get(snapshot.data), os.path.join(scratch, "base"))
+                    self._bases[workspace] = manifest(os.path.join(scratch, "base"))
+            return {"workspace": "kept", "files": len(manifest(workspace))}
+        if snapshot is None:
+            os.makedirs(workspace, mode=0o700, exist_ok=True)
+            return {"workspace": "empty", "files": 0}
+        os.makedirs(os.path.dirname(workspace), mode=0o700, exist_ok=True)
+        forked = copy_into(snapshot, workspace, why="forked again on a replacement worker")
         self._bases[workspace] = manifest(workspace)
-        return {"files": len(self._bases[workspace]), "digest": digest}
+        return {"workspace": "re-forked", "files": forked.files}
+
+    def _base(self, workspace: str) -> dict[str, str]:
+        """What a forked workspace held when forked (by relative path, each file's sha256)."""
+        from .forks import manifest
+
+        if workspace in self._bases:
+            return self._bases[workspace]
+        folder = self._base_folders.get(workspace)
+        if folder is None:
+            return {}
+        if folder not in self._manifests:  # a layers' snapshot never changes
+            self._manifests[folder] = manifest(folder)
+        return self._manifests[folder]
 
     def export(self, workspace: str, cap: int, changes: bool) -> Any:  # noqa: ANN401, FBT001
         """``workspace`` as a tar stream (:class:`~stockade_ray.forks.Export`); with
@@ -106,8 +170,7 @@ class Worker:
         from .forks import export
 
         try:
-            base = self._bases.get(workspace, {}) if changes else None
-            return export(workspace, cap=cap, base=base)
+            return export(workspace, cap=cap, base=self._base(workspace) if changes else None)
         except StockadeError as error:
             return {"error": error.to_dict()}
 
@@ -119,6 +182,7 @@ class Worker:
             self._runs.pop(run_id, None)  # it shares this worker's executor: nothing to close
         if workspace is not None:
             self._bases.pop(workspace, None)
+            self._base_folders.pop(workspace, None)
             if remove:
                 shutil.rmtree(workspace, ignore_errors=True)
 
@@ -165,8 +229,16 @@ class Worker:
         return reply
 
     def close(self) -> None:
-        """Release the executor's helpers."""
-        self.doer.close()  # the runs' doers share its executor and providers
+        """Release the executor's helpers, and the pool's layers' snapshots on this node
+        that no kept fork uses."""
+        from stockade.config.schema import store_folder
+
+        from .layered import forget_pool
+
+        try:
+            forget_pool(store_folder(self.doer.config), self.doer.run_id)
+        finally:
+            self.doer.close()  # the runs' doers share its executor and providers
 
 
 def _where() -> dict[str, str]:

@@ -191,7 +191,7 @@ def _merge(
             tally.failed.append(f"{target}: an overlay redirect or metacopy; not applied")
             continue
         below = None if folder else _lstat(dst, name)
-        if below is not None and rules.since and below.st_ctime_ns > rules.since:
+        if below is not None and rules.since and _changed_since(below, rules.since):
             _quarantine(up, name, target, rules, tally, aside="conflicts")
             continue
         if info is not None and whiteout(info, marks):
@@ -391,6 +391,17 @@ def _entry(
     else:
         tally.modified.append(target)
     os.rename(name, name, src_dir_fd=up, dst_dir_fd=dst)
+
+
+def _changed_since(below: os.stat_result, since: int) -> bool:
+    """Whether the real folder's entry changed since the command started (its change time
+    is later), other than a fork's file that only gained or lost a link: a fork's files are
+    hard links shared with its snapshot and siblings, never written in place, so making or
+    removing another fork changes their change time and nothing else."""
+    if below.st_ctime_ns <= since:
+        return False
+    linked = stat.S_ISREG(below.st_mode) and below.st_nlink > 1
+    return not (linked and below.st_mtime_ns <= since)
 
 
 def _quarantine(
