@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stockade.cli.commands import main
-from stockade.testing import flipping
+from stockade.conformance.suite.racing import flipping
 from stockade.workspace.files import Workspace
 
 

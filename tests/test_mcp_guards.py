@@ -378,8 +378,8 @@ async def test_file_read_checks_the_file_it_opened_not_the_path(home_tmp, monkey
     # Another process flips `notes` between an open file and a private one: the path is
     # checked, then opened. The read is checked again as the file its descriptor opened.
     from stockade.config.load import parse_config
+    from stockade.conformance.suite.racing import flipping
     from stockade.host import Host
-    from stockade.testing import flipping
     from stockade.workspace.files import Workspace
     from stockade_mcp.server import Service
 

@@ -197,7 +197,7 @@ async def test_a_snapshot_id_never_leads_out_of_the_store(make_host, home_tmp):
 async def test_a_symlink_swapped_after_the_check_never_reads_private_data(make_host, monkeypatch):
     # Another process flips `notes` between an open file and a private one: the path is
     # checked, then opened. Each part read is checked again as the file it opened.
-    from stockade.testing import flipping
+    from stockade.conformance.suite.racing import flipping
     from stockade.workspace.files import Workspace
 
     host = make_host("landlock")

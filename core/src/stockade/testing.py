@@ -19,11 +19,8 @@ Every host is independent (its own plugin manager) and closed when the test ends
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -196,29 +193,3 @@ def home_tmp() -> Iterator[Path]:
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-_FLIP = """\
-import os, sys
-link, targets = sys.argv[1], sys.argv[2:]
-while True:
-    for target in targets:
-        os.symlink(target, link + ".flip")
-        os.replace(link + ".flip", link)
-"""
-
-
-@contextlib.contextmanager
-def flipping(link: Path, targets: Sequence[str]) -> Iterator[None]:
-    """While the block runs, another process swaps the symlink ``link`` between ``targets``
-    as fast as it can: an attacker racing a check of a path and its use."""
-    flipper = subprocess.Popen(
-        [sys.executable, "-c", _FLIP, str(link), *targets], stdout=subprocess.DEVNULL
-    )
-    try:
-        yield
-    finally:
-        flipper.kill()
-        flipper.wait()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"{link}.flip")
