@@ -68,6 +68,8 @@ def per_call(where: Path, argv: tuple[str, ...]) -> dict[str, Any]:
         "total": changes.total,
         "truncated": changes.truncated,
         "method": changes.method,
+        "withheld": list(changes.withheld),  # a layer's (none in a direct run)
+        "conflicts": list(changes.conflicts),
     }
 
 

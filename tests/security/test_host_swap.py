@@ -23,11 +23,15 @@ from stockade.run import beneath, changes, guard, snapshot
 
 @pytest.fixture
 def host(make_host, sandbox, box):
-    """An allow-all host writing directly (``layers = false``): this file attacks the host's
-    check after a direct run; a layered run's commit has its own swap test
-    (``tests/test_layers_commit.py``)."""
+    """An allow-all host writing directly (``layers = false``) and, on Landlock, without the
+    supervisor: this file attacks the host's check after a direct run, which is what is
+    left where the kernel lacks the supervisor. A layered run's commit has its own swap test
+    (``tests/test_layers_commit.py``); the supervisor refuses a new protected name while the
+    command runs (``tests/security/test_new_names.py``)."""
     del box  # the box sets the private state folder first
-    off = PluginsConfig(settings={"bubblewrap": {"layers": False}})
+    off = PluginsConfig(
+        settings={"bubblewrap": {"layers": False}, "landlock": {"supervise": False}}
+    )
     return make_host(allow_all=True, config=Config(sandbox=sandbox, plugins=off))
 
 
@@ -306,7 +310,7 @@ def test_beneath_reaches_a_root_and_what_is_in_it_and_refuses_a_link_on_the_way(
 
 
 @pytest.mark.sandboxes("landlock")
-def test_a_root_inside_a_protected_path_is_still_put_back_whole(host, unsupervised, box):
+def test_a_root_inside_a_protected_path_is_still_put_back_whole(host_with, unsupervised, box):
     """A writable root that lies inside a protected path (here ``.vscode``) is protected
     whole: the descriptor walk reaches the root itself from its parent (without the
     supervisor), or the supervisor refuses both writes while it runs."""
@@ -321,7 +325,8 @@ def test_a_root_inside_a_protected_path_is_still_put_back_whole(host, unsupervis
     assert (root / "tasks.json").read_text() == "{}", result
     assert not (root / "new").exists()
     assert str(root / "new") in result.quarantined, result
-    held = host.run(request)  # the supervisor: refused while it runs, nothing to put back
+    supervised = host_with(Config(sandbox="landlock"))
+    held = supervised.run(request)  # the supervisor: refused while it runs, nothing to put back
     assert held.stderr.text.count("Read-only file system") == 2, held.stderr.text
     assert (root / "tasks.json").read_text() == "{}" and not (root / "new").exists()
     assert not held.quarantined and not held.restored

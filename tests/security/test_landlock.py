@@ -112,7 +112,11 @@ def test_eight_threads_a_hundred_commands_each(host, box):
     assert sorted(p.name for p in (box.ws / "work").iterdir()) == sorted(
         {text.strip() for text in outputs}
     )
-    assert kept() <= 8, [(k, len(b.built)) for k, b in engine._bases.items()]
+    # At most 8 spares per rule set. A test beside this one that plants a system secret
+    # (the kit's, under /etc) changes the rules, so another base may be kept too.
+    assert all(len(b.built) <= 8 for b in engine._bases.values()), [
+        (k, len(b.built)) for k, b in engine._bases.items()
+    ]
     assert _fds() - kept() == before, "descriptors leaked"
     assert procs.wait_until(lambda: set(own_children()) <= children, timeout=30), "processes left"
     left = list(parent.iterdir())  # only emptied ones, kept as spares for later runs
