@@ -109,7 +109,9 @@ def test_a_sharded_pool_records_its_runs_in_shards_that_verify_covers(box: Box) 
     pool = StockadePool(1, Config(store=StoreConfig(path=str(path))), plugins=[AllowAll()],
                         shards=2)  # fmt: skip
     try:
-        episodes = [pool.episode(profile=Profile(name="t", ask=())) for _ in range(4)]
+        # Runs go to shards by a hash of their id: with 11 runs, both shards hold some but
+        # for one pool in a thousand (with 5, one in sixteen put every run in one shard).
+        episodes = [pool.episode(profile=Profile(name="t", ask=())) for _ in range(10)]
         for episode in episodes:
             episode.run(ExecRequest(("echo", "hi"))).result(60)
             episode.annotate("reward", score=1.0)
