@@ -316,14 +316,19 @@ def _folder(
         tally.deleted.append(target)
         below = None
     if below is None:
-        os.mkdir(name, 0o700, dir_fd=dst)
-        tally.created.append(target + "/")
+        try:
+            os.mkdir(name, 0o700, dir_fd=dst)
+            tally.created.append(target + "/")
+        except FileExistsError:
+            pass  # made meanwhile by a racing swap: opened below, never followed
     try:
         inner_dst = _open_dir(dst, name)
     except OSError as error:
-        if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+        # A link now (ELOOP, ENOTDIR), or gone for a moment while another process swaps it
+        # (ENOENT): what the layer holds below it is not landed, and the tally says so.
+        if error.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
             raise
-        tally.failed.append(f"{target}: swapped for a link during the commit; left alone")
+        tally.failed.append(f"{target}: swapped or moved during the commit; left alone")
         return
     try:
         if marks.get("opaque") == b"y":
