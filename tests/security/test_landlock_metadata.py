@@ -12,23 +12,20 @@ import pytest
 from stockade_landlock import supervisor
 
 from stockade.config.schema import Config, PluginsConfig
+from stockade.conformance.ground import PRELUDE
 
 pytestmark = [
     pytest.mark.sandboxes("landlock"),
     pytest.mark.skipif(supervisor.unavailable() is not None, reason="no supervisor here"),
 ]
 
-ATTACK = r"""
+ATTACK = (
+    r"""
 import ctypes, json, os, struct, sys
 libc = ctypes.CDLL(None, use_errno=True)
-out = {}
-def attempt(name, fn):
-    try:
-        fn()
-        out[name] = "done"
-    except OSError as e:
-        out[name] = e.strerror
-def call(rc):
+"""
+    + PRELUDE
+    + r"""def call(rc):
     if rc < 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
 class Args(ctypes.Structure):
@@ -57,6 +54,7 @@ for tag, path in (("", sys.argv[1]), ("control_", sys.argv[2])):
     attempt(tag + "setxattrat", setxattrat(path))
 print(json.dumps(out))
 """
+)
 
 
 def _plant(box):

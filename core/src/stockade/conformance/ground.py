@@ -34,6 +34,17 @@ PYTHON = "/usr/bin/python3"
 MODES: tuple[Mode, ...] = ("read-only", "workspace-write")
 """The confining modes the kit attacks (those of them the provider enforces)."""
 
+PRELUDE = """out = {}
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "done"
+    except OSError as e:
+        out[name] = e.strerror
+"""
+"""Attack scripts' recorder, for the text they run inside the sandbox: ``attempt(name, fn)``
+keeps ``done``, or the error's text, under ``name`` in ``out``."""
+
 REFUSED = 6
 """The kit's exit status when it refuses to attack a provider as root (pytest uses 0-5)."""
 

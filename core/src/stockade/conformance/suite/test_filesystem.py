@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from stockade.confine.promises import Promise
+from stockade.conformance.ground import PRELUDE
 from stockade.errors import SandboxUnavailable
 
 STORES = {
@@ -131,16 +132,12 @@ def _git(*args, cwd):
     subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
-ATTACK_PROTECTED = """
+ATTACK_PROTECTED = (
+    """
 import json, os, shutil, sys
-out = {}
-def attempt(name, fn):
-    try:
-        fn()
-        out[name] = "done"
-    except OSError as e:
-        out[name] = e.strerror
-def write(path):
+"""
+    + PRELUDE
+    + """def write(path):
     return lambda: open(path, "w").write("#!/bin/sh\\necho PWNED\\n")
 attempt("hook", write(".git/hooks/pre-commit"))
 attempt("config", write(".git/config"))
@@ -158,6 +155,7 @@ attempt("deep_config", write("pkg/.idea/workspace.xml"))
 attempt("control", write("src/new.txt"))
 print(json.dumps(out))
 """
+)
 
 
 @pytest.mark.promise(Promise.PROTECTED_NAMES)

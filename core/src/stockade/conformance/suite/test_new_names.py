@@ -17,20 +17,17 @@ import pytest
 from stockade.confine.promises import Promise
 from stockade.confine.protected import AGENT_CONFIG, RUN_LATER, kind_of
 from stockade.confine.stores import CREDENTIAL_STORES
+from stockade.conformance.ground import PRELUDE
 from stockade.request.literals import DOTFILES
 
 READ_ONLY = "Read-only file system"
-MAKE_ALL = r"""
+MAKE_ALL = (
+    r"""
 import json, os, sys
 names = json.loads(sys.argv[1])
-out = {}
-def attempt(name, fn):
-    try:
-        fn()
-        out[name] = "done"
-    except OSError as e:
-        out[name] = e.strerror
-os.makedirs("deep/er")
+"""
+    + PRELUDE
+    + r"""os.makedirs("deep/er")
 open("plain", "w").write("x")
 os.mkdir("plaindir")
 for i, rel in enumerate(names):
@@ -45,6 +42,7 @@ for i, rel in enumerate(names):
     attempt(f"control:{rel}", lambda: open(at + ".bak", "w").write("ok"))
 print(json.dumps(out))
 """
+)
 
 
 def _names() -> list[str]:
@@ -74,16 +72,12 @@ def test_every_new_protected_name_is_refused_by_every_call(host, box):
     assert (box.ws / "plaindir").is_dir()  # the folder renamed at each name stayed
 
 
-FRESH = r"""
+FRESH = (
+    r"""
 import json, os, subprocess
-out = {}
-def attempt(name, fn):
-    try:
-        fn()
-        out[name] = "done"
-    except OSError as e:
-        out[name] = e.strerror
-git = ["git", "-c", "user.name=A", "-c", "user.email=a@example.com", "-C", "repo"]
+"""
+    + PRELUDE
+    + r"""git = ["git", "-c", "user.name=A", "-c", "user.email=a@example.com", "-C", "repo"]
 subprocess.run(["git", "init", "-q", "repo"], check=True)
 open("repo/f", "w").write("hello\n")
 subprocess.run([*git, "add", "f"], check=True)
@@ -100,6 +94,7 @@ attempt("git_renamed", lambda: os.rename("plain", "again/.git"))
 attempt("control_branch", lambda: subprocess.run([*git, "branch", "b2"], check=True))
 print(json.dumps(out))
 """
+)
 
 
 @pytest.mark.promise(Promise.NEW_NAMES_REFUSED)

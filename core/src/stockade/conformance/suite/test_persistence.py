@@ -20,24 +20,22 @@ import pytest
 from stockade.config.dirs import state_dir
 from stockade.config.schema import Config
 from stockade.confine.promises import Promise
+from stockade.conformance.ground import PRELUDE
 from stockade.request.spec import ExecRequest, Profile
 
-ATTEMPT = """
+ATTEMPT = (
+    """
 import json, os, sys
-out = {}
-def attempt(name, fn):
-    try:
-        fn()
-        out[name] = "done"
-    except OSError as e:
-        out[name] = e.strerror
-def write(path, text="#!/bin/sh\\necho PWNED\\n"):
+"""
+    + PRELUDE
+    + """def write(path, text="#!/bin/sh\\necho PWNED\\n"):
     def go():
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w") as f:
             f.write(text)
     return go
 """
+)
 
 
 READ_ONLY = "Read-only file system"
