@@ -53,6 +53,7 @@ def test_cli_reports_the_facts_in_json(box):
         "missing": [],
         "denied": False,
         "runner_failed": False,
+        "stale": False,
         "hidden": [],
         "writes": "layered",
         "protection": None,
