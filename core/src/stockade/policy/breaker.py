@@ -77,6 +77,8 @@ class Breaker:
         self.recording = recording
         self.run_id = run_id
         self.fail_closed = config.store.fail_closed
+        self._config = config
+        self._walks: str | None = None  # where what private globs matched is kept
         self._store = store
         self._files: PrivateFiles | None = None
         self._taints: dict[tuple[str, ...], Taint] = {}  # by key(), in order
@@ -174,11 +176,24 @@ class Breaker:
         from .credentials import used
 
         held = bool(used(spec)) or self._holds_private(spec.run_id)
-        spec, granted = for_step(spec, profile, self._realpath(spec.workspace), marked, held=held)
+        real, walks = self._realpath(spec.workspace), self._memory()
+        spec, granted = for_step(spec, profile, real, marked, held=held, memory=walks)
         if granted is not None:
             taint = Taint("private", "grant", granted)
             self._add([taint], spec.action_id, spec.run_id, spec.step)
         return spec
+
+    def _memory(self) -> str | None:
+        """The store's folder of what private globs matched (:mod:`stockade.policy.walk`),
+        made once; ``None`` when it cannot be."""
+        if self._walks is None:
+            from ..config.schema import store_folder
+
+            folder = os.path.join(store_folder(self._config), "walks")
+            with contextlib.suppress(OSError):
+                os.mkdir(folder, 0o700)  # only inside a store folder that exists
+            self._walks = folder if os.path.isdir(folder) else ""
+        return self._walks or None
 
     def file_read(self, root: str, path: str, profile: Profile, *, granted: bool) -> None:
         """Before a file tool reads ``path``: refused when it is private data (the globs, the
