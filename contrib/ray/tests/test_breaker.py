@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
 import pytest
 from ground import Box, running
 from nodes import Cluster
@@ -146,3 +147,35 @@ def test_a_worker_goes_with_its_driver_and_its_commands_with_it(nodes: Cluster, 
         driver.stdout.close()  # type: ignore[union-attr]
     assert wait_until(lambda: not running(token), 60), "the command outlived its driver"
     assert wait_until(lambda: not alive(worker), 60), "the worker outlived its driver"
+
+
+def test_a_worker_s_check_lets_on_only_what_the_breaker_lets_on(box: Box) -> None:
+    """The check a worker's proxies ask: refused once the driver said the step's run holds
+    both; let on for another run, a step approved after its run held both, and the opt-out."""
+    from stockade.host import Host
+    from stockade_ray.tripped import Tripped
+
+    mine = Profile(name="default", hosts=("allowed.test:1",), ask=())
+    out = Profile(
+        name="out", hosts=("allowed.test:1",), ask=(), breaker="off-allow-exfiltration",
+        workspace=str(box.ws),
+    )  # fmt: skip
+    config = Config(agents={"default": mine, "out": out}, store=_config(box, 1).store)
+    host = Host(config, plugins=[AllowAll()])
+    try:
+        fetch = ("/usr/bin/curl", "http://allowed.test:1/")
+        step = host.admit(ExecRequest(fetch, str(box.ws))).step
+        opted = host.admit(ExecRequest(fetch, str(box.ws), profile="out")).step
+    finally:
+        host.close()
+    assert step.egress is not None and not step.egress.over_breaker
+    over = attrs.evolve(step, egress=attrs.evolve(step.egress, over_breaker=True))
+    tripped = Tripped()
+    check = tripped.check(step)
+    assert check is not None and check() is None  # clean: let on
+    tripped.trip("another-run", "the breaker: another run")
+    assert check() is None
+    tripped.trip(step.spec.run_id, "the breaker: this run holds private data")
+    assert check() == "refused at the egress proxy: the breaker: this run holds private data"
+    assert tripped.check(over) is None  # a person approved it after the run held both
+    assert tripped.check(opted) is None  # the profile's opt-out
