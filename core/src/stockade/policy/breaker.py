@@ -108,6 +108,9 @@ class Breaker:
                     kind: TaintKind = "private" if taint == "private" else "untrusted"
                     found_taint = Taint(kind, source, detail)
                     self._taints.setdefault(key(found_taint), found_taint)
+                tell = self._newly_both()
+            if tell is not None and self.on_both is not None:
+                self.on_both(tell)  # another process's taint, seen now
         return self._held()
 
     def _holds_private(self, run_id: str | None = None) -> bool:
@@ -250,6 +253,16 @@ class Breaker:
         else ``None`` (the record is not read)."""
         private, untrusted = self._held()
         return reason(private, untrusted) if private and untrusted else None
+
+    def _newly_both(self) -> str | None:
+        """The reason, once, when the run has just come to hold both (the lock held)."""
+        if self._both or self.on_both is None:
+            return None
+        private, untrusted = split(list(self._taints.values()))
+        if not private or not untrusted:
+            return None
+        self._both = True
+        return reason(private, untrusted)
 
     def _held(self) -> tuple[list[Taint], list[Taint]]:
         """What this process has counted of its run, without reading the record."""
@@ -449,10 +462,8 @@ class Breaker:
                 elif key(taint) not in self._taints:
                     self._taints[key(taint)] = taint
                     new.append(taint)
-            if not self._both and self.on_both is not None and run_id == self.run_id:
-                private, untrusted = split(list(self._taints.values()))
-                if private and untrusted:
-                    self._both, tell = True, reason(private, untrusted)
+            if run_id == self.run_id:
+                tell = self._newly_both()
         if tell is not None and self.on_both is not None:
             self.on_both(tell)  # before the step that tripped it is recorded, or shipped
         return new
