@@ -64,12 +64,13 @@ class Globs:
         """:meth:`match` of each of ``names`` (entries of the folder named ``shown``), a
         folder at a time: the fixed globs only where one could match (:meth:`_could`)."""
         ends, parts = self.ends, self.parts
-        if ends and parts:
+        if len(parts) == 1:  # the common case, without a loop per name
+            part = parts[0]
+            found = [part in n or n.endswith(ends) for n in names]
+        elif parts:
             found = [n.endswith(ends) or any(p in n for p in parts) for n in names]
         elif ends:
             found = [n.endswith(ends) for n in names]
-        elif parts:
-            found = [any(p in n for p in parts) for n in names]
         else:
             found = [False] * len(names)
         if self._wild and (wild := self._pattern("wild")) is not None:

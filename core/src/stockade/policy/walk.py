@@ -107,13 +107,12 @@ def _seen(
         return None, 0
     globs = globs_of()
     names = [shown + entry.name for entry in entries]
-    hits, into = [], []
-    for entry, name, hit in zip(entries, names, globs.matches(shown, names), strict=True):
-        if hit:
-            hits.append((entry.path, entry.is_symlink()))
-        elif entry.is_dir(follow_symlinks=False) and globs.beneath(name + "/"):
-            into.append((entry.path, name + "/"))
-    seen = (tuple(hits), tuple(into))
+    matched = globs.matches(shown, names)
+    hits = tuple((e.path, e.is_symlink()) for e, hit in zip(entries, matched, strict=True) if hit)
+    rest = [(e, n) for e, n, hit in zip(entries, names, matched, strict=True) if not hit]
+    folders = [(e.path, n + "/") for e, n in rest if e.is_dir(follow_symlinks=False)]
+    into = tuple(f for f in folders if globs.any or globs.beneath(f[1]))
+    seen = (hits, into)
     if now - max(st.st_ctime_ns, st.st_mtime_ns) <= SETTLED_NS:
         return seen, 0
     if len(_SEEN) >= _MOST:
