@@ -8,6 +8,7 @@ unprivileged pass)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -179,3 +180,41 @@ def test_a_worker_s_check_lets_on_only_what_the_breaker_lets_on(box: Box) -> Non
     assert check() == "refused at the egress proxy: the breaker: this run holds private data"
     assert tripped.check(over) is None  # a person approved it after the run held both
     assert tripped.check(opted) is None  # the profile's opt-out
+
+
+def test_a_worker_that_cannot_be_told_is_lost_with_its_commands(
+    box: Box, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fail closed: a worker that does not take the breaker's word in time (stopped here) is
+    killed, and the command it was running dies with it; the step that tripped the run runs
+    on another worker."""
+    import signal
+
+    from stockade_ray import WorkerLost, tripped
+
+    monkeypatch.setattr(tripped, "TELL_SECONDS", 2.0)
+    (box.ws / "private").mkdir()
+    (box.ws / "private" / "notes.txt").write_text(box.canary)
+    (box.ws / "readme.txt").write_text("somebody else's words\n")
+    token = f"untold-{secrets.token_hex(4)}"
+    pool = StockadePool(2, _config(box, 1), plugins=[AllowAll()])
+    stopped = 0
+    try:
+        assert pool.run(_step(box, ["cat", "readme.txt"])).result(120).result.exit_code == 0
+        sleeper = ("/usr/bin/python3", "-S", "-c", "import time; time.sleep(120)", token)
+        background = pool.run(_step(box, sleeper))
+        assert wait_until(lambda: running(token), 60), "the step never started"
+        stopped = int(background.worker["pid"])
+        os.kill(stopped, signal.SIGSTOP)  # it can no longer answer
+        copy = _step(box, ["cp", "private/notes.txt", "copy.txt"], read_private=True)
+        copied = pool.run(copy).result(120)
+        assert copied.result.exit_code == 0, copied.result.stderr.text
+        assert copied.actor != background.worker["actor"]
+        assert wait_until(lambda: not running(token), 60), "the untold worker's command lives"
+        with pytest.raises(WorkerLost):
+            background.result(120)
+    finally:
+        if stopped:
+            with contextlib.suppress(OSError):
+                os.kill(stopped, signal.SIGCONT)
+        pool.shutdown()
