@@ -657,6 +657,7 @@ def test_cli_json_result_keys(cli):
         "protection",
         "provider",
         "runner_failed",
+        "stale",
         "writes",
     ]
 

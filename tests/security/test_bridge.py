@@ -283,7 +283,7 @@ def test_the_bridge_survives_hostile_messages_and_leaks_nothing(tmp_path):
 
     bridge.close()
     listener.close()
-    assert _wait_for(lambda: open_fds() <= before), open_fds() - before
+    assert _wait_for(lambda: open_fds() <= before), _named(open_fds() - before)
     proxy.close()
 
 
@@ -343,8 +343,19 @@ def test_any_input_leaves_the_bridge_serving(tmp_path, messages):
         assert client.recv(100) == b"pong ping"
     bridge.close()
     listener.close()
-    assert _wait_for(lambda: open_fds() <= before), open_fds() - before
+    assert _wait_for(lambda: open_fds() <= before), _named(open_fds() - before)
     proxy.close()
+
+
+def _named(fds: set[str]) -> dict[str, str]:
+    """What each descriptor left open refers to (a socket's inode, a pipe, a file)."""
+    named = {}
+    for fd in fds:
+        try:
+            named[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError as error:
+            named[fd] = type(error).__name__
+    return named
 
 
 def _wait_for(predicate, timeout: float = 30.0) -> bool:

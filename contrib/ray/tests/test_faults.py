@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import wait
@@ -144,6 +145,10 @@ def test_a_lost_node(cluster: Cluster, state: Path, box: Box) -> None:
         pinned.shutdown()
         spread.shutdown()
         assert time.monotonic() - began < 60, "shutdown waited on the dead node"
+        # The pinned pool's replacement could never start: its thread ended with the pool
+        # (one left waiting called Ray after the session shut Ray down, and Ray ended pytest).
+        left = [t.name for t in threading.enumerate() if t.name == "stockade-ray-replace"]
+        assert not left, left
         doomed.stop()
 
 
@@ -174,6 +179,33 @@ def test_a_killed_worker_is_replaced_where_the_placement_asks(
         assert not running(marker.name)
     finally:
         pool.shutdown()
+
+
+def test_shutdown_ends_a_replacement_that_cannot_start(state: Path) -> None:
+    """A lost worker whose replacement waits for a node that never comes: shutdown ends the
+    waiting thread, so that nothing of the pool calls Ray after the driver shuts Ray down
+    (Ray then ends the whole process with status 1)."""
+    pool = StockadePool(1, _config(state), plugins=[AllowAll()])
+    try:
+        [slot] = pool.places.slots
+        # From now on a worker of this pool would need a resource no node has.
+        pool.places._options, pool.places._spread = (
+            {"num_cpus": 0, "resources": {"nowhere": 1}},
+            False,
+        )
+        pool.places.lose(slot, slot.actor)
+        assert wait_until(lambda: _replacing() == 1, 30)
+        time.sleep(1)  # the replacement is now waiting for a place
+    finally:
+        began = time.monotonic()
+        pool.shutdown()
+        ended = time.monotonic() - began
+    assert _replacing() == 0  # (with a 120 s wait for the start, the thread was still there)
+    assert ended < 20, f"shutdown took {ended:.1f} s"
+
+
+def _replacing() -> int:
+    return sum(t.name == "stockade-ray-replace" and t.is_alive() for t in threading.enumerate())
 
 
 def _alive() -> set[str]:

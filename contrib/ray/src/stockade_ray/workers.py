@@ -26,6 +26,9 @@ from stockade.errors import UsageError
 START_TIMEOUT = 120.0
 """Seconds a new worker may take to say where it runs."""
 
+WAIT_SLICE = 0.25
+"""Seconds a replacement's start is waited for between looks at whether the pool closed."""
+
 SUSPECT_SECONDS = 15.0
 """How long a node where a worker was lost takes no new worker while the cluster still
 calls it alive."""
@@ -41,6 +44,10 @@ class Slot:
     where: dict[str, str]
     busy: int = 0
     lost: bool = False
+
+
+class Closing(Exception):
+    """The pool closed while a replacement was being started."""
 
 
 class Workers:
@@ -59,6 +66,7 @@ class Workers:
         self.dead: set[str] = set()
         self._suspect: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._replacing: list[threading.Thread] = []
         self.closed = False
         self.slots: list[Slot] = []
         self.slots = self._launch(size)
@@ -134,9 +142,13 @@ class Workers:
             self._suspect[slot.where.get("node", "")] = time.monotonic()
         with contextlib.suppress(Exception):
             ray.kill(actor, no_restart=True)
-        threading.Thread(
+        thread = threading.Thread(
             target=self._replace, args=(slot,), name="stockade-ray-replace", daemon=True
-        ).start()
+        )
+        with self._lock:
+            self._replacing = [t for t in self._replacing if t.is_alive()]
+            self._replacing.append(thread)
+        thread.start()
 
     def _replace(self, slot: Slot) -> None:
         """Start workers until one runs on a live node; it then serves ``slot``."""
@@ -146,11 +158,11 @@ class Workers:
                 with self._lock:
                     taken = self._taken()
                 fresh = self._launch_one(taken)
-            except (SystemExit, KeyboardInterrupt):
-                return  # Ray itself is shutting down in this process
+            except (SystemExit, KeyboardInterrupt, Closing):
+                return  # the pool, or Ray itself, is shutting down in this process
             except Exception as error:  # noqa: BLE001 - retried: the cluster is settling
                 print(f"stockade-ray: a replacement worker failed: {error!r}", file=sys.stderr)
-                time.sleep(pause)
+                self._pause(pause)
                 pause = min(pause * 2, 5.0)
                 continue
             with self._lock:
@@ -165,7 +177,7 @@ class Workers:
 
         actor = self._class.options(**self._options_for(taken)).remote(*self._args)
         try:
-            place = dict(ray.get(actor.where.remote(), timeout=START_TIMEOUT))
+            place = dict(ray.get(self._started(actor.where.remote())))
             if place["node"] in self.dead or place["node"] not in {
                 str(n["NodeID"]) for n in ray.nodes() if n["Alive"]
             }:
@@ -174,6 +186,32 @@ class Workers:
             self._kill(actor)
             raise
         return Slot(actor, place)
+
+    def _started(self, ref: Any) -> Any:  # noqa: ANN401 - a Ray object ref
+        """``ref`` once ready, looked at in slices so that a closing pool is not kept waiting.
+
+        Raises:
+            Closing: the pool closed meanwhile.
+            GetTimeoutError: the worker did not say where it runs within START_TIMEOUT.
+        """
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        deadline = time.monotonic() + START_TIMEOUT
+        while not self.closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise GetTimeoutError(f"a new worker did not start within {START_TIMEOUT:.0f} s")
+            ready, _ = ray.wait([ref], timeout=min(WAIT_SLICE, left))
+            if ready:
+                return ref
+        raise Closing
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less if the pool closes meanwhile."""
+        deadline = time.monotonic() + seconds
+        while not self.closed and time.monotonic() < deadline:
+            time.sleep(min(WAIT_SLICE, seconds))
 
     def ended(self) -> bool:
         """Whether the pool is closing."""
@@ -203,3 +241,9 @@ class Workers:
             ray.wait(refs, num_returns=len(refs), timeout=timeout)
         for slot in slots:
             self._kill(slot.actor)
+        # Each replacement thread sees `closed` within a slice, kills what it started, and
+        # ends: once this returns, no thread of the pool calls Ray.
+        with self._lock:
+            replacing = list(self._replacing)
+        for thread in replacing:
+            thread.join(timeout + WAIT_SLICE * 4)

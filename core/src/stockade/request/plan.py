@@ -63,6 +63,9 @@ class SandboxFacts:
         enforcement: ``full`` or ``partial``; ``None`` under ``danger-full-access``.
         denied: the run failed in a way the provider attributes to its own denial.
         runner_failed: the sandbox runner failed and the command never ran.
+        stale: with ``runner_failed``: the runner failed because the host changed between
+            confine and start (a path it was to mount went away), so the same command
+            confined again may run; the host then confines it again, once.
         missing: what ``partial`` enforcement leaves out (empty when ``full``).
         hidden: arguments of a failed run that name a path the sandbox hides (each also
             sets ``denied``); empty when the run succeeded.
@@ -80,6 +83,7 @@ class SandboxFacts:
     enforcement: Enforcement | None = field(kw_only=True, default=None)
     denied: bool = field(kw_only=True, default=False)
     runner_failed: bool = field(kw_only=True, default=False)
+    stale: bool = field(kw_only=True, default=False)
     missing: tuple[str, ...] = field(kw_only=True, default=(), converter=_strings)
     hidden: tuple[HiddenPath, ...] = field(kw_only=True, default=(), converter=_hidden_paths)
     writes: Writes | None = field(kw_only=True, default=None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -267,10 +268,33 @@ class BubblewrapSandbox(SandboxProvider):
             return facts
         stderr = outcome.stderr.text
         if outcome.exit_code == 1 and stderr.startswith("bwrap: "):
-            return attrs.evolve(facts, runner_failed=True)
+            return attrs.evolve(facts, runner_failed=True, stale=_stale(outcome))
         if looks_denied(outcome):
             return attrs.evolve(facts, denied=True)
         return facts
+
+
+# bwrap's words when a mount's destination is missing from the view it builds and cannot be
+# made there (the view's folders are read-only): the host path was there at confine time.
+_MISSING_DEST = re.compile(r"bwrap: Can't (?:create file at|mkdir) (/[^\n]*?): [^\n]*\n?")
+
+
+def _stale(outcome: ProcessOutcome) -> bool:
+    """Whether bwrap failed, before the command started, because a path it was to mount over
+    went away after confine (a system secret's lock file, removed meanwhile): then the
+    same command, confined again, sees the host as it is now.
+
+    Only bwrap's own one-line refusal with nothing else written, naming an absolute path
+    that is now absent. A command that writes that line itself and exits 1 is run a second
+    time; it could do that much by itself.
+    """
+    found = _MISSING_DEST.fullmatch(outcome.stderr.text)
+    return (
+        found is not None
+        and not outcome.stdout.text
+        and not outcome.stderr.truncated
+        and not os.path.lexists(found.group(1))
+    )
 
 
 @functools.lru_cache(maxsize=16)
