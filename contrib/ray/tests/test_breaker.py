@@ -14,6 +14,7 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -217,4 +218,38 @@ def test_a_worker_that_cannot_be_told_is_lost_with_its_commands(
         if stopped:
             with contextlib.suppress(OSError):
                 os.kill(stopped, signal.SIGCONT)
+        pool.shutdown()
+
+
+def test_a_replacement_worker_is_told_before_a_step_of_a_tripped_run(box: Box) -> None:
+    """A worker started after the run came to hold both (a replacement) was not told then:
+    the driver tells it, and waits, before it ships it a step of that run."""
+    import signal
+
+    from stockade_ray import WorkerLost
+
+    (box.ws / "private").mkdir()
+    (box.ws / "private" / "notes.txt").write_text(box.canary)
+    (box.ws / "readme.txt").write_text("somebody else's words\n")
+    pool = StockadePool(1, _config(box, 1), plugins=[AllowAll()])
+    try:
+        run = pool.host.run_id
+        assert pool.run(_step(box, ["cat", "readme.txt"])).result(120).result.exit_code == 0
+        granted = _step(box, ["cat", "private/notes.txt"], read_private=True)
+        assert pool.run(granted).result(120).result.stdout.text == box.canary
+        first = pool.workers()[0]["actor"]
+        assert pool.teller.reasons[run].startswith("the breaker: this run holds private data")
+        assert pool.teller._told[run] == {first}  # the control: the live worker was told
+        sleeper = ("/usr/bin/python3", "-S", "-c", "import time; time.sleep(60)")
+        doomed = pool.run(_step(box, sleeper))
+        time.sleep(1)
+        os.kill(int(doomed.worker["pid"]), signal.SIGKILL)
+        with pytest.raises(WorkerLost):
+            doomed.result(120)
+        assert wait_until(lambda: [w["actor"] for w in pool.workers()] not in ([], [first]), 120)
+        [fresh] = [w["actor"] for w in pool.workers()]
+        assert fresh not in pool.teller._told[run]  # started after the word went out
+        assert pool.run(_step(box, ["true"])).result(120).actor == fresh
+        assert fresh in pool.teller._told[run]
+    finally:
         pool.shutdown()
