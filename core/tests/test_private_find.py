@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from stockade.policy import private
+from stockade.policy import walk
 from stockade.policy.private import find
 
 GLOBS = ("*.pem", "**/secret*", "keys/*")
@@ -29,9 +29,9 @@ def shown(ws: str) -> set[str]:
 
 
 def test_a_folder_changed_just_now_is_listed_again_every_time(ws) -> None:
-    private._SEEN.clear()
+    walk._SEEN.clear()
     assert shown(ws) == {*KEYS}
-    assert not any(key[0].startswith(ws) for key in private._SEEN)  # changed < 2 s ago
+    assert not any(key[0].startswith(ws) for key in walk._SEEN)  # changed < 2 s ago
     with open(os.path.join(ws, "src", "deep", "b.pem"), "w") as file:
         file.write("k\n")
     assert shown(ws) == {*KEYS, "src/deep/b.pem"}
@@ -41,10 +41,10 @@ def test_a_folder_changed_just_now_is_listed_again_every_time(ws) -> None:
 def test_a_private_file_added_to_a_remembered_folder_is_found(
     ws, monkeypatch: pytest.MonkeyPatch, set_back: bool
 ) -> None:
-    monkeypatch.setattr(private, "SETTLED_NS", 0)  # remember every folder at once
-    private._SEEN.clear()
+    monkeypatch.setattr(walk, "SETTLED_NS", 0)  # remember every folder at once
+    walk._SEEN.clear()
     assert shown(ws) == {*KEYS}
-    assert any(key[0] == os.path.join(ws, "src", "deep") for key in private._SEEN)
+    assert any(key[0] == os.path.join(ws, "src", "deep") for key in walk._SEEN)
     assert shown(ws) == {*KEYS}  # from memory: nothing listed again
     deep = os.path.join(ws, "src", "deep")
     before = os.stat(deep)
@@ -59,8 +59,8 @@ def test_a_private_file_added_to_a_remembered_folder_is_found(
 
 
 def test_a_folder_swapped_for_another_is_not_taken_for_it(ws, monkeypatch) -> None:
-    monkeypatch.setattr(private, "SETTLED_NS", 0)
-    private._SEEN.clear()
+    monkeypatch.setattr(walk, "SETTLED_NS", 0)
+    walk._SEEN.clear()
     assert shown(ws) == {*KEYS}
     time.sleep(0.05)
     os.rename(os.path.join(ws, "docs"), os.path.join(ws, "old-docs"))
@@ -71,8 +71,8 @@ def test_a_folder_swapped_for_another_is_not_taken_for_it(ws, monkeypatch) -> No
 
 
 def test_two_glob_lists_never_share_what_a_folder_matched(ws, monkeypatch) -> None:
-    monkeypatch.setattr(private, "SETTLED_NS", 0)
-    private._SEEN.clear()
+    monkeypatch.setattr(walk, "SETTLED_NS", 0)
+    walk._SEEN.clear()
     assert set(find(ws, ("keys/*",)).shown) == set(KEYS)
     assert set(find(ws, ("src/*",)).shown) == {"src/a.txt", "src/deep"}
     assert set(find(ws, ("**/a.txt",)).shown) == {

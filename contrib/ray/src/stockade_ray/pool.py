@@ -39,6 +39,8 @@ from stockade.request.wire import step_to_json
 from .collect import Collector, Held, Shipped, StepFuture
 from .errors import WorkerLost
 from .ledger import Ledger
+from .tripped import Teller
+from .tripped import actor_class as actor_class_of
 from .worker import Caps, Worker
 from .workers import Slot, Workers
 
@@ -114,7 +116,7 @@ class StockadePool:
         worker_env = {k: env[k] for k in ("STOCKADE_DISABLE_PLUGINS",) if k in env}
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self.ledger = ray.remote(Ledger).options(num_cpus=0, scheduling_strategy=here).remote()
-        actor_class = ray.remote(Worker)
+        actor_class = actor_class_of(Worker)  # with the breaker's concurrency group
         args = (self.host.config, self.host.run_id, worker_env, self.ledger)
         self.places = Workers(actor_class, args, size, placement)
         self._lock = threading.Condition()
@@ -122,6 +124,7 @@ class StockadePool:
         self._turn = itertools.count()
         self._episodes: dict[str, Episode] = {}
         self.collector = Collector(self)
+        self.teller = Teller(self)  # the breaker's word to the workers' proxies
 
     @property
     def closed(self) -> bool:
@@ -309,6 +312,14 @@ class StockadePool:
     def send(self, shipped: Shipped) -> None:
         """Hand a placed step to its worker, and to the collector."""
         admission = shipped.admission
+        try:
+            self.teller.before_send(shipped)  # a tripped run's word reaches its worker first
+        except WorkerLost as error:
+            shipped.slot.busy -= 1
+            with contextlib.suppress(StockadeError):
+                self.host.recording.error(admission.spec, error)
+            shipped.future.set_exception(error)
+            return
         shipped.future.ref = shipped.actor.carry.remote(
             step_to_json(admission.step), dict(admission.secrets), shipped.files, self.caps
         )

@@ -38,6 +38,8 @@ from stockade.request.step import AdmittedStep, Carried
 from stockade.request.wire import plain, step_from_json, step_to_json
 from stockade.run.doer import Doer
 
+from .tripped import Tripped
+
 
 @attrs.frozen
 class Caps:
@@ -81,6 +83,7 @@ class Worker:
         self._refusal: tuple[str | None] | None = None  # why forks are copies here, once asked
         self.ledger = ledger
         self.place = _where()
+        self.tripped = Tripped()  # the runs the driver said hold both (stockade_ray.tripped)
 
     def _doer(self, run_id: str) -> Doer:
         """The doer of run ``run_id`` (an episode's steps hold their workspace for it)."""
@@ -186,6 +189,12 @@ class Worker:
             if remove:
                 shutil.rmtree(workspace, ignore_errors=True)
 
+    async def trip(self, run_id: str, reason: str) -> bool:
+        """The driver's word that run ``run_id`` holds both kinds (on the breaker's own
+        concurrency group, so it lands while a step runs); ``True`` once kept."""
+        self.tripped.trip(run_id, reason)
+        return True
+
     def where(self) -> dict[str, str]:
         """This worker's node id, actor id, host name and process id."""
         return dict(self.place)
@@ -211,7 +220,10 @@ class Worker:
                 _write_inputs(step, files)
             doer = self._doer(step.spec.run_id)
             prepared = doer.prepare(
-                step, secrets, on_connection=lambda c: seen.append(attrs.asdict(c))
+                step,
+                secrets,
+                on_connection=lambda c: seen.append(attrs.asdict(c)),
+                check=self.tripped.check(step),  # the breaker where bytes leave, told
             )
             carried = await doer.carry_out_async(prepared)
         except SandboxUnavailable as error:

@@ -37,11 +37,10 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Literal
 
-from attrs import frozen
-
 from ..errors import RecorderFailed
 from ..request.verdict import Decision
 from .named import matches, named, relative_to
+from .taints import REFUSED, Taint, key, listed, reason, split
 
 if TYPE_CHECKING:
     from ..config.schema import Config
@@ -59,23 +58,6 @@ BY = "breaker"
 """Who decides the breaker's ``ask`` (``Decision.by``)."""
 OPT_OUT = "off-allow-exfiltration"
 """The profile's ``breaker`` setting that turns the check off."""
-SHOWN = 3
-"""How many sources of each kind a reason names before it counts the rest."""
-
-
-@frozen
-class Taint:
-    """One fact the breaker counts.
-
-    Attributes:
-        taint: ``private`` or ``untrusted``.
-        source: what caused it (see the module docstring).
-        detail: which one, in words.
-    """
-
-    taint: TaintKind
-    source: str
-    detail: str
 
 
 class Breaker:
@@ -95,6 +77,8 @@ class Breaker:
         self.recording = recording
         self.run_id = run_id
         self.fail_closed = config.store.fail_closed
+        self._config = config
+        self._walks: str | None = None  # where what private globs matched is kept
         self._store = store
         self._files: PrivateFiles | None = None
         self._taints: dict[tuple[str, ...], Taint] = {}  # by key(), in order
@@ -102,6 +86,10 @@ class Breaker:
         self._seen = 0  # the last event of the record read back (0: none yet)
         self._real: dict[str, str] = {}  # a workspace's real path, resolved once a run
         self._lock = threading.Lock()
+        self.on_both: Callable[[str], None] | None = None
+        """Told the breaker's reason once, in the thread that counted it, when this process
+        counts the run coming to hold both kinds (a Ray pool tells its workers' proxies)."""
+        self._both = False
 
     # --- what a run holds ----------------------------------------------------------------
 
@@ -120,6 +108,9 @@ class Breaker:
                     kind: TaintKind = "private" if taint == "private" else "untrusted"
                     found_taint = Taint(kind, source, detail)
                     self._taints.setdefault(key(found_taint), found_taint)
+                tell = self._newly_both()
+            if tell is not None and self.on_both is not None:
+                self.on_both(tell)  # another process's taint, seen now
         return self._held()
 
     def _holds_private(self, run_id: str | None = None) -> bool:
@@ -162,7 +153,7 @@ class Breaker:
         names = self._private(named(spec.argv, spec.cwd), spec.workspace, profile)
         if not names:
             return tripped
-        return Decision("ask", f"{tripped.reason}; this step names {_listed(names)}", by=BY)
+        return Decision("ask", f"{tripped.reason}; this step names {listed(names)}", by=BY)
 
     def private(self, spec: ExecSpec, agent: Agent) -> ExecSpec:
         """``spec`` with the private data it may not open (:mod:`stockade.policy.private`):
@@ -188,11 +179,24 @@ class Breaker:
         from .credentials import used
 
         held = bool(used(spec)) or self._holds_private(spec.run_id)
-        spec, granted = for_step(spec, profile, self._realpath(spec.workspace), marked, held=held)
+        real, walks = self._realpath(spec.workspace), self._memory()
+        spec, granted = for_step(spec, profile, real, marked, held=held, memory=walks)
         if granted is not None:
             taint = Taint("private", "grant", granted)
             self._add([taint], spec.action_id, spec.run_id, spec.step)
         return spec
+
+    def _memory(self) -> str | None:
+        """The store's folder of what private globs matched (:mod:`stockade.policy.walk`),
+        made once; ``None`` when it cannot be."""
+        if self._walks is None:
+            from ..config.schema import store_folder
+
+            folder = os.path.join(store_folder(self._config), "walks")
+            with contextlib.suppress(OSError):
+                os.mkdir(folder, 0o700)  # only inside a store folder that exists
+            self._walks = folder if os.path.isdir(folder) else ""
+        return self._walks or None
 
     def file_read(self, root: str, path: str, profile: Profile, *, granted: bool) -> None:
         """Before a file tool reads ``path``: refused when it is private data (the globs, the
@@ -242,12 +246,28 @@ class Breaker:
                 private, untrusted = self.holds()
         if not private or not untrusted:
             return None
-        return "refused at the egress proxy: " + reason(private, untrusted)
+        return REFUSED + reason(private, untrusted)
+
+    def both(self) -> str | None:
+        """The breaker's reason when this process has counted the run holding both kinds,
+        else ``None`` (the record is not read)."""
+        private, untrusted = self._held()
+        return reason(private, untrusted) if private and untrusted else None
+
+    def _newly_both(self) -> str | None:
+        """The reason, once, when the run has just come to hold both (the lock held)."""
+        if self._both or self.on_both is None:
+            return None
+        private, untrusted = split(list(self._taints.values()))
+        if not private or not untrusted:
+            return None
+        self._both = True
+        return reason(private, untrusted)
 
     def _held(self) -> tuple[list[Taint], list[Taint]]:
         """What this process has counted of its run, without reading the record."""
         with self._lock:
-            return _split(list(self._taints.values()))
+            return split(list(self._taints.values()))
 
     def _of(self, run_id: str) -> tuple[list[Taint], list[Taint]]:
         """The taints of another run, read back from the record."""
@@ -259,7 +279,7 @@ class Breaker:
         with self._stored():
             found = recorded(self._store(), run_id)[0]
         taints = [Taint("private" if t == "private" else "untrusted", s, d) for t, s, d in found]
-        return _split(taints)
+        return split(taints)
 
     def finish(
         self, spec: ExecSpec, carried: Carried, record: Callable[[Carried], RunResult]
@@ -434,7 +454,7 @@ class Breaker:
     def _count(self, taints: list[Taint], run_id: str) -> list[Taint]:
         """Count ``taints`` in this process when they are the run's own; the ones to record
         (new to the run, or of another run: a held step this host released)."""
-        new = []
+        new, tell = [], None
         with self._lock:
             for taint in dict.fromkeys(taints):
                 if run_id != self.run_id:
@@ -442,6 +462,10 @@ class Breaker:
                 elif key(taint) not in self._taints:
                     self._taints[key(taint)] = taint
                     new.append(taint)
+            if run_id == self.run_id:
+                tell = self._newly_both()
+        if tell is not None and self.on_both is not None:
+            self.on_both(tell)  # before the step that tripped it is recorded, or shipped
         return new
 
     def _record(self, taints: list[Taint], action_id: str, run_id: str, step: int) -> None:
@@ -454,42 +478,6 @@ class Breaker:
                 run_id=run_id,
                 step=step,
             )
-
-
-ONCE = frozenset({"output", "network"})
-"""Sources counted once per run: a run that printed once holds somebody else's words, and
-a step a thousand steps later that prints again tells the breaker nothing new."""
-
-
-def _split(taints: list[Taint]) -> tuple[list[Taint], list[Taint]]:
-    return (
-        [t for t in taints if t.taint == "private"],
-        [t for t in taints if t.taint == "untrusted"],
-    )
-
-
-def key(taint: Taint) -> tuple[str, ...]:
-    """What makes a taint new to a run: a private thing, or a file read or listed, each
-    time it differs; output and network once (:data:`ONCE`)."""
-    if taint.source in ONCE:
-        return (taint.taint, taint.source)
-    return (taint.taint, taint.source, taint.detail)
-
-
-def reason(private: list[Taint], untrusted: list[Taint]) -> str:
-    """Why the breaker asks, naming what private thing and which untrusted source."""
-    return (
-        f"the breaker: this run holds private data ({_listed(private)}) and has read "
-        f"somebody else's words ({_listed(untrusted)}), so a step that can reach the network "
-        "could send the one out on the say of the other"
-    )
-
-
-def _listed(taints: list[Taint]) -> str:
-    words = [f"{t.source} {t.detail}" for t in taints[:SHOWN]]
-    if len(taints) > SHOWN:
-        words.append(f"and {len(taints) - SHOWN} more")
-    return "; ".join(words)
 
 
 def _shown(argv: Iterable[str]) -> str:

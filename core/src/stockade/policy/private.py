@@ -14,20 +14,17 @@ masked whole (a matched folder and everything in it); the walk does not go below
 goes into a folder only when some glob could match beneath it. A hard link to a private file
 inside the workspace is masked too (another name of the same data), found by its inode.
 
-A folder's matches are remembered in the process while its change time stays (:func:`_seen`):
-the next step of a warm server stats each folder it walks instead of listing it again, and
-lists again only the folders whose entries changed.
+A folder's matches are remembered while its change time stays (:mod:`stockade.policy.walk`):
+a later step, of this process or (with the store's memory folder) of the next one, stats each
+folder it walks instead of listing it again, and lists again only the folders whose entries
+changed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
-import functools
-import itertools
 import os
-import re
-import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -35,6 +32,7 @@ import attrs
 from attrs import frozen
 
 from ..errors import UsageError
+from .walk import walk
 
 if TYPE_CHECKING:
     from ..request.spec import ExecSpec, Profile
@@ -58,24 +56,27 @@ class Found:
     shown: tuple[str, ...]
 
 
-def find(workspace: str, globs: Iterable[str], marked: Iterable[str] = ()) -> Found:
+def find(
+    workspace: str, globs: Iterable[str], marked: Iterable[str] = (), *, memory: str | None = None
+) -> Found:
     """The private paths of ``workspace`` (its real path) that exist now: what ``globs``
     match, and ``marked`` (relative paths the sidecar marks), with the hard links inside the
-    workspace to any private file among them."""
+    workspace to any private file among them. ``memory``: a folder no command can write
+    where what each folder matched is kept between processes (:mod:`stockade.policy.walk`)."""
     relative = [g for g in globs if not g.startswith("/")]
     absolute = [g for g in globs if g.startswith("/")]
     hits: dict[str, None] = {}  # to resolve
     found: dict[str, None] = {}  # real already: found walking a real folder, not a symlink
     if relative:
-        _walk(workspace, "", relative, found, hits)
+        walk(workspace, "", relative, found, hits, memory=memory)
     for glob in absolute:
         start = _literal_folder(glob)
         if os.path.isdir(start) and start == os.path.realpath(start):
-            _walk(start, start.rstrip("/") + "/" if start != "/" else "/", [glob], found, hits)
+            walk(start, start.rstrip("/") + "/" if start != "/" else "/", [glob], found, hits)
         elif os.path.lexists(start) and fnmatch.fnmatchcase(start, glob):
             hits.setdefault(start, None)
         elif os.path.isdir(start):  # reached through a symlink: matched by letters, resolved
-            _walk(start, start.rstrip("/") + "/", [glob], hits, hits)
+            walk(start, start.rstrip("/") + "/", [glob], hits, hits)
     for name in marked:
         path = os.path.join(workspace, name)
         if os.path.lexists(path):
@@ -87,7 +88,13 @@ def find(workspace: str, globs: Iterable[str], marked: Iterable[str] = ()) -> Fo
 
 
 def for_step(
-    spec: ExecSpec, profile: Profile, workspace: str, marked: Iterable[str], *, held: bool = False
+    spec: ExecSpec,
+    profile: Profile,
+    workspace: str,
+    marked: Iterable[str],
+    *,
+    held: bool = False,
+    memory: str | None = None,
 ) -> tuple[ExecSpec, str | None]:
     """``spec`` with the private data it must not see (``private_data``), and ``None``; or,
     granted, ``spec`` as it is and what it was granted, in words (a ``grant`` taint's detail).
@@ -95,7 +102,7 @@ def for_step(
     Raises:
         UsageError: its working folder is private data it is not granted.
     """
-    found = find(workspace, profile.private, marked)
+    found = find(workspace, profile.private, marked, memory=memory)
     if not found.paths:
         return spec, None
     why = grant(
@@ -178,143 +185,6 @@ def grant(
         if reader in names:
             return f"private_readers {reader}"
     return "the run holds private data already" if held else None
-
-
-@functools.lru_cache(maxsize=64)
-def _matcher(globs: tuple[str, ...]) -> _Globs:
-    return _Globs(globs)
-
-
-class _Globs:
-    """``globs`` ready for a walk: a name is tried only against the globs whose fixed
-    beginning (before the first wildcard) it starts with, and those that start with a
-    wildcard; a folder is gone into only when a glob could match beneath it."""
-
-    serials = itertools.count()
-
-    def __init__(self, globs: tuple[str, ...]) -> None:
-        self.serial = next(self.serials)  # what a folder's remembered matches are keyed by
-        cut = {g: min((i for i, c in enumerate(g) if c in "*?["), default=len(g)) for g in globs}
-        wild = [g for g in globs if cut[g] == 0]
-        fixed = [g for g in globs if cut[g] > 0]
-        # `*.pem`: a star, then letters only, is a suffix (`*` matches `/` too)
-        self.ends = tuple(g[1:] for g in wild if g[0] == "*" and not any(c in "*?[" for c in g[1:]))
-        self.any = bool(wild)
-        self.wild = _pattern([g for g in wild if g[1:] not in self.ends or g[0] != "*"])
-        self.fixed = _pattern(fixed)
-        self.starts = tuple(g[: cut[g]] for g in fixed)
-        # by first folder, so a name is compared with its own folder's beginnings only
-        self.by_head: dict[str, tuple[str, ...]] = {}
-        for start in (s for s in self.starts if "/" in s):
-            head = start.partition("/")[0]
-            self.by_head[head] = (*self.by_head.get(head, ()), start)
-        self.loose = tuple(s for s in self.starts if "/" not in s)
-        # every folder (with its "/") that leads to a fixed beginning
-        self.leading = frozenset(
-            f[: i + 1] for f in self.starts for i, c in enumerate(f) if c == "/"
-        )
-
-    def match(self, name: str) -> bool:
-        if name.endswith(self.ends) or (self.wild is not None and self.wild.match(name)):
-            return True
-        return self.fixed is not None and self._starts(name) and bool(self.fixed.match(name))
-
-    def matches(self, shown: str, names: list[str]) -> list[bool]:
-        """:meth:`match` of each of ``names`` (entries of the folder named ``shown``), a
-        folder at a time: the fixed globs only where one could match (:meth:`_could`)."""
-        found = [n.endswith(self.ends) for n in names] if self.ends else [False] * len(names)
-        if self.wild is not None:
-            wild = self.wild.match
-            found = [f or wild(n) is not None for f, n in zip(found, names, strict=True)]
-        if self.fixed is not None and self._could(shown):
-            fixed, starts = self.fixed.match, self._starts
-            found = [
-                f or (starts(n) and fixed(n) is not None) for f, n in zip(found, names, strict=True)
-            ]
-        return found
-
-    def _could(self, shown: str) -> bool:
-        """Whether a name in folder ``shown`` could begin with a fixed glob's beginning: the
-        folder's name leads to one, or begins with one."""
-        return not shown or shown in self.leading or self._starts(shown)
-
-    def _starts(self, name: str) -> bool:
-        own = self.by_head.get(name.partition("/")[0])
-        return (own is not None and name.startswith(own)) or name.startswith(self.loose)
-
-    def beneath(self, folder: str) -> bool:
-        """Whether a glob could match below ``folder`` (given with its ``/``)."""
-        return self.any or folder in self.leading or self._starts(folder)
-
-
-def _pattern(globs: list[str]) -> re.Pattern[str] | None:
-    # `**` is `*` (which matches `/` too); left as it is, each star backtracks over the other
-    globs = [_STARS.sub("*", g) for g in globs]
-    return re.compile("|".join(fnmatch.translate(g) for g in globs)) if globs else None
-
-
-_STARS = re.compile(r"\*{2,}")
-
-
-def _walk(
-    folder: str, prefix: str, globs: list[str], found: dict[str, None], links: dict[str, None]
-) -> None:
-    """Each entry below ``folder`` whose name (``prefix`` + its path from ``folder``) a glob
-    matches, without going below a match or into a folder no glob could match beneath: into
-    ``found``, or ``links`` for a symlink (its target is what is private)."""
-    matcher = _matcher(tuple(globs))
-    stack = [(folder, prefix)]
-    while stack:
-        here, shown = stack.pop()
-        seen = _seen(here, shown, matcher)
-        if seen is None:
-            continue
-        hits, into = seen
-        for path, symlink in hits:
-            (links if symlink else found).setdefault(path, None)
-        stack += into
-
-
-_Seen = tuple[tuple[tuple[str, bool], ...], tuple[tuple[str, str], ...]]
-_SEEN: dict[tuple[str, str, int], tuple[tuple[int, int, int, int], _Seen]] = {}
-SETTLED_NS = 2_000_000_000
-"""A folder whose entries last changed this long before it was listed is remembered: until
-its change time moves, its matches are not looked for again."""
-_MOST = 100_000  # folders remembered, all globs together; past it the memory starts again
-
-
-def _seen(here: str, shown: str, matcher: _Globs) -> _Seen | None:
-    """What of folder ``here`` (named ``shown``) ``matcher`` matches (path, is a symlink),
-    and its folders to go into; remembered while the folder's change time stays (the kernel
-    sets it on every entry added, removed or renamed, and no process can set it back), once
-    it is :data:`SETTLED_NS` old: a change within the clock's tick cannot hide behind it."""
-    try:
-        st = os.stat(here)
-    except OSError:
-        return None
-    stamp = (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
-    key = (here, shown, matcher.serial)
-    cached = _SEEN.get(key)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
-    now = time.time_ns()
-    try:
-        entries = list(os.scandir(here))
-    except OSError:
-        return None
-    names = [shown + entry.name for entry in entries]
-    hits, into = [], []
-    for entry, name, hit in zip(entries, names, matcher.matches(shown, names), strict=True):
-        if hit:
-            hits.append((entry.path, entry.is_symlink()))
-        elif entry.is_dir(follow_symlinks=False) and matcher.beneath(name + "/"):
-            into.append((entry.path, name + "/"))
-    seen = (tuple(hits), tuple(into))
-    if now - max(st.st_ctime_ns, st.st_mtime_ns) > SETTLED_NS:
-        if len(_SEEN) >= _MOST:
-            _SEEN.clear()
-        _SEEN[key] = (stamp, seen)
-    return seen
 
 
 def _literal_folder(glob: str) -> str:
