@@ -12,11 +12,15 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+from collections.abc import Callable
 from typing import Any
 
 SYS_SECCOMP = 317
 SYS_OPENAT2 = 437
 SYS_PROCESS_VM_READV = 310
+SYS_PIDFD_OPEN = 434
+SYS_PIDFD_GETFD = 438
+PIDFD_THREAD = os.O_EXCL  # Linux 6.9: a pidfd of one thread (its own descriptor table)
 SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_GET_NOTIF_SIZES = 3
 SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
@@ -178,6 +182,25 @@ def send_fd(listener: int, ident: int, fd: int, *, cloexec: bool) -> None:
     add = AddFd(ident, SECCOMP_ADDFD_FLAG_SEND, fd, 0, os.O_CLOEXEC if cloexec else 0)
     if _ioctl(listener, ctypes.c_ulong(NOTIF_ADDFD), ctypes.byref(add)) < 0:
         raise _fail("NOTIF_ADDFD")
+
+
+def take_fd(tid: int, fd: int, tgid: Callable[[], int], still: Callable[[], None]) -> int:
+    """A copy of descriptor ``fd`` of thread ``tid`` (``pidfd_getfd``: the same open file,
+    close-on-exec here); before Linux 6.9, of its process ``tgid()``. ``still()`` raises
+    unless the caller still waits once its pidfd is held (its number was not reused)."""
+    pidfd = _syscall(SYS_PIDFD_OPEN, tid, PIDFD_THREAD)
+    if pidfd < 0 and ctypes.get_errno() == errno.EINVAL:
+        pidfd = _syscall(SYS_PIDFD_OPEN, tgid(), 0)
+    if pidfd < 0:
+        raise _fail("pidfd_open")
+    try:
+        still()
+        got = _syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if got < 0:
+            raise _fail("pidfd_getfd")
+        return int(got)
+    finally:
+        os.close(pidfd)
 
 
 def read_memory(pid: int, address: int, size: int) -> bytes:

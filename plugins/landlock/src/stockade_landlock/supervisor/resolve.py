@@ -180,6 +180,14 @@ class Caller:
             raise OSError(errno.EBADF, "bad descriptor")
         return self._opened("cwd" if number == AT_FDCWD else f"fd/{number}"), path
 
+    def take(self, number: int) -> int:
+        """A copy of the caller's descriptor ``number`` (the same open file: a socket, a
+        file opened for reading), closed with the call."""
+        number = signed(number)
+        if number < 0:
+            raise OSError(errno.EBADF, "bad descriptor")
+        return self.keep(kernel.take_fd(self.tid, number, self.tgid, self.still))
+
     def _opened(self, link: str) -> int:
         """``/proc/TID/LINK`` (``cwd`` or ``fd/N``) opened ``O_PATH``: the object itself."""
         try:

@@ -25,6 +25,7 @@ from attrs import field, frozen
 
 from stockade.confine import protected
 
+from .repositories import Repositories
 from .terminals import Terminals
 
 REFUSED = errno.EROFS
@@ -68,6 +69,7 @@ class Rules:
     roots: tuple[str, ...] = ()
     writable_dotfiles: frozenset[str] = frozenset()
     fresh: Fresh = field(factory=Fresh, eq=False)
+    repositories: Repositories = field(factory=Repositories, eq=False)
 
     @classmethod
     def of(cls, survey: protected.Survey) -> Rules:
@@ -78,15 +80,21 @@ class Rules:
             writable_dotfiles=survey.writable_dotfiles,
         )
 
-    def refuses_new(self, path: str, how: Making) -> bool:
+    def refuses_new(  # noqa: PLR0911 - one answer per case
+        self, path: str, how: Making, at: tuple[int, bytes] | None = None
+    ) -> bool:
         """Whether a new name ``path`` (absolute, resolved but for its last name) may not
         be made by ``how``: a protected name in a surveyed root, or one beneath it, but in
-        a fresh ``.git`` (:class:`Fresh`); a ``.git`` made by ``mkdir`` starts one."""
+        a fresh ``.git`` (:class:`Fresh`); a ``.git`` made by ``mkdir`` starts one. ``at``
+        (the folder, opened, and the name): a repository under any name is judged too
+        (:class:`~.repositories.Repositories`)."""
         if self.refuses(path):
             return True
         root = next((r for r in self.roots if path.startswith(r + "/")), None)
         if root is None:
             return False  # the run's home, caches and scratch: the command's own
+        if at is not None and self.repositories.refuses(*at, how):
+            return True
         repository = self.fresh.holding(path)
         if repository is not None:
             return _in_hooks(path[len(repository) + 1 :], how)
@@ -116,6 +124,8 @@ def _in_hooks(inside: str, how: Making) -> bool:
     """Whether ``inside`` (a path in a fresh ``.git``) is a name its ``hooks`` folder may
     not take: anything but a file named ``*.sample`` (git's templates, which never run)."""
     parts = inside.split("/")
-    if parts[0] != "hooks" or len(parts) == 1:
+    if parts[0] != "hooks":
         return False
+    if len(parts) == 1:  # the name hooks itself: an empty folder only, never one brought in
+        return how != "mkdir"
     return not (len(parts) == 2 and how == "file" and parts[1].endswith(".sample"))

@@ -26,15 +26,18 @@ import select
 import threading
 from collections.abc import Callable, Sequence
 
-from . import calls, kernel, metadata, processes
-from .bpf import NOTIFIED, OPENS, WRITE_FLAGS, program
+from . import calls, kernel, metadata, processes, sockets
+from . import flags as file_flags
+from .bpf import IOCTL, NOTIFIED, OPENS, WRITE_FLAGS, program
 from .calls import Answer
 from .resolve import Caller, signed
 from .rules import Rules
 
-_BY_NUMBER = {nr: name for name, nr in NOTIFIED.items()} | {
-    nr: name for name, (nr, _arg) in OPENS.items()
-}
+_BY_NUMBER = (
+    {nr: name for name, nr in NOTIFIED.items()}
+    | {nr: name for name, (nr, _arg) in OPENS.items()}
+    | {IOCTL: "ioctl"}
+)
 _OPEN_HOW = ctypes.sizeof(kernel.OpenHow)
 
 
@@ -267,6 +270,12 @@ class Supervisor:
             return calls.truncate(caller, rules, path(a[0]), a[1])
         if name in metadata.CALLS:
             return metadata.answer(caller, rules, name, a)
+        if name == "bind":
+            return sockets.bind(caller, rules, a)
+        if name == "ioctl":
+            return file_flags.ioctl(caller, rules, a)
+        if name == "file_setattr":
+            return file_flags.file_setattr(caller, rules, a)
         return self._attributes(caller, name, a)
 
     def _attributes(self, caller: Caller, name: str | None, a: Sequence[int]) -> Answer:
