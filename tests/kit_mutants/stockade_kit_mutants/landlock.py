@@ -179,8 +179,10 @@ class LandlockProcOpen(Mutant, LandlockSandbox):
 
 
 class _AnyNewName(ll_rules_supervised.Rules):
-    def refuses_new(self, path: str, how: ll_rules_supervised.Making) -> bool:
-        del how
+    def refuses_new(
+        self, path: str, how: ll_rules_supervised.Making, at: tuple[int, bytes] | None = None
+    ) -> bool:
+        del how, at
         return self.refuses(path)  # the names the survey found, nothing new
 
 

@@ -231,7 +231,8 @@ def fssetxattr(path):
         fcntl.ioctl(fd, 0x401C5820, bytes(got))  # FS_IOC_FSSETXATTR: nodump
     return go
 bind = lambda name: lambda: socket.socketpair()[0].bind(name)
-for tag, path, name in (("", ".git/config", ".git/hooks/pre-commit"), ("control_", "src/a", "src/s")):
+cases = (("", ".git/config", ".git/hooks/pre-commit"), ("control_", "src/a", "src/s"))
+for tag, path, name in cases:
     attempt(tag + "setflags", setflags(path))
     attempt(tag + "fssetxattr", fssetxattr(path))
     attempt(tag + "setflags_folder", setflags(os.path.dirname(path)))
