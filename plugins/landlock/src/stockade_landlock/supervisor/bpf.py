@@ -19,6 +19,7 @@ import struct
 
 from .flags import FILE_SETATTR, IOCTLS
 from .metadata import CALLS as _METADATA
+from .views import CHANGES as _CHANGES
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 RET_ALLOW = 0x7FFF0000
@@ -55,6 +56,7 @@ NOTIFIED: dict[str, int] = {
     "bind": 49,  # a Unix socket's name (:mod:`.sockets`)
     "file_setattr": FILE_SETATTR,  # a file's flags by path (:mod:`.flags`)
     **_METADATA,  # extended attributes and times
+    **_CHANGES,  # chdir, fchdir, umask: let through, the views forgotten (:mod:`.views`)
 }
 IOCTL = 16  # notified only for the numbers of :data:`.flags.IOCTLS` (a file's flags)
 # ``open`` and ``openat``: number -> index of the flags argument (notified whatever they are).

@@ -155,10 +155,11 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
         if resolve & kernel.RESOLVE_CACHED:
             raise BlockingIOError(errno.EAGAIN, "not cached")
         folder, last, target = caller.parent(base, path, resolve)
-        try:
-            info = os.lstat(last, dir_fd=folder)
-        except FileNotFoundError:
-            info = None
+        info = None
+        refused = rules.refuses_new(target, "file", (folder, last))
+        if not exclusive or refused:  # (O_EXCL and allowed: its own create says EEXIST)
+            with contextlib.suppress(FileNotFoundError):
+                info = os.lstat(last, dir_fd=folder)
         if info is not None and stat.S_ISLNK(info.st_mode) and follow:
             if anchored:  # a dangling link under BENEATH or IN_ROOT: not followed here
                 raise OSError(errno.EXDEV, "a dangling symlink beneath the root")
@@ -168,7 +169,8 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
             if exclusive:
                 raise FileExistsError(errno.EEXIST, "exists")
             continue  # it appeared since the walk: look again
-        refuse_new(rules, target, "file", (folder, last))
+        if refused:
+            raise OSError(REFUSED, "a new protected name", target)
         made = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             wanted = mode & 0o7777 & ~caller.umask()
