@@ -1,8 +1,8 @@
-"""The supervisor's views of a thread's working directory and umask (kept between calls)
-never outlive a change: ``chdir``, ``fchdir`` and ``umask`` between creates, in another
-thread sharing them, in a child process, through more processes than views are kept, and
-threads that come and go. The same script without the supervisor is the control: every
-file lands in the same folder with the same mode."""
+"""The supervisor's views of a thread's umask (kept between calls) never outlive a change:
+``umask`` between creates, in another thread sharing it, in a child process, through more
+processes than views are kept, and threads that come and go; with ``chdir`` and ``fchdir``
+between them too (a working directory is never kept). The same script without the
+supervisor is the control: every file lands in the same folder with the same mode."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ NOTIFIED: dict[str, int] = {
     "bind": 49,  # a Unix socket's name (:mod:`.sockets`)
     "file_setattr": FILE_SETATTR,  # a file's flags by path (:mod:`.flags`)
     **_METADATA,  # extended attributes and times
-    **_CHANGES,  # chdir, fchdir, umask: let through, the views forgotten (:mod:`.views`)
+    **_CHANGES,  # umask: let through, the views forgotten (:mod:`.views`)
 }
 IOCTL = 16  # notified only for the numbers of :data:`.flags.IOCTLS` (a file's flags)
 # ``open`` and ``openat``: number -> index of the flags argument (notified whatever they are).

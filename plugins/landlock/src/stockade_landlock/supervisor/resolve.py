@@ -174,17 +174,6 @@ class Caller:
             self._view = self._views.make(self.tid, self.still)
         return self._view
 
-    def _cwd(self) -> int:
-        """The caller's working directory (``O_PATH``), from its view or ``/proc``."""
-        view = self._look()
-        if view is not None and view.cwd is not None:
-            return view.cwd
-        fd = self._opened("cwd")
-        view = self._kept()
-        if view is not None:
-            view.cwd = os.dup(fd)
-        return fd
-
     def tgid(self) -> int:
         """The caller's process (its thread group), from ``/proc/TID/status``."""
         value = self._status(b"Tgid")
@@ -210,13 +199,12 @@ class Caller:
                 return AT_FDCWD, path  # another process's: walked here, refused on /proc
             if link == b"root":  # chroot is refused: the caller's root is the supervisor's
                 return AT_FDCWD, rest
-            return (
-                self._cwd() if link == b"cwd" else self._opened(f"fd/{int(number)}")
-            ), b"." + rest
+            where_ = "cwd" if link == b"cwd" else f"fd/{int(number)}"
+            return self._opened(where_), b"." + rest
         number = signed(dirfd)
         if number != AT_FDCWD and number < 0:
             raise OSError(errno.EBADF, "bad descriptor")
-        return (self._cwd() if number == AT_FDCWD else self._opened(f"fd/{number}")), path
+        return self._opened("cwd" if number == AT_FDCWD else f"fd/{number}"), path
 
     def take(self, number: int) -> int:
         """A copy of the caller's descriptor ``number`` (the same open file: a socket, a

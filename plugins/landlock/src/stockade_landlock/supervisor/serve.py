@@ -125,7 +125,7 @@ class Supervisor:
                         continue  # the caller was killed before we read it
                     raise
                 self._views.seen(notif.pid)
-                if notif.data.nr in _CHANGES:  # chdir, fchdir, umask: views forgotten
+                if notif.data.nr in _CHANGES:  # umask: the views forgotten
                     self._views.changing(notif.pid)
                     self._send(listener, notif.id, _PROCEED)
                 elif not self._read_only(listener, notif, peek):

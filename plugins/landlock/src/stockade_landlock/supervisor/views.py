@@ -1,19 +1,23 @@
-"""The command's threads' working directories and umasks, kept between calls while they hold.
+"""The command's threads' umasks, kept between calls while they hold.
 
-Every call with a relative path starts at the caller's working directory (``/proc/TID/cwd``,
-opened) and every create needs its umask (``/proc/TID/status``, which the kernel writes out
-in full at each read): on a build's hot path, two ``/proc`` opens per create. Both change
-only through ``chdir``, ``fchdir`` and ``umask`` (a new thread or process starts with its
-parent's, ``exec`` keeps them), so the filter sends those three too (:data:`CHANGES`), and
-they are let through at once (``SECCOMP_USER_NOTIF_FLAG_CONTINUE``: the supervisor judges
-nothing of them, the kernel reads their argument as it always did). Each empties every view
-(threads can share their working directory and umask), and none is kept again until the
-thread that made the change is seen again (its next notified call, proof the change is
-done). A view belongs to one thread, known by a pidfd of its own (``PIDFD_THREAD``, Linux
-6.9): a thread number is reused only once its thread is gone, which the pidfd tells
-(``pidfd_send_signal`` with no signal). What a view holds is what ``/proc`` said, so a
-wrong view could only give a new file another mode or start a relative path elsewhere: no
-rule is judged from it.
+Every create needs the caller's umask, from ``/proc/TID/status``, which the kernel writes
+out in full at each read: on a build's hot path, a ``/proc`` open and a long read per
+create. A umask changes only through ``umask`` (a new thread or process starts with its
+parent's, ``exec`` keeps it), so the filter sends that call too (:data:`CHANGES`), and it
+is let through at once (``SECCOMP_USER_NOTIF_FLAG_CONTINUE``: the supervisor judges nothing
+of it, the kernel reads its argument, a register). Each empties every view (threads can
+share their umask), and none is kept again until the thread that made the change is seen
+again (its next notified call, proof the change is done). A view belongs to one thread,
+known by a pidfd of its own (``PIDFD_THREAD``, Linux 6.9): a thread number is reused only
+once its thread is gone, which the pidfd tells (``pidfd_send_signal`` with no signal). What
+a view holds is what ``/proc`` said, so a wrong view could only give a new file another
+mode: no rule is judged from it.
+
+The working directory is not kept so: ``chdir`` would have to be sent to the supervisor as
+well, and the child that ``subprocess`` starts with ``vfork`` calls ``chdir`` before its
+``exec``, while its parent, the spawning thread, holds the interpreter's lock until that
+``exec`` (CPython before 3.11.6 and 3.12): the supervisor, a thread of the same interpreter,
+could never answer it.
 """
 
 from __future__ import annotations
@@ -26,24 +30,21 @@ from collections.abc import Callable
 
 from . import kernel
 
-CHANGES: dict[str, int] = {"chdir": 80, "fchdir": 81, "umask": 95}
+CHANGES: dict[str, int] = {"umask": 95}
 """The calls that change a view (x86_64 numbers): notified, let through, views emptied."""
-LIMIT = 64  # threads kept at once (one pidfd and one folder descriptor each)
+LIMIT = 64  # threads kept at once (one pidfd each)
 
 
 class View:
-    """What one thread's working directory and umask were when last read."""
+    """What one thread's umask was when last read."""
 
     def __init__(self, pidfd: int) -> None:
         self.pidfd = pidfd
-        self.cwd: int | None = None  # O_PATH, owned here
         self.umask: int | None = None
 
     def close(self) -> None:
-        """Close the descriptors held."""
+        """Close the pidfd held."""
         os.close(self.pidfd)
-        if self.cwd is not None:
-            os.close(self.cwd)
 
 
 class Views:
@@ -60,7 +61,7 @@ class Views:
             self._changing.discard(tid)
 
     def changing(self, tid: int) -> None:
-        """Thread ``tid`` is changing its working directory or umask: forget every view."""
+        """Thread ``tid`` is changing its umask: forget every view."""
         self._changing.add(tid)
         self.clear()
 
