@@ -129,3 +129,64 @@ def test_without_the_supervisor_the_attack_lands(make_host, box):
     host = make_host(allow_all=True, config=Config(sandbox="landlock", plugins=off))
     _config, _plain, _before, out = _run(host, box, unix=False)
     assert out["setflags"] == out["fssetxattr"] == out["bind_pair"] == "done", out
+
+
+RACE = r"""
+import ctypes, fcntl, json, os, socket, struct, sys, threading
+libc = ctypes.CDLL(None, use_errno=True)
+protected, plain, hooks = sys.argv[1], sys.argv[2], sys.argv[3]
+stop = False
+# A second thread swaps what the call names while it waits for the supervisor: the
+# descriptor's number (dup2 of the protected file onto it) and the socket's path (the bytes
+# of the address rewritten in place).
+guarded, ordinary = os.open(protected, os.O_RDONLY), os.open(plain, os.O_RDONLY)
+target = os.dup(ordinary)
+names = [b"ok%d" % i for i in range(400)]
+address = ctypes.create_string_buffer(110)
+def swap():
+    flip = 0
+    while not stop:
+        os.dup2(guarded if flip else ordinary, target)
+        path = (hooks.encode() + b"/evil" if flip else b"free") + b"\0"
+        ctypes.memmove(ctypes.addressof(address) + 2, path, len(path))
+        flip ^= 1
+struct.pack_into("<H", address, 0, socket.AF_UNIX)
+thread = threading.Thread(target=swap)
+thread.start()
+counts = {"ioctl_done": 0, "ioctl_refused": 0, "bind_done": 0, "bind_refused": 0}
+for i in range(400):
+    try:
+        fcntl.ioctl(target, 0x40086602, struct.pack("<i", 0x40))
+        counts["ioctl_done"] += 1
+    except OSError:
+        counts["ioctl_refused"] += 1
+    sock = socket.socketpair()[0]
+    if libc.bind(sock.fileno(), address, 110) == 0:
+        counts["bind_done"] += 1
+        os.unlink("free")
+    else:
+        counts["bind_refused"] += 1
+    sock.close()
+stop = True
+thread.join()
+print(json.dumps(counts))
+"""
+
+
+def test_a_racing_thread_never_gets_a_flag_or_a_socket_onto_a_protected_path(make_host, box):
+    """Two threads: one calls ``FS_IOC_SETFLAGS`` on descriptor N and ``bind`` with one
+    address buffer, 400 times each; the other swaps N for the protected file's descriptor
+    (``dup2``) and rewrites the buffer to a path in ``.git/hooks``. The supervisor takes the
+    file and reads the address once: both kinds land on the ordinary file and name, neither
+    ever on the protected ones."""
+    config, plain = _plant(box)
+    before = _flags(config)
+    host = make_host(allow_all=True, config=Config(sandbox="landlock"))
+    hooks = box.ws / ".git" / "hooks"
+    result = host.run(box.py(RACE, str(config), str(plain), str(hooks)))
+    assert result.exit_code == 0, result.stderr.text
+    counts = json.loads(result.stdout.text)
+    assert counts["ioctl_done"] and counts["ioctl_refused"], counts  # both sides were met
+    assert counts["bind_done"] and counts["bind_refused"], counts
+    assert _flags(config) == before
+    assert not list(hooks.iterdir())
