@@ -4,7 +4,9 @@ A filter sees a call's registers, never the memory they point at, so it cannot t
 a path leads. It sends the supervisor every call that creates, truncates, renames, links
 or removes a path, or changes a file's mode, owner, extended attributes or times
 (:mod:`.metadata`; by path or by descriptor: a
-descriptor opened for reading can still be ``fchmod``-ed), and every ``open``, ``openat``
+descriptor opened for reading can still be ``fchmod``-ed), every ``bind`` (a Unix socket's
+name, :mod:`.sockets`), an ``ioctl`` only for the file-flag numbers of :mod:`.flags`, and
+``umask`` (let through, :mod:`.views`); and every ``open``, ``openat``
 and ``openat2``: an open for reading too, because a read of another process's ``/proc``
 entry is one (the supervisor lets the kernel make a read-only ``open`` whose path does not
 name ``/proc``, see :mod:`.processes`). Everything else passes this filter untouched (the
