@@ -346,11 +346,14 @@ class Ground:
 
 
 def listener(pid: int, path: str) -> str:
-    """The descriptor number of the socket ``pid`` listens on at ``path``."""
-    lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    """The descriptor number of the socket ``pid`` listens on at ``path``: the listening one
+    (``__SO_ACCEPTCON`` in its flags), never an accepted connection listed under the same
+    path, whose number goes with it (the attack's ``connect`` then met ``ENOENT``)."""
+    lines = [line.split() for line in Path("/proc/net/unix").read_text().splitlines()[1:]]
     # A path too long for sockaddr_un is bound through /proc/self/fd/N/socket (its folder)
-    bound = (" " + path, " /proc/self/fd/")
-    inodes = {f"socket:[{line.split()[6]}]" for line in lines if any(b in line for b in bound)}
+    bound = (path, "/proc/self/fd/")
+    listening = (f for f in lines if int(f[3], 16) & 0x10000 and f[7:] and f[7].startswith(bound))
+    inodes = {f"socket:[{f[6]}]" for f in listening}
     for fd in os.listdir(f"/proc/{pid}/fd"):
         with contextlib.suppress(OSError):
             if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
@@ -401,7 +404,8 @@ HIDDEN = {"bubblewrap": "ENOENT", "landlock": "EACCES"}
 grants no right there."""
 PROC = {"bubblewrap": "connect ENOENT", "landlock": "connect EACCES"}
 """``/proc/<server pid>/...``: bwrap's PID namespace has no such pid; Landlock refuses a
-process outside the domain (its ptrace scope)."""
+process outside the domain (its ptrace scope: ``connect`` is the kernel's walk, never the
+supervisor's)."""
 ABSTRACT = {"bubblewrap": "connect ECONNREFUSED", "landlock": "connect EPERM"}
 """An abstract name the host listens on: bwrap's network namespace has its own abstract
 names; Landlock's abstract-socket scope refuses one made outside the domain."""

@@ -179,8 +179,10 @@ class LandlockProcOpen(Mutant, LandlockSandbox):
 
 
 class _AnyNewName(ll_rules_supervised.Rules):
-    def refuses_new(self, path: str, how: ll_rules_supervised.Making) -> bool:
-        del how
+    def refuses_new(
+        self, path: str, how: ll_rules_supervised.Making, at: tuple[int, bytes] | None = None
+    ) -> bool:
+        del how, at
         return self.refuses(path)  # the names the survey found, nothing new
 
 
@@ -193,6 +195,26 @@ class LandlockNewNames(Mutant, LandlockSandbox):
 
     def patches(self) -> list[Patch]:
         return [(ll_engine, "Rules", _AnyNewName)]
+
+
+class _NamedRepositoriesOnly(ll_rules_supervised.Rules):
+    def refuses_new(
+        self, path: str, how: ll_rules_supervised.Making, at: tuple[int, bytes] | None = None
+    ) -> bool:
+        del at  # a folder that becomes a repository by its contents is never looked at
+        return super().refuses_new(path, how)
+
+
+class LandlockBareRepositories(Mutant, LandlockSandbox):
+    """The supervisor keeps a ``.git`` the command makes, but not a repository made under
+    another name (``git init --bare x.git``): its hooks take anything."""
+
+    PLUGIN_NAME = "mutant-landlock-bare-repositories"
+    BREAKS = Promise.NEW_NAMES_REFUSED
+    SELECT = "test_a_repository_under_any_name"
+
+    def patches(self) -> list[Patch]:
+        return [(ll_engine, "Rules", _NamedRepositoriesOnly)]
 
 
 @attrs.frozen

@@ -132,9 +132,11 @@ class Promise(enum.StrEnum):
 
     NEW_NAMES_REFUSED = "new-names-refused"
     """A protected name made anew in a writable root (``.bashrc``, ``.vscode``, ``.claude``,
-    a symlink, a hard link or a rename onto one) is refused while the command runs, not
-    quarantined after it; but a ``.git`` the command makes empty itself (``git init``,
-    ``git clone``), whose ``hooks`` take only git's ``*.sample`` files, quarantined after."""
+    a symlink, a hard link, a socket's name or a rename onto one) is refused while the
+    command runs, not quarantined after it; but a ``.git`` the command makes empty itself
+    (``git init``, ``git clone``), or a folder that becomes a repository by its contents
+    (``git init --bare``), whose ``hooks`` take only git's ``*.sample`` files, quarantined
+    after."""
 
     NETWORK_NAMESPACE = "network-namespace"
     """The command sees only a loopback interface of its own (a network namespace)."""

@@ -53,8 +53,8 @@ class LandlockSandbox(SandboxProvider):
         Gap(
             Promise.PROTECTED_NEVER_VISIBLE,
             "no overlay without a mount namespace: a command writes the real folder; new "
-            "protected names are refused, but a .git it makes itself (git init) is visible while "
-            "it runs and quarantined after",
+            "protected names are refused, but a .git it makes itself (git init), or a repository "
+            "under another name (git init --bare), is visible while it runs and quarantined after",
         ),
     )
 

@@ -194,13 +194,17 @@ class LocalExecutor(Executor):
         self._warden.close()
 
 
-def _popen(plan: LaunchPlan, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def _popen(
+    plan: LaunchPlan, env: dict[str, str], null: int | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the plan's process; ``null``: ``/dev/null`` opened already, for its stdin."""
+    stdin: int = subprocess.DEVNULL if null is None else null
     return subprocess.Popen(
         plan.argv,
         executable=plan.executable,
         cwd=plan.cwd,
         env=env,
-        stdin=subprocess.PIPE if plan.stdin else subprocess.DEVNULL,
+        stdin=subprocess.PIPE if plan.stdin else stdin,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         close_fds=True,
@@ -250,6 +254,9 @@ class _Spawner:
         self._thread.join()
 
     def _work(self) -> None:
+        # /dev/null opened before the thread is restricted: under a supervisor, an open
+        # made after it would be a round trip to it for every run.
+        null = None if self._plan.stdin else os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
         try:
             try:
                 if self._cgroup is not None:
@@ -263,11 +270,13 @@ class _Spawner:
                 )
                 return
             try:
-                self._proc = _popen(self._plan, self._env)
+                self._proc = _popen(self._plan, self._env, null)
             except BaseException as error:  # noqa: BLE001 - re-raised by spawn()
                 self._error = error
                 return
         finally:
+            if null is not None:
+                os.close(null)
             self._spawned.set()
         self._done.wait()
 

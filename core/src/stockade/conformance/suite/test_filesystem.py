@@ -213,6 +213,53 @@ def test_protected_names_are_read_only_while_the_command_runs(host, box):
     assert (box.ws / ".vscode" / "tasks.json").read_text() == "original"
 
 
+FLAGS_AND_SOCKETS = (
+    r"""
+import fcntl, json, os, socket, struct
+"""
+    + PRELUDE
+    + r"""def setflags(path):
+    def go():
+        fd = os.open(path, os.O_RDONLY)
+        fcntl.ioctl(fd, 0x40086602, struct.pack("<i", 0x40))  # FS_IOC_SETFLAGS: nodump
+    return go
+def fssetxattr(path):
+    def go():
+        fd, got = os.open(path, os.O_RDONLY), bytearray(28)
+        fcntl.ioctl(fd, 0x801C581F, got)  # FS_IOC_FSGETXATTR
+        struct.pack_into("<I", got, 0, struct.unpack_from("<I", got)[0] | 0x80)
+        fcntl.ioctl(fd, 0x401C5820, bytes(got))  # FS_IOC_FSSETXATTR: nodump
+    return go
+bind = lambda name: lambda: socket.socketpair()[0].bind(name)
+cases = (("", ".git/config", ".git/hooks/pre-commit"), ("control_", "src/a", "src/s"))
+for tag, path, name in cases:
+    attempt(tag + "setflags", setflags(path))
+    attempt(tag + "fssetxattr", fssetxattr(path))
+    attempt(tag + "setflags_folder", setflags(os.path.dirname(path)))
+    attempt(tag + "bind", bind(name))
+print(json.dumps(out))
+"""
+)
+
+
+@pytest.mark.promise(Promise.PROTECTED_READ_ONLY)
+def test_file_flags_and_socket_names_on_protected_paths_are_refused(host, box):
+    """``chattr`` through a descriptor opened for reading (``FS_IOC_SETFLAGS``,
+    ``FS_IOC_FSSETXATTR``) and ``bind`` of a Unix socket into ``.git/hooks``: refused as
+    they are tried; the same on an ordinary file and name beside them land."""
+    _git("init", "-q", cwd=box.ws)
+    (box.ws / "src").mkdir()
+    (box.ws / "src" / "a").write_text("mine\n")
+    result = host.run(box.py(FLAGS_AND_SOCKETS))
+    assert result.exit_code == 0, result.stderr.text
+    out = json.loads(result.stdout.text)
+    controls = {k: out.pop(k) for k in list(out) if k.startswith("control_")}
+    assert set(controls.values()) == {"done"}, controls
+    assert all(box.refused(v) for v in out.values()), out
+    assert not (box.ws / ".git" / "hooks" / "pre-commit").exists()
+    assert not result.restored
+
+
 @pytest.mark.promise(Promise.PROTECTED_NAMES)
 @pytest.mark.parametrize("name", [".claude", ".git", ".vscode"])
 def test_a_symlinked_protected_path_is_refused(host, box, name):

@@ -23,7 +23,7 @@ from stockade.request.literals import DOTFILES
 READ_ONLY = "Read-only file system"
 MAKE_ALL = (
     r"""
-import json, os, sys
+import json, os, socket, sys
 names = json.loads(sys.argv[1])
 """
     + PRELUDE
@@ -39,6 +39,7 @@ for i, rel in enumerate(names):
     attempt(f"link:{rel}", lambda: os.link("plain", at))
     attempt(f"fifo:{rel}", lambda: os.mkfifo(at))
     attempt(f"rename:{rel}", lambda: os.rename("plaindir", at))
+    attempt(f"socket:{rel}", lambda: socket.socketpair()[0].bind(at))
     attempt(f"control:{rel}", lambda: open(at + ".bak", "w").write("ok"))
 print(json.dumps(out))
 """
@@ -108,3 +109,74 @@ def test_a_fresh_repository_works_and_its_hooks_take_only_samples(host, box):
     assert out == dict.fromkeys(out, READ_ONLY), out
     assert result.quarantined == (str(box.ws / "repo" / ".git"),)  # the repository, after
     assert (box.ws / "repo" / "f").read_text() == "hello\n"
+
+
+BARE = (
+    r"""
+import json, os, subprocess
+"""
+    + PRELUDE
+    + r"""def write(path, text="#!/bin/sh\necho PWNED\n"):
+    return lambda: open(path, "w").write(text)
+def swap_hooks(repo):
+    def go():
+        os.rename(f"{repo}/hooks", f"{repo}/old-hooks")
+        os.mkdir("evil")
+        open("evil/post-update", "w").write("#!/bin/sh\necho PWNED\n")
+        os.rename("evil", f"{repo}/hooks")
+    return go
+def by_hand(folder, markers, last):
+    os.makedirs(f"{folder}/hooks")
+    open(f"{folder}/hooks/pre-commit", "w").write("#!/bin/sh\necho PWNED\n")
+    open(f"{folder}/HEAD.new", "w").write("ref: refs/heads/main\n")
+    for marker in markers:
+        os.mkdir(f"{folder}/{marker}")
+    return last
+subprocess.run(["git", "init", "-q", "--bare", "x.git"], check=True)
+attempt("bare_hook", write("x.git/hooks/post-update"))
+attempt("bare_sample_renamed", lambda: os.rename("x.git/hooks/update.sample", "x.git/hooks/update"))
+attempt("bare_sample_linked", lambda: os.link("x.git/hooks/update.sample", "x.git/hooks/update"))
+attempt("bare_hooks_symlink", lambda: os.symlink("/tmp", "x.git/hooks/sub"))
+attempt("bare_hooks_swapped", swap_hooks("x.git"))
+subprocess.run(["git", "init", "-q", "--bare", "z.git"], check=True)
+os.rename("z.git", "y.git")
+attempt("bare_renamed", write("y.git/hooks/post-update"))
+subprocess.run(["git", "clone", "-q", "--bare", "y.git", "c.git"], check=True)
+attempt("clone_bare_hook", write("c.git/hooks/post-update"))
+h1 = by_hand("h1", ["objects", "refs"], lambda: os.rename("h1/HEAD.new", "h1/HEAD"))
+attempt("completed_by_head_renamed", h1)
+h2 = by_hand("h2", ["objects"], lambda: os.mkdir("h2/refs"))
+os.rename("h2/HEAD.new", "h2/HEAD")
+attempt("completed_by_refs", h2)
+h3 = by_hand("h3", [], lambda: open("h3/commondir", "w").write("../y.git\n"))
+os.link("h3/HEAD.new", "h3/HEAD")
+attempt("completed_by_commondir", h3)
+h4 = by_hand("h4", ["refs", "objects"], lambda: os.symlink("refs/heads/main", "h4/HEAD"))
+attempt("completed_by_symlink", h4)
+os.makedirs("src/hooks")
+os.mkdir("src/refs")
+os.mkdir("src/objects")
+attempt("control_ordinary_hooks", write("src/hooks/useThing.ts", "export {}\n"))
+attempt("control_head", write("src/HEAD", "not a ref\n"))  # a repository: src/hooks has a file
+git = ["git", "--git-dir=y.git"]
+attempt("control_bare_works", lambda: subprocess.run([*git, "symbolic-ref", "HEAD"], check=True))
+print(json.dumps(out))
+"""
+)
+
+
+@pytest.mark.promise(Promise.NEW_NAMES_REFUSED)
+def test_a_repository_under_any_name_is_treated_as_a_fresh_git(host, box):
+    """``git init --bare``, ``git clone --bare`` and a repository made by hand (its markers
+    ``HEAD``, ``objects`` and ``refs``, or ``commondir``): once a folder is one, its hooks
+    take only samples; the name that would make a folder with a live hook one is refused."""
+    result = host.run(box.py(BARE))
+    assert result.exit_code == 0, result.stderr.text
+    out = json.loads(result.stdout.text.splitlines()[-1])
+    assert out.pop("control_ordinary_hooks") == out.pop("control_bare_works") == "done", out
+    assert out.pop("control_head") == READ_ONLY, out  # src/ would be a repository with a hook
+    assert out == dict.fromkeys(out, READ_ONLY), out
+    assert sorted(result.quarantined) == [str(box.ws / r) for r in ("c.git", "x.git", "y.git")]
+    for folder in ("h1", "h2", "h3", "h4"):  # never became repositories: their hook is inert
+        names = {p.name for p in (box.ws / folder).iterdir()}
+        assert not ({"HEAD", "objects", "refs"} <= names or {"HEAD", "commondir"} <= names)

@@ -5,7 +5,10 @@ or dotfiles read-only. A second seccomp filter (:mod:`.bpf`) sends every call th
 opens for writing, truncates, renames, links or removes a path to a supervisor thread in the
 command's own Landlock domain (:mod:`.serve`), which resolves the path as the kernel would
 for the command (:mod:`.resolve`), refuses the protected paths (:mod:`.rules`) and performs
-the rest itself (:mod:`.calls`), handing back the result or the descriptor.
+the rest itself (:mod:`.calls`), handing back the result or the descriptor. The same
+holds for a socket's name (:mod:`.sockets`), a file's flags (:mod:`.flags`), its attributes
+and times (:mod:`.metadata`), and a folder that becomes a repository by what it holds
+(:mod:`.repositories`).
 """
 
 from __future__ import annotations

@@ -92,9 +92,10 @@ def refuse_if(rules: Rules, path: str) -> None:
         raise OSError(REFUSED, "protected", path)
 
 
-def refuse_new(rules: Rules, path: str, how: Making) -> None:
-    """Raise ``EROFS`` when ``rules`` refuse to make the name ``path`` by ``how``."""
-    if rules.refuses_new(path, how):
+def refuse_new(rules: Rules, path: str, how: Making, at: tuple[int, bytes] | None = None) -> None:
+    """Raise ``EROFS`` when ``rules`` refuse to make the name ``path`` by ``how`` (``at``:
+    the folder, opened, and the name, where a repository may be in the making)."""
+    if rules.refuses_new(path, how, at):
         raise OSError(REFUSED, "a new protected name", path)
 
 
@@ -154,10 +155,11 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
         if resolve & kernel.RESOLVE_CACHED:
             raise BlockingIOError(errno.EAGAIN, "not cached")
         folder, last, target = caller.parent(base, path, resolve)
-        try:
-            info = os.lstat(last, dir_fd=folder)
-        except FileNotFoundError:
-            info = None
+        info = None
+        refused = rules.refuses_new(target, "file", (folder, last))
+        if not exclusive or refused:  # (O_EXCL and allowed: its own create says EEXIST)
+            with contextlib.suppress(FileNotFoundError):
+                info = os.lstat(last, dir_fd=folder)
         if info is not None and stat.S_ISLNK(info.st_mode) and follow:
             if anchored:  # a dangling link under BENEATH or IN_ROOT: not followed here
                 raise OSError(errno.EXDEV, "a dangling symlink beneath the root")
@@ -167,7 +169,8 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
             if exclusive:
                 raise FileExistsError(errno.EEXIST, "exists")
             continue  # it appeared since the walk: look again
-        refuse_new(rules, target, "file")
+        if refused:
+            raise OSError(REFUSED, "a new protected name", target)
         made = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             wanted = mode & 0o7777 & ~caller.umask()
@@ -239,7 +242,7 @@ def make(
     if how is None:
         refuse_if(rules, target)
     else:
-        refuse_new(rules, target, how)
+        refuse_new(rules, target, how, (folder, last))
     do(folder, last)
     if how == "mkdir" and os.path.basename(target) == GIT:
         rules.fresh.add(target)  # made empty by the command: a fresh repository
@@ -267,7 +270,7 @@ def link(
         refuse_if(rules, target)
         source = (folder, last)
     folder, last, target = caller.parent(*caller.start(newdir, newpath))
-    refuse_new(rules, target, "link")
+    refuse_new(rules, target, "link", (folder, last))
     if source is None:
         os.link(f"/proc/self/fd/{own}", last, dst_dir_fd=folder, follow_symlinks=True)
     else:
@@ -284,10 +287,10 @@ def rename(
     for target in (otarget, ntarget):
         if rules.holds(target):
             raise OSError(REFUSED, "protected", target)
-    refuse_new(rules, ntarget, "rename")
+    refuse_new(rules, ntarget, "rename", (nfolder, nlast))
     exchange = flags & RENAME_EXCHANGE
     if exchange:
-        refuse_new(rules, otarget, "rename")
+        refuse_new(rules, otarget, "rename", (ofolder, olast))
     _brought_in(rules, (ofolder, olast, otarget), ntarget)
     if exchange:
         _brought_in(rules, (nfolder, nlast, ntarget), otarget)

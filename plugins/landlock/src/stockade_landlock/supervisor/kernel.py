@@ -12,11 +12,16 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import threading
+from collections.abc import Callable
 from typing import Any
 
 SYS_SECCOMP = 317
 SYS_OPENAT2 = 437
 SYS_PROCESS_VM_READV = 310
+SYS_PIDFD_OPEN = 434
+SYS_PIDFD_GETFD = 438
+PIDFD_THREAD = os.O_EXCL  # Linux 6.9: a pidfd of one thread (its own descriptor table)
 SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_GET_NOTIF_SIZES = 3
 SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
@@ -180,26 +185,67 @@ def send_fd(listener: int, ident: int, fd: int, *, cloexec: bool) -> None:
         raise _fail("NOTIF_ADDFD")
 
 
+def pidfd_thread(tid: int) -> int:
+    """A pidfd of thread ``tid`` itself (``PIDFD_THREAD``, Linux 6.9)."""
+    pidfd = _syscall(SYS_PIDFD_OPEN, tid, PIDFD_THREAD)
+    if pidfd < 0:
+        raise _fail("pidfd_open")
+    return int(pidfd)
+
+
+def take_fd(tid: int, fd: int, tgid: Callable[[], int], still: Callable[[], None]) -> int:
+    """A copy of descriptor ``fd`` of thread ``tid`` (``pidfd_getfd``: the same open file,
+    close-on-exec here); before Linux 6.9, of its process ``tgid()``. ``still()`` raises
+    unless the caller still waits once its pidfd is held (its number was not reused)."""
+    pidfd = _syscall(SYS_PIDFD_OPEN, tid, PIDFD_THREAD)
+    if pidfd < 0 and ctypes.get_errno() == errno.EINVAL:
+        pidfd = _syscall(SYS_PIDFD_OPEN, tgid(), 0)
+    if pidfd < 0:
+        raise _fail("pidfd_open")
+    try:
+        still()
+        got = _syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if got < 0:
+            raise _fail("pidfd_getfd")
+        return int(got)
+    finally:
+        os.close(pidfd)
+
+
+class _Reader(threading.local):
+    """One buffer per thread for :func:`read_memory` (no allocation per read)."""
+
+    def __init__(self) -> None:
+        self.size = _READ
+        self.buffer = ctypes.create_string_buffer(_READ)
+        self.local = _Iovec(ctypes.cast(self.buffer, ctypes.c_void_p), _READ)
+        self.remote = _Iovec(None, _READ)
+        self.local_ref, self.remote_ref = ctypes.byref(self.local), ctypes.byref(self.remote)
+
+
+_READ = 4096
+_reader = _Reader()
+_ONE, _NO_FLAGS = ctypes.c_ulong(1), ctypes.c_ulong(0)
+
+
 def read_memory(pid: int, address: int, size: int) -> bytes:
     """Up to ``size`` bytes of process ``pid``'s memory at ``address`` (fewer at a hole)."""
-    buffer = ctypes.create_string_buffer(size)
-    local = _Iovec(ctypes.cast(buffer, ctypes.c_void_p), size)
-    remote = _Iovec(ctypes.c_void_p(address), size)
+    if size > _READ:
+        return b"".join(
+            read_memory(pid, address + at, min(_READ, size - at)) for at in range(0, size, _READ)
+        )
+    reader = _reader
+    reader.local.len = reader.remote.len = size
+    reader.remote.base = address
     got = _syscall(
-        SYS_PROCESS_VM_READV,
-        pid,
-        ctypes.byref(local),
-        ctypes.c_ulong(1),
-        ctypes.byref(remote),
-        ctypes.c_ulong(1),
-        ctypes.c_ulong(0),
+        SYS_PROCESS_VM_READV, pid, reader.local_ref, _ONE, reader.remote_ref, _ONE, _NO_FLAGS
     )
     if got < 0:
         error = _fail("process_vm_readv")
         if error.errno not in (errno.EPERM, errno.ENOSYS):
             raise error
         return _read_proc_mem(pid, address, size)  # the call refused (a container's filter)
-    return buffer.raw[:got]
+    return ctypes.string_at(reader.buffer, got)
 
 
 class Peek:

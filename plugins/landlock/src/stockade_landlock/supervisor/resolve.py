@@ -20,6 +20,7 @@ import os
 import re
 
 from . import kernel
+from .views import View, Views
 
 PATH_MAX = 4096
 AT_FDCWD = -100
@@ -73,11 +74,16 @@ def split(path: bytes) -> tuple[bytes, bytes]:
 class Caller:
     """The thread whose call waits: its memory, working directory and descriptors."""
 
-    def __init__(self, listener: int, ident: int, tid: int, *, exact: bool = True) -> None:
+    def __init__(
+        self, listener: int, ident: int, tid: int, *, exact: bool = True, views: Views | None = None
+    ) -> None:
         self.listener, self.ident, self.tid = listener, ident, tid
         self.exact = exact  # the supervisor's umask is 0: a mode given is the mode made
         self.opened: list[int] = []  # closed by close()
         self._text: bytes | None = None
+        self._views = views
+        self._view: View | None = None
+        self._looked = views is None
 
     def close(self) -> None:
         """Close every descriptor opened for this call."""
@@ -143,10 +149,30 @@ class Caller:
         found = re.search(rb"^" + key + rb":\s*(\S+)", self._text, re.MULTILINE)
         return None if found is None else found.group(1)
 
+    def _look(self) -> View | None:
+        """This thread's view, looked up once per call."""
+        if not self._looked and self._views is not None:
+            self._looked = True
+            self._view = self._views.get(self.tid)
+        return self._view
+
     def umask(self) -> int:
-        """The caller's umask, from ``/proc/TID/status``."""
+        """The caller's umask, from ``/proc/TID/status`` (or its view, :mod:`.views`)."""
+        view = self._look()
+        if view is not None and view.umask is not None:
+            return view.umask
         value = self._status(b"Umask")
-        return 0o022 if value is None else int(value, 8)
+        umask = 0o022 if value is None else int(value, 8)
+        view = self._kept()
+        if view is not None:
+            view.umask = umask
+        return umask
+
+    def _kept(self) -> View | None:
+        """This thread's view, made now if there is none (``None``: none may be kept)."""
+        if self._look() is None and self._views is not None:
+            self._view = self._views.make(self.tid, self.still)
+        return self._view
 
     def tgid(self) -> int:
         """The caller's process (its thread group), from ``/proc/TID/status``."""
@@ -179,6 +205,14 @@ class Caller:
         if number != AT_FDCWD and number < 0:
             raise OSError(errno.EBADF, "bad descriptor")
         return self._opened("cwd" if number == AT_FDCWD else f"fd/{number}"), path
+
+    def take(self, number: int) -> int:
+        """A copy of the caller's descriptor ``number`` (the same open file: a socket, a
+        file opened for reading), closed with the call."""
+        number = signed(number)
+        if number < 0:
+            raise OSError(errno.EBADF, "bad descriptor")
+        return self.keep(kernel.take_fd(self.tid, number, self.tgid, self.still))
 
     def _opened(self, link: str) -> int:
         """``/proc/TID/LINK`` (``cwd`` or ``fd/N``) opened ``O_PATH``: the object itself."""

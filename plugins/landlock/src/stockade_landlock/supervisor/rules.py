@@ -25,8 +25,10 @@ from attrs import field, frozen
 
 from stockade.confine import protected
 
+from .repositories import Repositories
 from .terminals import Terminals
 
+_FINE_LIMIT = 4096  # folders known to be neither kept nor beneath a protected name
 REFUSED = errno.EROFS
 """The error of a refused write, as bubblewrap's read-only mount answers it."""
 Making = Literal["file", "mkdir", "node", "symlink", "link", "rename"]
@@ -68,6 +70,13 @@ class Rules:
     roots: tuple[str, ...] = ()
     writable_dotfiles: frozenset[str] = frozenset()
     fresh: Fresh = field(factory=Fresh, eq=False)
+    repositories: Repositories = field(factory=Repositories, eq=False)
+    _kept: frozenset[str] = field(init=False, eq=False, repr=False)
+    _fine: dict[str, str] = field(init=False, eq=False, repr=False, factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        kept = frozenset(k.rstrip("/") or "/" for k in self.kept)
+        object.__setattr__(self, "_kept", kept)
 
     @classmethod
     def of(cls, survey: protected.Survey) -> Rules:
@@ -78,33 +87,63 @@ class Rules:
             writable_dotfiles=survey.writable_dotfiles,
         )
 
-    def refuses_new(self, path: str, how: Making) -> bool:
+    def refuses_new(  # noqa: PLR0911 - one answer per case
+        self, path: str, how: Making, at: tuple[int, bytes] | None = None
+    ) -> bool:
         """Whether a new name ``path`` (absolute, resolved but for its last name) may not
         be made by ``how``: a protected name in a surveyed root, or one beneath it, but in
-        a fresh ``.git`` (:class:`Fresh`); a ``.git`` made by ``mkdir`` starts one."""
-        if self.refuses(path):
-            return True
-        root = next((r for r in self.roots if path.startswith(r + "/")), None)
+        a fresh ``.git`` (:class:`Fresh`); a ``.git`` made by ``mkdir`` starts one. ``at``
+        (the folder, opened, and the name): a repository under any name is judged too
+        (:class:`~.repositories.Repositories`)."""
+        folder, _, last = path.rpartition("/")
+        root = self._fine.get(folder)  # a folder seen before: not kept, no protected name
+        clean = root is not None
         if root is None:
+            if self.refuses(folder):
+                return True
+            root = next((r for r in self.roots if path.startswith(r + "/")), "")
+            clean = not root or folder == root or self._clean(root, folder)
+            if clean:
+                if len(self._fine) >= _FINE_LIMIT:
+                    self._fine.clear()
+                self._fine[folder] = root
+        if path in self._kept:
+            return True
+        if not root:
             return False  # the run's home, caches and scratch: the command's own
+        if at is not None and self.repositories.refuses(*at, how):
+            return True
         repository = self.fresh.holding(path)
         if repository is not None:
             return _in_hooks(path[len(repository) + 1 :], how)
-        parts = path[len(root) + 1 :].split("/")
+        if not clean:
+            return True  # beneath a protected name (not a fresh .git: seen above)
+        if protected.kind_of(path, self.writable_dotfiles) is None:
+            return False
+        # a fresh repository (git init, git clone): kept in :class:`Fresh`
+        return not (how == "mkdir" and last == protected.GIT)
+
+    def _clean(self, root: str, folder: str) -> bool:
+        """Whether no folder from ``root`` (excluded) down to ``folder`` has a protected
+        name."""
         prefix = root
-        for depth, part in enumerate(parts, 1):
+        for part in folder[len(root) + 1 :].split("/"):
             prefix = f"{prefix}/{part}"
-            if protected.kind_of(prefix, self.writable_dotfiles) is None:
-                continue
-            if depth < len(parts):
-                return True  # beneath a protected name (not a fresh .git: seen above)
-            # a fresh repository (git init, git clone): kept in :class:`Fresh`
-            return not (how == "mkdir" and part == protected.GIT)
-        return False
+            if protected.kind_of(prefix, self.writable_dotfiles) is not None:
+                return False
+        return True
 
     def refuses(self, path: str) -> bool:
         """Whether ``path`` (absolute, resolved but for its last name) may not change."""
-        return protected.inside(path, self.kept)
+        kept = self._kept
+        if not kept:
+            return False
+        probe = path
+        while probe:  # the path, then each folder above it: one look-up each
+            if probe in kept:
+                return True
+            probe = probe[: probe.rfind("/")]
+        return "/" in kept
 
     def holds(self, path: str) -> bool:
         """Whether ``path`` is refused, or a folder holding a refused path (a rename of it
@@ -116,6 +155,8 @@ def _in_hooks(inside: str, how: Making) -> bool:
     """Whether ``inside`` (a path in a fresh ``.git``) is a name its ``hooks`` folder may
     not take: anything but a file named ``*.sample`` (git's templates, which never run)."""
     parts = inside.split("/")
-    if parts[0] != "hooks" or len(parts) == 1:
+    if parts[0] != "hooks":
         return False
+    if len(parts) == 1:  # the name hooks itself: an empty folder only, never one brought in
+        return how != "mkdir"
     return not (len(parts) == 2 and how == "file" and parts[1].endswith(".sample"))

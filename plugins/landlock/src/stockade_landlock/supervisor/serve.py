@@ -26,15 +26,19 @@ import select
 import threading
 from collections.abc import Callable, Sequence
 
-from . import calls, kernel, metadata, processes
-from .bpf import NOTIFIED, OPENS, WRITE_FLAGS, program
+from . import calls, kernel, metadata, processes, sockets
+from . import flags as file_flags
+from .bpf import IOCTL, NOTIFIED, OPENS, WRITE_FLAGS, program
 from .calls import Answer
 from .resolve import Caller, signed
 from .rules import Rules
+from .views import CHANGES, Views
 
-_BY_NUMBER = {nr: name for name, nr in NOTIFIED.items()} | {
-    nr: name for name, (nr, _arg) in OPENS.items()
-}
+_BY_NUMBER = (
+    {nr: name for name, nr in NOTIFIED.items()}
+    | {nr: name for name, (nr, _arg) in OPENS.items()}
+    | {IOCTL: "ioctl"}
+)
 _OPEN_HOW = ctypes.sizeof(kernel.OpenHow)
 
 
@@ -53,6 +57,7 @@ class Supervisor:
         self._exact = True
         self._closed = False
         self._sending = threading.Lock()
+        self._views = Views()
 
     def start(self) -> None:
         """Start the serving thread (it takes the caller's Landlock domain, no filter)."""
@@ -119,12 +124,17 @@ class Supervisor:
                     if error.errno in (errno.ENOENT, errno.EINTR):
                         continue  # the caller was killed before we read it
                     raise
-                if not self._read_only(listener, notif, peek):
+                self._views.seen(notif.pid)
+                if notif.data.nr in _CHANGES:  # umask: the views forgotten
+                    self._views.changing(notif.pid)
+                    self._send(listener, notif.id, _PROCEED)
+                elif not self._read_only(listener, notif, peek):
                     self._answer(listener, notif)
         finally:
             with self._sending:
                 self._closed = True
                 os.close(listener)
+            self._views.clear()
 
     def _read_only(self, listener: int, notif: kernel.Notif, peek: kernel.Peek) -> bool:
         """The hot path: answer at once, with no object made, a read-only ``open`` or
@@ -148,7 +158,7 @@ class Supervisor:
         return True
 
     def _answer(self, listener: int, notif: kernel.Notif) -> None:
-        caller = Caller(listener, notif.id, notif.pid, exact=self._exact)
+        caller = Caller(listener, notif.id, notif.pid, exact=self._exact, views=self._views)
         try:
             try:
                 answer = self._decide(caller, notif.data)
@@ -267,6 +277,12 @@ class Supervisor:
             return calls.truncate(caller, rules, path(a[0]), a[1])
         if name in metadata.CALLS:
             return metadata.answer(caller, rules, name, a)
+        if name == "bind":
+            return sockets.bind(caller, rules, a)
+        if name == "ioctl":
+            return file_flags.ioctl(caller, rules, a)
+        if name == "file_setattr":
+            return file_flags.file_setattr(caller, rules, a)
         return self._attributes(caller, name, a)
 
     def _attributes(self, caller: Caller, name: str | None, a: Sequence[int]) -> Answer:
@@ -323,6 +339,7 @@ class Supervisor:
 
 
 _PROCEED = Answer(proceed=True)
+_CHANGES = frozenset(CHANGES.values())
 _READ_OPENS = {nr: arg - 1 for nr, arg in OPENS.values()}  # number -> the path's argument
 _HEAD = 10  # enough of a path to tell /proc/ and /dev/pts/ from the rest
 
