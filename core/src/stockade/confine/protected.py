@@ -161,9 +161,11 @@ def writable_roots(roots: Iterable[str]) -> list[str]:
         UnsafeRoot: a root is ``/``, a system folder, a home, ... (:func:`roots.check_system`).
     """
     writable: list[str] = []
+    system: rules.RootRules | None = None  # one reading of the homes for every root
     for root in roots:
         real = os.path.realpath(root)
-        rules.check_system(real)
+        system = system or rules.RootRules.of(None, os.environ)
+        rules.check_system(real, system)
         if os.path.isdir(real) and real not in writable:
             writable.append(real)
     return writable
