@@ -154,17 +154,18 @@ def socket_paths(host_env: Mapping[str, str]) -> list[str]:
     return [p for p in paths if p and os.path.isabs(p)]
 
 
-def writable_roots(roots: Iterable[str]) -> list[str]:
+def writable_roots(roots: Iterable[str], system: rules.RootRules | None = None) -> list[str]:
     """``roots`` resolved, existing directories only, each once; unsafe ones refused.
+    ``system``: ``RootRules.of(None, os.environ)`` read once by a caller that checks
+    several sets of roots for one command (read here when omitted).
 
     Raises:
         UnsafeRoot: a root is ``/``, a system folder, a home, ... (:func:`roots.check_system`).
     """
     writable: list[str] = []
-    system: rules.RootRules | None = None  # one reading of the homes for every root
     for root in roots:
         real = os.path.realpath(root)
-        system = system or rules.RootRules.of(None, os.environ)
+        system = system or rules.RootRules.of(None, os.environ)  # the homes read once
         rules.check_system(real, system)
         if os.path.isdir(real) and real not in writable:
             writable.append(real)
