@@ -255,3 +255,51 @@ def test_an_episode_goes_on_after_its_worker_is_killed(state: Path, box: Box) ->
         store.close()
     finally:
         pool.shutdown()
+
+
+@pytest.mark.parametrize("gone", [False, True])
+def test_a_pool_step_whose_sticky_workspace_went_with_its_worker_is_not_run_empty(
+    state: Path, box: Box, gone: bool
+) -> None:
+    """A step of the pool (not of an episode) sticks to its workspace's worker. When that
+    worker is lost, the first step after is run only where the folder still holds its files
+    (``gone=False``, the control: a node that kept it); where it does not (emptied here, as
+    a folder whose files were on the lost node's disk), the step is refused with
+    ``WorkerLost`` (nothing ran), recorded, and the next step starts in an empty folder,
+    knowingly."""
+    import shutil
+
+    pool = StockadePool(1, _config(state), plugins=[AllowAll()])
+    ws = box.ws / "sticky"
+    ws.mkdir()
+    at = {"cwd": str(ws), "workspace": str(ws)}  # a workspace named: its steps stick to it
+    try:
+        pool.run(ExecRequest(("sh", "-c", "echo mine > mine.txt"), **at)).result(60)
+        marker = ws / f"started-{secrets.token_hex(4)}"
+        cut = pool.run(ExecRequest((PYTHON, "-S", "-c", WAIT, str(marker), "60"), **at))
+        assert wait_until(marker.exists, 60)
+        old = cut.worker["actor"]
+        os.kill(int(cut.worker["pid"]), signal.SIGKILL)
+        with pytest.raises(WorkerLost):
+            cut.result(120)
+        assert wait_until(lambda: [w["actor"] for w in pool.workers()] not in ([], [old]), 120)
+        if gone:  # the driver resolves the folder on its node: there, it is empty
+            shutil.rmtree(ws)
+            ws.mkdir()
+        after = pool.run(ExecRequest(("cat", "mine.txt"), **at))
+        if not gone:
+            assert after.result(60).result.stdout.text == "mine\n"
+            return
+        with pytest.raises(WorkerLost) as lost:
+            after.result(60)
+        assert lost.value.details["started"] is False
+        assert lost.value.details["workspace"] == str(ws)
+        assert "went with the lost node" in lost.value.message
+        listed = pool.run(ExecRequest(("ls", "-A"), **at)).result(60).result
+        assert listed.exit_code == 0 and listed.stdout.text == ""  # said once, then empty
+        store, found = _record(pool)
+        assert [s["state"] for s in found] == ["ran", "error", "error", "ran"]
+        assert found[2]["error"] == "worker_lost" and verify(store).ok
+        store.close()
+    finally:
+        pool.shutdown()

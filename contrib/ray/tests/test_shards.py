@@ -140,3 +140,39 @@ def test_a_sharded_pool_records_its_runs_in_shards_that_verify_covers(box: Box) 
         db.execute("UPDATE events SET body = replace(body, '\"step\":1', '\"step\":7')")
     ran = _verify_cli(path)
     assert ran.returncode == 1 and f"shard {name}" in ran.stderr, ran.stdout + ran.stderr
+
+
+CUT_OFF = """
+import sys
+from stockade.record.chain import Chain
+from stockade.record.events import ActionEvent, PermissionEvent
+from stockade.record.store import Store
+from stockade.request.verdict import Classification, Decision
+chain = Chain(Store(sys.argv[1]))
+chain.append_many([
+    ActionEvent("cut", ("sleep", "9"), cwd="/", mode="read-only", origin="api",
+                profile="default", run_id="episode-cut", step=1),
+    PermissionEvent("cut", Classification("reads", ("test",)),
+                    decision=Decision("allow", "test", by="test")),
+])
+"""  # a shard writer's process that recorded an allowed command, then went away
+
+
+def test_a_shards_commands_cut_off_are_closed_on_the_next_start(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "store.db"
+    main = Chain(Store(str(path)))
+    shard = shard_path(main.store, "s0")
+    subprocess.run([sys.executable, "-c", CUT_OFF, shard], check=True, timeout=60)
+    before = Store(shard)
+    assert [r.kind for r in rows(before)] == ["action", "permission"]  # the control
+    before.close()
+    sharded = ShardedRecord(main, 1)  # the next start
+    sharded.close()
+    main.close()
+    after = Store(shard)
+    closing = [r for r in rows(after) if r.kind == "error"]
+    assert [(r.action_id, r.body["code"]) for r in closing] == [("cut", "aborted")]
+    assert "ended before its result was recorded" in closing[0].body["message"]
+    after.close()
+    (check,) = verify_shards(Store(str(path)))
+    assert check.ok and check.after == 0, check  # the closing is anchored at once

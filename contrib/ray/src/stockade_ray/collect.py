@@ -36,6 +36,11 @@ if TYPE_CHECKING:
     from .pool import StockadePool
     from .workers import Slot
 
+FORGET_BATCH = 64
+"""Finished steps told to the ledger in one call, at most."""
+FORGET_SECONDS = 1.0
+"""At most this long between a step's end and the ledger's call that forgets it."""
+
 
 @attrs.frozen
 class Done:
@@ -115,6 +120,8 @@ class Collector:
         self._held: dict[tuple[str, int], Held] = {}
         self._stop = False
         self._checked = 0.0
+        self._finished: list[str] = []  # finished steps the ledger is not yet told of
+        self._forgot = 0.0
         self._thread = threading.Thread(target=self._loop, name="stockade-ray-collect", daemon=True)
         self._thread.start()
 
@@ -207,14 +214,25 @@ class Collector:
                 settled.append((item, outcome))
         for item in lost:
             self.pool.places.lose(item.slot, item.actor)
-        finished = [i.admission.spec.action_id for i in shipped if i not in lost]
-        if finished:
-            with contextlib.suppress(Exception):
-                self.pool.ledger.forget.remote(finished)
+        self._forget([i.admission.spec.action_id for i in shipped if i not in lost])
         for item in shipped:
             item.slot.busy -= 1
         for item, outcome in settled:
             settle(item, outcome, failed[0] if failed else None)
+
+    def _forget(self, finished: list[str]) -> None:
+        """Tell the ledger of finished steps, a batch at a time (at most every
+        :data:`FORGET_SECONDS`, or :data:`FORGET_BATCH` of them): a call a step cost the
+        driver and the ledger about a millisecond each. A finished step the ledger still
+        holds is harmless: it is only ever asked about lost ones."""
+        self._finished += finished
+        now = time.monotonic()
+        if self._finished and (
+            len(self._finished) >= FORGET_BATCH or now - self._forgot > FORGET_SECONDS
+        ):
+            told, self._finished, self._forgot = self._finished, [], now
+            with contextlib.suppress(Exception):
+                self.pool.ledger.forget.remote(told)
 
     def _begun(self, action_ids: list[str]) -> set[str]:
         """Which lost steps a worker had begun (all of them when the ledger cannot say)."""

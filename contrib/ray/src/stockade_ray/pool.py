@@ -120,7 +120,8 @@ class StockadePool:
         args = (self.host.config, self.host.run_id, worker_env, self.ledger)
         self.places = Workers(actor_class, args, size, placement)
         self._lock = threading.Condition()
-        self._sticky: dict[str, Slot] = {}
+        self._sticky: dict[str, tuple[Slot, Any]] = {}  # a workspace's slot, and its actor
+        self._moved: set[str] = set()  # sticky workspaces whose worker was lost, not yet met
         self._turn = itertools.count()
         self._episodes: dict[str, Episode] = {}
         self.collector = Collector(self)
@@ -320,8 +321,11 @@ class StockadePool:
                 self.host.recording.error(admission.spec, error)
             shipped.future.set_exception(error)
             return
+        with self._lock:  # the first step after its worker was lost checks it is still there
+            moved = shipped.episode is None and admission.spec.workspace in self._moved
+            self._moved.discard(admission.spec.workspace)
         shipped.future.ref = shipped.actor.carry.remote(
-            step_to_json(admission.step), dict(admission.secrets), shipped.files, self.caps
+            step_to_json(admission.step), dict(admission.secrets), shipped.files, self.caps, moved
         )
         self.collector.watch(shipped)
 
@@ -351,11 +355,15 @@ class StockadePool:
                     )
             else:
                 key = admission.spec.workspace if sticky else None
-                slot = self._sticky.get(key) if key is not None else None  # type: ignore[assignment]
-                if slot is None or slot.lost:
+                held = self._sticky.get(key) if key is not None else None
+                if held is not None and not held[0].lost and held[0].actor is held[1]:
+                    slot = held[0]
+                else:
+                    if held is not None:  # its worker was lost: its folder may be gone too
+                        self._moved.add(admission.spec.workspace)
                     slot = self.least_busy()
                     if key is not None:
-                        self._sticky[key] = slot
+                        self._sticky[key] = (slot, slot.actor)
             slot.busy += 1
             return slot
 

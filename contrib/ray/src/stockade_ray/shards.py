@@ -7,6 +7,8 @@ shards' hashing, signing and inserting run in parallel. A :class:`ShardedRecord`
 run's events to one shard (by its run id: an episode's events stay together, in order), and
 :meth:`ShardedRecord.anchor` writes each shard's head into the driver's chain as an
 ``anchor`` event. ``stockade verify`` on the driver's store then checks every shard too.
+A writer that starts closes its shard's commands cut off by a killed driver
+(:meth:`ShardWriter.opened`), as the main chain's recorder does when it opens.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ class ShardWriter:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         self.store = Store(path)
         self.chain = Chain(self.store, redact)  # the main chain's redaction
+
+    def opened(self) -> int:
+        """Close the record of every command of this shard whose process went away (a
+        writer killed with its driver mid-step; :meth:`Chain.close_orphans`), as the main
+        chain's recorder does when it opens; how many were closed."""
+        return len(self.chain.close_orphans())
 
     def append(self, events: Sequence[Event]) -> int:
         """Append ``events`` in one transaction; how many."""
@@ -75,6 +83,10 @@ class ShardedRecord:
         self.names = [f"s{i}" for i in range(count)]
         writer = ray.remote(ShardWriter).options(**(placement or {"num_cpus": 0}))
         self.writers = [writer.remote(shard_path(main.store, n), redact) for n in self.names]
+        # A shard's commands cut off by a killed driver (their writer went with it) are
+        # closed before anything new is appended, and anchored at once.
+        if sum(ray.get([w.opened.remote() for w in self.writers])):
+            self.anchor()
 
     def shard_of(self, run_id: str) -> int:
         """The shard a run's events go to (always the same one)."""

@@ -205,14 +205,19 @@ class Worker:
         secrets: Mapping[str, str],
         files: Mapping[str, bytes],
         caps: Caps,
+        moved: bool = False,  # noqa: FBT001, FBT002 - a Ray call's arguments are positional
     ) -> dict[str, Any]:
         """Carry out one admitted step: its input files written, then confined, executed and
-        observed. The reply: ``carried`` (wire text), ``connections``, ``files``,
-        ``left_out`` and ``where``; or ``error`` (a :meth:`StockadeError.to_dict`)."""
+        observed. ``moved``: its sticky workspace's worker was lost, and this is the first
+        step since: run only in the folder found here holding something. The reply:
+        ``carried`` (wire text), ``connections``, ``files``, ``left_out`` and ``where``; or
+        ``error`` (a :meth:`StockadeError.to_dict`)."""
         seen: list[dict[str, Any]] = []
         reply: dict[str, Any] = {"where": self.place, "connections": seen}
         try:
             step = step_from_json(step_text, AdmittedStep)
+            if moved:
+                self._still_here(step.spec.workspace)
             if self.ledger is not None:  # before anything of the step touches its workspace
                 await self.ledger.begin.remote(step.spec.action_id)
             os.makedirs(step.spec.workspace, mode=0o700, exist_ok=True)  # new to this node
@@ -239,6 +244,27 @@ class Worker:
         reply["carried"] = step_to_json(carried)
         reply["files"], reply["left_out"] = _changed_files(step, carried, caps)
         return reply
+
+    def _still_here(self, workspace: str) -> None:
+        """A sticky workspace whose worker was lost must be on this node, holding something
+        (an empty folder is not taken for it: the driver makes an agent's own workspace
+        empty on its node), or the step is refused rather than run in an empty folder.
+
+        Raises:
+            WorkerLost: it is not (``details["started"]`` is false: nothing of it ran).
+        """
+        from .errors import WorkerLost
+
+        if os.path.isdir(workspace) and os.listdir(workspace):
+            return
+        raise WorkerLost(
+            f"the workspace {workspace} was on a worker that was lost, and is not on the node "
+            f"of its replacement ({self.place['hostname']}, node {self.place['node']}): its "
+            "files went with the lost node; nothing of the step ran",
+            hint="its next step starts in an empty folder there; keep workspaces that must "
+            "survive a node on shared storage, or fork episodes from a snapshot",
+            details={"started": False, "workspace": workspace, "node": self.place["node"]},
+        )
 
     def close(self) -> None:
         """Release the executor's helpers, and the pool's layers' snapshots on this node

@@ -30,6 +30,25 @@ def _open(args: argparse.Namespace) -> Store:
     return open_store(load_config(args.config, environ=os.environ))
 
 
+def _rows(args: argparse.Namespace) -> tuple[list[tuple[Row, Store]], list[Store]]:
+    """The events of ``--run`` (or of all runs) in the store and its shards, and the stores
+    opened for them (closed by :func:`_close`)."""
+    from ..record.shards import all_rows
+
+    store = _open(args)
+    try:
+        found = all_rows(store, args.run)
+    except BaseException:
+        store.close()
+        raise
+    return found, list({id(s): s for s in (store, *(s for _, s in found))}.values())
+
+
+def _close(stores: Iterable[Store]) -> None:
+    for store in stores:
+        store.close()
+
+
 def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
     """One summary per step, in the order the steps began."""
     found: dict[tuple[str, int], dict[str, Any]] = {}
@@ -61,13 +80,12 @@ def steps(rows: Iterable[Row]) -> list[dict[str, Any]]:
 
 
 def log_command(args: argparse.Namespace, _parser: object = None) -> int:
-    """List the recorded steps (of one run with ``--run``)."""
-    from ..record.chain import rows
-
+    """List the recorded steps (of one run with ``--run``), the shards' too
+    (:mod:`stockade.record.shards`: a sharded pool's runs are recorded there)."""
     try:
-        store = _open(args)
-        summary = steps(rows(store, args.run))
-        store.close()
+        found, stores = _rows(args)
+        summary = steps(row for row, _ in found)
+        _close(stores)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     if args.json:
@@ -95,25 +113,28 @@ def show_command(args: argparse.Namespace, _parser: object = None) -> int:
     """The whole output of one recorded step: stdout to stdout, stderr to stderr; a stream
     whose blob is missing or no longer matches its digest is refused, nothing of it shown."""
     from ..record.blobs import open_blob
-    from ..record.chain import rows
 
     try:
-        store = _open(args)
-        results = [r for r in rows(store, args.run) if r.step == args.step and r.kind == "result"]
+        found, stores = _rows(args)
+        results = [(r, s) for r, s in found if r.step == args.step and r.kind == "result"]
         if not results:
+            _close(stores)
             raise UsageError(
                 f"step {args.step} of run {args.run} has no recorded result",
                 hint="`stockade log --run RUN` lists its steps and what became of them",
             )
-        result = results[-1].body["result"]
+        row, held = results[-1]  # a shard's outputs are kept beside the shard's store
+        result = row.body["result"]
         # Both streams are checked before either is written: nothing forged is half-shown.
         where = f"of step {args.step} of run {args.run}"
-        streams = {
-            name: open_blob(store, result[name]["blob"], f"{name} {where}")
-            for name in ("stdout", "stderr")
-            if result[name]["blob"]
-        }
-        store.close()
+        try:
+            streams = {
+                name: open_blob(held, result[name]["blob"], f"{name} {where}")
+                for name in ("stdout", "stderr")
+                if result[name]["blob"]
+            }
+        finally:
+            _close(stores)
     except StockadeError as error:
         return report_error(error, as_json=False)
     for name, target in (("stdout", sys.stdout), ("stderr", sys.stderr)):

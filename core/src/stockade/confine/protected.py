@@ -154,8 +154,10 @@ def socket_paths(host_env: Mapping[str, str]) -> list[str]:
     return [p for p in paths if p and os.path.isabs(p)]
 
 
-def writable_roots(roots: Iterable[str]) -> list[str]:
+def writable_roots(roots: Iterable[str], system: rules.RootRules | None = None) -> list[str]:
     """``roots`` resolved, existing directories only, each once; unsafe ones refused.
+    ``system``: ``RootRules.of(None, os.environ)`` read once by a caller that checks
+    several sets of roots for one command (read here when omitted).
 
     Raises:
         UnsafeRoot: a root is ``/``, a system folder, a home, ... (:func:`roots.check_system`).
@@ -163,7 +165,8 @@ def writable_roots(roots: Iterable[str]) -> list[str]:
     writable: list[str] = []
     for root in roots:
         real = os.path.realpath(root)
-        rules.check_system(real)
+        system = system or rules.RootRules.of(None, os.environ)  # the homes read once
+        rules.check_system(real, system)
         if os.path.isdir(real) and real not in writable:
             writable.append(real)
     return writable

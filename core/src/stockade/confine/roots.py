@@ -33,6 +33,7 @@ command, or one that only reads and so runs read-only, may run in a home or in `
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import pwd
 from collections.abc import Iterable, Iterator, Mapping
@@ -193,11 +194,9 @@ class RootRules:
 
     def _credentials(self, real: str) -> RootRefusal | None:
         """A credential store in a home, or a folder inside one."""
-        for home in self.homes:
-            for name in CREDENTIAL_STORES:
-                store = os.path.join(home, name)
-                if _at_or_beneath(real, store):
-                    return RootRefusal("credentials", store, f"{store} is a credential store")
+        for store, inside in _credential_stores(self.homes):
+            if real == store or real.startswith(inside):
+                return RootRefusal("credentials", store, f"{store} is a credential store")
         return None
 
     def _exempt(self, real: str) -> bool:
@@ -335,15 +334,16 @@ def check_spec(spec: ExecSpec, config: Config, environ: Mapping[str, str]) -> No
         )
 
 
-def check_system(real: str) -> None:
+def check_system(real: str, rules: RootRules | None = None) -> None:
     """The providers' last check of a resolved writable root, at confine time: ``/``,
     system and shared folders, homes and credential stores (not the store, where the
-    run's home and caches live).
+    run's home and caches live). ``rules``: ``RootRules.of(None, os.environ)`` made by
+    the caller for several roots checked at one moment (made here when omitted).
 
     Raises:
         UnsafeRoot: ``real`` breaks the rule.
     """
-    RootRules.of(None, os.environ).check(real, role="sandbox")
+    (rules or RootRules.of(None, os.environ)).check(real, role="sandbox")
 
 
 def configured_roots(config: Config) -> Iterator[tuple[str, str]]:
@@ -402,6 +402,18 @@ def _resolved(paths: Iterable[str | None]) -> Iterator[str]:
             real = os.path.realpath(path)
             if real != "/":
                 yield real
+
+
+@functools.lru_cache(maxsize=32)
+def _credential_stores(homes: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """Each credential store of each of ``homes`` (resolved), with the prefix of what lies
+    beneath it: strings only, so the same homes give the same list (checked per step by
+    every provider, it was 228 joins a root)."""
+    return tuple(
+        (store, store.rstrip("/") + "/")
+        for home in homes
+        for store in (os.path.join(home, name) for name in CREDENTIAL_STORES)
+    )
 
 
 def _beneath(path: str, folder: str) -> bool:

@@ -24,6 +24,7 @@ from attrs import frozen
 from .store import Store
 
 if TYPE_CHECKING:
+    from .chain import Row
     from .verify import Verdict
 
 SHARDS = "shards"
@@ -85,6 +86,29 @@ class ShardCheck:
             "problems": list(self.problems),
             "verdict": self.verdict.to_dict() if self.verdict is not None else None,
         }
+
+
+def shard_names(store: Store) -> list[str]:
+    """The shards beside ``store`` that hold a store of their own, by name."""
+    folder = os.path.join(os.path.dirname(store.path), SHARDS)
+    if not os.path.isdir(folder):
+        return []
+    return sorted(n for n in os.listdir(folder) if os.path.isfile(shard_path(store, n)))
+
+
+def all_rows(store: Store, run_id: str | None = None) -> list[tuple[Row, Store]]:
+    """The events of the record in ``store`` and of every shard beside it (of one run or of
+    all), each with the store that holds it, in the order they were recorded (by time; a
+    chain's own order among equal times). The shards' stores are the caller's to close
+    (each row names its own; ``store`` is among them)."""
+    from .chain import rows
+
+    found = [(row, store) for row in rows(store, run_id)]
+    for name in shard_names(store):
+        shard = Store(shard_path(store, name))
+        found += [(row, shard) for row in rows(shard, run_id)]
+    found.sort(key=lambda pair: pair[0].time)  # stable: each chain keeps its order
+    return found
 
 
 def verify_shards(store: Store) -> list[ShardCheck]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from attrs import frozen
 
@@ -25,6 +26,9 @@ from stockade.confine import scratch, stores, system_secrets
 from stockade.confine.hiding import Hiding
 from stockade.errors import SandboxUnavailable
 from stockade.request.literals import HiddenKind
+
+if TYPE_CHECKING:
+    from stockade.confine.roots import RootRules
 
 # Where host sockets and shared scratch live: replaced by private, empty tmpfs.
 PRIVATE_DIRS = scratch.SCRATCH_DIRS
@@ -74,6 +78,7 @@ def build(
     writable_dotfiles: frozenset[str] = frozenset(),
     overlays: Mapping[str, tuple[str, str]] | None = None,
     private: Iterable[str] = (),
+    system: RootRules | None = None,
 ) -> Layout:
     """The layout for one run.
 
@@ -98,6 +103,8 @@ def build(
             is an overlay (:func:`overlay_args`), not a writable bind.
         private: resolved paths of private data this command is not granted
             (:func:`private_masks`), hidden last, over every other mount.
+        system: the root rules read once for the command
+            (:func:`stockade.confine.protected.writable_roots`).
 
     Masks, scratch, binds and protected paths may nest in any order (an agent's workspace,
     home and caches live in Stockade's hidden store; a ``HOME`` may lie in the host's
@@ -112,7 +119,7 @@ def build(
     shared = [os.path.realpath(p) for p in shared if os.path.isdir(p)]
     writing = mode == "workspace-write"
     writable = paths.writable_roots(
-        (*((workspace, *extra_writable, *shared) if writing else ()), *scratch)
+        (*((workspace, *extra_writable, *shared) if writing else ()), *scratch), system
     )
     read_only = [p for p in (workspace, *shared) if p not in writable]
     masks = _masks(

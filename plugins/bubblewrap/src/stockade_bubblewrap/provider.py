@@ -26,6 +26,7 @@ from stockade.confine import seccomp
 from stockade.confine.hiding import Recent
 from stockade.confine.promises import Gap, Promise
 from stockade.confine.provider import SandboxProvider, looks_denied, proxy_env, sealed_memfd
+from stockade.confine.roots import RootRules
 from stockade.errors import SandboxUnavailable, UsageError
 from stockade.layers import place
 from stockade.layers.place import Layer
@@ -139,8 +140,7 @@ class BubblewrapSandbox(SandboxProvider):
                 os.path.dirname(bwrap.path),
                 os.path.dirname(cache) if cache is not None else sys.prefix,
             )
-            layers = self._layers(spec, bwrap.path)
-            plan_layout = self._layout(spec, keep, layers)
+            layers, plan_layout = self._laid(spec, keep, bwrap.path)
             self._recent.remember(spec, plan_layout.hiding)
             env = dict(spec.env)
             command: tuple[str, ...] = (spec.program, *spec.argv[1:])
@@ -205,17 +205,36 @@ class BubblewrapSandbox(SandboxProvider):
             self._bridges[id(plan)] = bridge
         return plan
 
-    def _layers(self, spec: ExecSpec, bwrap: str) -> tuple[Layer, ...]:
+    def _laid(
+        self, spec: ExecSpec, keep: tuple[str, ...], bwrap: str
+    ) -> tuple[tuple[Layer, ...], layout.Layout]:
+        """``spec``'s layers and its layout; the homes read once for both checks of its
+        roots (a layout that cannot be made discards the layers)."""
+        system = RootRules.of(None, os.environ) if spec.mode == "workspace-write" else None
+        layers = self._layers(spec, bwrap, system)
+        try:
+            return layers, self._layout(spec, keep, layers, system)
+        except BaseException:
+            place.discard(layers)
+            raise
+
+    def _layers(
+        self, spec: ExecSpec, bwrap: str, system: RootRules | None = None
+    ) -> tuple[Layer, ...]:
         """``spec``'s layers (:func:`.overlay.layers_for`), unless ``layers = false``."""
         if not self.settings.layers or spec.mode != "workspace-write" or not spec.layer_store:
             return ()  # (a read-only command's folder is no writable root: a home may be)
         roots = paths.writable_roots(
-            (spec.workspace, *self.settings.writable_roots, *spec.grant_writable)
+            (spec.workspace, *self.settings.writable_roots, *spec.grant_writable), system
         )
         return overlay.layers_for(spec, tuple(roots), bwrap)
 
     def _layout(
-        self, spec: ExecSpec, keep: tuple[str, ...] = (), layers: tuple[Layer, ...] = ()
+        self,
+        spec: ExecSpec,
+        keep: tuple[str, ...] = (),
+        layers: tuple[Layer, ...] = (),
+        system: RootRules | None = None,
     ) -> layout.Layout:
         """The mounts for ``spec``; ``keep``: the host's own paths, kept read-only;
         ``layers``: the roots that are overlays, and the folders that hold them (masked)."""
@@ -237,6 +256,7 @@ class BubblewrapSandbox(SandboxProvider):
             writable_dotfiles=paths.opened(spec.writable_dotfiles),
             overlays={layer.root: (layer.upper, layer.work) for layer in layers},
             private=spec.private_data,
+            system=system,
         )
 
     def hides(self, path: str, spec: ExecSpec) -> HiddenPath | None:
