@@ -257,8 +257,9 @@ def _ordered(mounts: list[_Mount]) -> list[_Mount]:
 
 def _nearest(path: str, laid: list[_Mount]) -> _Mount | None:
     """The last laid mount at or above ``path``."""
-    for mount in reversed(laid):
-        if paths.inside(path, [mount.path]):
+    for mount in reversed(laid):  # paths.inside(path, [mount.path]), without a list a mount
+        top = mount.path
+        if path == top or path.startswith(top.rstrip("/") + "/"):
             return mount
     return None
 
