@@ -144,15 +144,21 @@ def main() -> int:
         serving.join()
     print(f"\n11c. A warm call inside the server: {args.calls} calls of {' '.join(argv)}")
     print(f"  client round trip (connect, hello, call): {_ms(rounds)}")
+    _report(stages, profile)
+    return 0
+
+
+def _report(stages: list[tuple[str, str]], profile: cProfile.Profile | None) -> None:
     print(f"  {'stage':<28} {'thread cpu ms':>24}   {'wall ms':>24}")
     for _module, name in stages:
         print(f"  {name:<28} {_ms(CPU[name]):>24}   {_ms(WALL[name]):>24}")
-    if profile is not None:
-        stats = pstats.Stats(profile, stream=sys.stdout)
-        stats.sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(int(os.environ.get("BENCH_TOP", "25")))
-        if os.environ.get("BENCH_CALLERS"):
-            stats.print_callers(os.environ["BENCH_CALLERS"])
-    return 0
+    if profile is None:
+        return
+    stats = pstats.Stats(profile, stream=sys.stdout)
+    top = int(os.environ.get("BENCH_TOP", "25"))
+    stats.sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(top)
+    if os.environ.get("BENCH_CALLERS"):
+        stats.print_callers(os.environ["BENCH_CALLERS"])
 
 
 def _ms(samples: list[float]) -> str:

@@ -143,7 +143,7 @@ def test_control_a_killed_server_leaves_an_unclosed_command_until_the_store_is_o
 ) -> None:
     with stockade_for(tmp_path) as sk:
         client = sk.popen(*COMMAND)
-        assert procs.wait_until(lambda: (sk.root / RAN).exists(), WAIT)  # running now
+        assert procs.wait_until((sk.root / RAN).exists, WAIT)  # running now
         assert unclosed(sk)  # started: allowed, no result yet
         pid = sk.wait_server()
         procs.kill_quietly(pid)
