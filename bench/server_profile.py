@@ -6,8 +6,9 @@ that each stage of the server's call can be timed from inside: the thread's CPU 
 (``time.thread_time``, which another process's load barely moves) and the wall time. The
 stages are the functions a call passes through (the hello's code check, the warm host, the
 host's ``admit``, ``prepare`` and ``carry_out``, the executor's spawn). With ``--profile``,
-a cProfile of the server's calls (the thread that runs them) prints its top functions by
-own time.
+a cProfile of the server's calls (the thread that runs them, its CPU time) prints its top
+functions by own time (``BENCH_SORT=cumulative``, ``BENCH_TOP=N``, ``BENCH_CALLERS=REGEX``
+change what it prints); ``--stage MODULE:QUALNAME`` times one more function.
 
 ``uv run python bench/server_profile.py [--calls N] [--profile] [--sandbox NAME]``
 """
@@ -60,8 +61,8 @@ def _timed(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     return timed
 
 
-def _instrument(profile: cProfile.Profile | None) -> None:
-    for module_name, qualified in STAGES:
+def _instrument(profile: cProfile.Profile | None, stages: list[tuple[str, str]]) -> None:
+    for module_name, qualified in stages:
         module = importlib.import_module(module_name)
         owner_name, _, attribute = qualified.rpartition(".")
         owner = getattr(module, owner_name) if owner_name else module
@@ -87,7 +88,15 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=100, help="calls timed (default 100)")
     parser.add_argument("--sandbox", default="bubblewrap", help="the provider (bubblewrap)")
     parser.add_argument("--profile", action="store_true", help="print a cProfile of calls")
+    parser.add_argument(
+        "--stage",
+        action="append",
+        default=[],
+        metavar="MODULE:QUALNAME",
+        help="time this function too (repeatable), e.g. stockade.record.chain:Chain.append_many",
+    )
     args = parser.parse_args()
+    stages = [*STAGES, *(tuple(s.split(":", 1)) for s in args.stage)]
     root = tempfile.mkdtemp(prefix="stockade-bench-profile-")
     for name in ("state", "runtime", "config", "ws"):
         os.mkdir(os.path.join(root, name), 0o700)
@@ -98,8 +107,9 @@ def main() -> int:
     )
     os.environ.pop("STOCKADE_CONFIG", None)
     os.chdir(f"{root}/ws")
-    profile = cProfile.Profile() if args.profile else None
-    _instrument(profile)
+    # The thread's CPU time, not the wall: on a loaded machine the wall counts other work.
+    profile = cProfile.Profile(time.thread_time) if args.profile else None
+    _instrument(profile, stages)
     from stockade.cli import client
     from stockade.server import server
     from stockade.server.paths import Place
@@ -134,13 +144,21 @@ def main() -> int:
         serving.join()
     print(f"\n11c. A warm call inside the server: {args.calls} calls of {' '.join(argv)}")
     print(f"  client round trip (connect, hello, call): {_ms(rounds)}")
-    print(f"  {'stage':<28} {'thread cpu ms':>24}   {'wall ms':>24}")
-    for _module, name in STAGES:
-        print(f"  {name:<28} {_ms(CPU[name]):>24}   {_ms(WALL[name]):>24}")
-    if profile is not None:
-        stats = pstats.Stats(profile, stream=sys.stdout)
-        stats.sort_stats("tottime").print_stats(25)
+    _report(stages, profile)
     return 0
+
+
+def _report(stages: list[tuple[str, str]], profile: cProfile.Profile | None) -> None:
+    print(f"  {'stage':<28} {'thread cpu ms':>24}   {'wall ms':>24}")
+    for _module, name in stages:
+        print(f"  {name:<28} {_ms(CPU[name]):>24}   {_ms(WALL[name]):>24}")
+    if profile is None:
+        return
+    stats = pstats.Stats(profile, stream=sys.stdout)
+    top = int(os.environ.get("BENCH_TOP", "25"))
+    stats.sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(top)
+    if os.environ.get("BENCH_CALLERS"):
+        stats.print_callers(os.environ["BENCH_CALLERS"])
 
 
 def _ms(samples: list[float]) -> str:

@@ -428,6 +428,23 @@ def test_json_lines_recorder(make_host, tmp_path):
     assert events[2]["result"]["stdout"]["text"] == "hi\n"
 
 
+def test_json_lines_batch_recorder_writes_what_belongs_together_at_once(make_host, tmp_path):
+    log = tmp_path / "events.jsonl"
+    writes = []
+
+    class Counted(example("hooks_examples").JsonLinesBatchRecorder):
+        @hookimpl
+        def stockade_record_batch(self, events):
+            writes.append(len(events))
+            super().stockade_record_batch(events)
+
+    host = make_host(plugins=[Counted(str(log))])
+    host.run(ExecRequest(["true"], str(tmp_path), mode=FULL_ACCESS, origin="cli"))
+    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
+    assert kinds == ["action", "permission", "result"]
+    assert writes == [2, 1]  # the action with its decision, then the result
+
+
 def test_frontend_plugin_offers_a_command(make_host, tmp_path, capsys):
     import argparse
 

@@ -122,6 +122,17 @@ def _snapshot(root: Path) -> dict[str, object]:
 
 
 def _layered(root: Path, layer: Layer, script: list[str]) -> None:
+    _confined(root, overlay_args(str(root), layer.upper, layer.work), script)
+
+
+def _direct(root: Path, script: list[str]) -> None:
+    """The actions run straight in ``root``, the rest of the machine read-only as for the
+    layered run: a symlink the actions made to ``/etc/passwd`` and a write through it would
+    otherwise write the host's, run as root (it did once: the file held ``yyz``)."""
+    _confined(root, ["--bind", str(root), str(root)], script)
+
+
+def _confined(root: Path, mount: list[str], script: list[str]) -> None:
     argv = [
         _bwrap(),
         "--unshare-all",
@@ -133,7 +144,7 @@ def _layered(root: Path, layer: Layer, script: list[str]) -> None:
         "/dev",
         "--proc",
         "/proc",
-        *overlay_args(str(root), layer.upper, layer.work),
+        *mount,
         "--chdir",
         str(root),
         "--",
@@ -152,7 +163,7 @@ def test_a_landed_layer_equals_the_same_actions_run_directly(tree, steps):
             root.mkdir()
             _plant(root, tree)
         script = [sys.executable, "-S", "-c", APPLY, json.dumps(steps)]
-        subprocess.run(script, cwd=direct, check=True)
+        _direct(direct, script)
         layer = Layer(str(layered), str(base / "layer"), str(base))
         os.makedirs(layer.upper)
         os.makedirs(layer.work)
@@ -167,6 +178,19 @@ def test_a_landed_layer_equals_the_same_actions_run_directly(tree, steps):
                 assert name != ".vscode", os.path.join(folder, name)
     finally:
         place.remove_tree(str(base))
+
+
+def test_the_direct_run_cannot_write_through_a_link_outside_its_tree(tmp_path):
+    root, canary = tmp_path / "root", tmp_path / "canary"
+    root.mkdir()
+    canary.write_text("kept")
+    steps = [
+        ["symlink", "out", str(canary)], ["write", "out", "yyz"],  # outside: refused
+        ["symlink", "in", "mine"], ["write", "in", "yyz"],  # control: inside, written
+    ]  # fmt: skip
+    _direct(root, [sys.executable, "-S", "-c", APPLY, json.dumps(steps)])
+    assert canary.read_text() == "kept"
+    assert (root / "mine").read_text() == "yyz"
 
 
 def test_a_folder_swapped_for_a_link_during_the_commit_never_writes_outside(tmp_path):

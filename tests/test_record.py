@@ -270,7 +270,7 @@ def test_fail_open_runs_unrecorded_with_a_warning(make_host, tmp_path, capfd):
     config = Config(store=StoreConfig(str(state / "store.db"), fail_closed=False))
     host = make_host(config=config, allow_all=True)
     assert host.run(ExecRequest(["true"], str(tmp_path), mode=FULL)).ok
-    assert "stockade: warning: action event not recorded" in capfd.readouterr().err
+    assert "stockade: warning: 2 events (action, permission) not recorded" in capfd.readouterr().err
 
 
 def test_redaction_rules_keep_matches_out_of_the_record(make_host, tmp_path):

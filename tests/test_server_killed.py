@@ -2,7 +2,9 @@
 an ``aborted`` error that says why, once the store is opened again; ``verify`` passes.
 
 The process killed with SIGKILL is the warm server (mid-call) or an in-process command line;
-hypothesis picks the moment, from before the command is admitted to after it ended. The next
+hypothesis picks the moment, from before the command is admitted to after it ended. A command
+that started running (it made its marker file) has its action and its allow in the record:
+the host stores them together, in one transaction, before the command starts. The next
 call (which starts a new server, or runs in-process) opens the store and closes the record of
 what the dead process had started (:mod:`stockade.record.live`).
 """
@@ -22,7 +24,9 @@ from hypothesis import strategies as st
 from helpers import procs
 from helpers.server import FULL, STOCKADE, WAIT, Stockade, stockade_for
 
-COMMAND = ["run", "--yes", "--mode", FULL, "--", "sh", "-c", "echo started; sleep 0.4; echo done"]
+RAN = "ran"  # the command makes it first thing: it started running
+SCRIPT = f": > {RAN}; echo started; sleep 0.4; echo done"
+COMMAND = ["run", "--yes", "--mode", FULL, "--", "sh", "-c", SCRIPT]
 
 
 def unclosed(sk: Stockade) -> list[str]:
@@ -45,6 +49,28 @@ def unclosed(sk: Stockade) -> list[str]:
         elif kind in ("result", "error", "decline"):
             started.pop(action_id, None)
     return sorted(started)
+
+
+def kinds_of_the_command(sk: Stockade) -> list[list[str]]:
+    """For each recorded action of :data:`SCRIPT`, the kinds of its events (a permission:
+    ``permission:VERDICT``)."""
+    store = sk.state / "stockade" / "store.db"
+    if not store.exists():
+        return []
+    with sqlite3.connect(store) as db:
+        try:
+            rows = db.execute("SELECT action_id, kind, body FROM events ORDER BY seq").fetchall()
+        except sqlite3.OperationalError:
+            return []
+    ours: dict[str, list[str]] = {}
+    for action_id, kind, body in rows:
+        fields = json.loads(body)
+        if kind == "action" and fields["argv"] == ["sh", "-c", SCRIPT]:
+            ours[action_id] = []
+        if action_id in ours:
+            verdict = f":{fields['decision']['verdict']}" if kind == "permission" else ""
+            ours[action_id].append(kind + verdict)
+    return list(ours.values())
 
 
 def aborted(sk: Stockade) -> list[str]:
@@ -104,6 +130,10 @@ def test_a_kill_at_any_moment_loses_no_record(
         assert procs.wait_until(lambda: not unclosed(sk), WAIT), unclosed(sk)
         for message in aborted(sk):
             assert "ended before its result was recorded" in message
+        if (sk.root / RAN).exists():  # it started running: its action and allow were stored
+            [kinds] = kinds_of_the_command(sk)
+            assert kinds[:2] == ["action", "permission:allow"], kinds
+            assert kinds[2] in ("result", "error"), kinds
         verified = sk.run("verify", server=False)
         assert verified.returncode == 0, verified.stdout + verified.stderr
 
@@ -113,12 +143,14 @@ def test_control_a_killed_server_leaves_an_unclosed_command_until_the_store_is_o
 ) -> None:
     with stockade_for(tmp_path) as sk:
         client = sk.popen(*COMMAND)
-        assert procs.wait_until(lambda: bool(unclosed(sk)), WAIT)  # started: allowed, running
+        assert procs.wait_until((sk.root / RAN).exists, WAIT)  # running now
+        assert unclosed(sk)  # started: allowed, no result yet
         pid = sk.wait_server()
         procs.kill_quietly(pid)
         procs.wait_dead(pid, WAIT)
         client.communicate(timeout=WAIT)
         assert len(unclosed(sk)) == 1  # what the test looks for is there to be seen
+        assert kinds_of_the_command(sk) == [["action", "permission:allow"]]
         after = sk.run("run", "--yes", "--mode", FULL, "--", "true")
         assert after.returncode == 0, after.stderr
         assert procs.wait_until(lambda: not unclosed(sk), WAIT)

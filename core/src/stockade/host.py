@@ -185,23 +185,24 @@ class Host:
             here=self.cwd if self.cwd is not None else caller.cwd(),
         )
         secrets = credentials.recorded(self.hooks, spec, self.recording, self.config)
-        self.recording.action(spec)
-        classification = self.classify(spec)
-        spec = enforce_class(spec, classification)
-        decide.check_roots(spec, self.config, self.environ, self.recording)
-        if request.gate is not None:
-            decide.gate(spec, classification, request.gate, self.recording)
-        spec = self._private(spec, agent)  # hidden unless granted; a grant taints the run
-        tripped = self.breaker.admit(spec, classification, agent)  # the step's own taints
-        decision = decide.decide(
-            self.hooks,
-            spec,
-            classification,
-            agent.profile,
-            recording=self.recording,
-            hold=lambda pending: self.store.hold(pending),  # noqa: PLW0108 - opened on first use
-            breaker=tripped,
-        )
+        with self.recording.batch():  # one transaction, stored before the step can start
+            self.recording.action(spec)
+            classification = self.classify(spec)
+            spec = enforce_class(spec, classification)
+            decide.check_roots(spec, self.config, self.environ, self.recording)
+            if request.gate is not None:
+                decide.gate(spec, classification, request.gate, self.recording)
+            spec = self._private(spec, agent)  # hidden unless granted; a grant taints the run
+            tripped = self.breaker.admit(spec, classification, agent)  # the step's own taints
+            decision = decide.decide(
+                self.hooks,
+                spec,
+                classification,
+                agent.profile,
+                recording=self.recording,  # flushed before a person is asked or it is held
+                hold=lambda pending: self.store.hold(pending),  # noqa: PLW0108 - on first use
+                breaker=tripped,
+            )
         # A person answered the breaker's ask: the run held both when the step was shown.
         over = tripped is not None and decision.verdict == "allow"
         return self._admitted(spec, classification, decision, agent, secrets, over_breaker=over)
@@ -284,8 +285,9 @@ class Host:
         return self._finish(prepared.spec, carried)
 
     def _finish(self, spec: ExecSpec, carried: Carried) -> RunResult:
-        """Record (:meth:`Breaker.finish`); writes waiting for a person are asked about."""
-        result = self.breaker.finish(spec, carried, self.recording.result)
+        """Record (:meth:`Breaker.finish`: one batch); writes waiting for a person are asked."""
+        with self.recording.batch(ran=carried.result):
+            result = self.breaker.finish(spec, carried, self.recording.result)
         return landing.ask(self.hooks, self.recording, spec, result)
 
     def classify(self, spec: ExecSpec) -> Classification:
@@ -458,18 +460,12 @@ class Host:
     def _readmitted(self, found: HeldStep, agent: Agent) -> Admission:
         """A held step, approved and claimed: checked again, allowed, credentials resolved."""
         spec = held.rehome(found.spec, self._home_for(agent))
-        spec = self._private(spec, agent)  # as the workspace is now
-        shown = found.decision
-        decision = Decision("allow", f"approved: {shown.reason}", by=found.answered_by or "")
-        # Homes and the store may have moved since it was held.
-        decide.check_roots(spec, self.config, self.environ, self.recording)
-        self.recording.permission(spec, found.classification, decision)
-        try:
-            secrets = credentials.secrets(self.hooks, spec, self.config)
-        except StockadeError as error:
-            self.recording.error(spec, error)  # its action was recorded when it was held
-            raise
-        over, kind = shown.by == BY, found.classification  # over: approved the breaker's ask
+        with self.recording.batch():  # one transaction, stored before the step can start
+            spec = self._private(spec, agent)  # as the workspace is now
+            decision, secrets = held.allowed(
+                found, spec, self.hooks, self.config, environ=self.environ, recording=self.recording
+            )
+        over, kind = found.decision.by == BY, found.classification  # over: the breaker's ask
         return self._admitted(spec, kind, decision, agent, secrets, over_breaker=over)
 
     def close(self) -> None:

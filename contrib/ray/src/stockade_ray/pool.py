@@ -385,14 +385,11 @@ class StockadePool:
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[list[BaseException]]:
-        """The recorder's batch for this thread; ``failed`` holds its failure, if any."""
-        recorder = self.host.pm.get_plugin("stockade.builtin.recorder")
+        """The recorders' batch for this thread (every recorder's: the
+        ``stockade_record_batch`` seam); ``failed`` holds its failure, if any."""
         failed: list[BaseException] = []
-        if recorder is None:
-            yield failed
-            return
         try:
-            with recorder.batch():
+            with self.host.recording.batch():
                 yield failed
         except StockadeError as error:
             failed.append(

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import stat
 import time
 from collections.abc import Iterable, Mapping
 from typing import Literal
@@ -429,6 +430,27 @@ def real(path: str) -> str:
         if found.startswith("/") and not found.endswith(" (deleted)")
         else (os.path.realpath(path))
     )
+
+
+def existing(path: str) -> tuple[str, bool] | None:
+    """Where ``path`` leads and whether that is a folder, as :func:`real` resolves it, from
+    one ``O_PATH`` descriptor; ``None`` when it leads nowhere (missing, a dangling or
+    looping symlink, a folder on the way that may not be searched)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        found = os.readlink(f"/proc/self/fd/{fd}")
+        is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+    except OSError:
+        found, is_dir = "", False
+    finally:
+        os.close(fd)
+    if found.startswith("/") and not found.endswith(" (deleted)"):
+        return found, is_dir
+    found = os.path.realpath(path)  # no /proc: resolved as before
+    return (found, os.path.isdir(found)) if os.path.exists(found) else None
 
 
 def scan(roots: list[str], limit: int, *, setting: str) -> tuple[list[str], int]:

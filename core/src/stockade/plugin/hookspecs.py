@@ -6,7 +6,7 @@ Each docstring ends with the calling convention. Plugins implement these with
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pluggy
@@ -134,6 +134,22 @@ def stockade_record(event: Event) -> None:
     afterwards is reported with the result kept.
 
     Convention: observer: every implementation sees every event; the return value is ignored.
+    """
+
+
+@hookspec
+def stockade_record_batch(events: Sequence[Event]) -> None:
+    """Receive events that belong together, in order, to keep all of them or none.
+
+    The host hands over together what must land as one: a command's action and its decision
+    (stored before the command starts), its result and the taints it adds, a driver's
+    collected results. A recorder that implements this hook gets every event through it
+    (outside a batch, one at a time) and :func:`stockade_record` is not called for it; a
+    recorder that implements only :func:`stockade_record` gets each event through that, in
+    the same order. Raising refuses the whole batch, as :func:`stockade_record` refuses
+    one event.
+
+    Convention: observer: every implementation sees every batch; the return value is ignored.
     """
 
 

@@ -272,6 +272,8 @@ class Hooks:
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
         self._hook = pm.hook
+        self._single: Any = None  # the per-event recorders' caller, found on first use
+        self._batches = False
 
     def broken(self) -> tuple[BrokenPlugin, ...]:
         """The installed plugins that failed to load, and were skipped."""
@@ -359,11 +361,31 @@ class Hooks:
 
     def record(self, event: Event) -> None:
         """Hand ``event`` to every recorder."""
-        self._hook.stockade_record(event=event)
+        self.record_batch((event,))
+
+    def record_batch(self, events: Sequence[Event]) -> None:
+        """Hand ``events`` to every recorder: as one batch to those that take batches,
+        one by one to the others (:func:`~stockade.plugin.hookspecs.stockade_record_batch`)."""
+        if self._single is None:
+            takers = [i.plugin for i in self._hook.stockade_record_batch.get_hookimpls()]
+            self._batches = bool(takers)  # set first: another thread reads it once _single is
+            self._single = (
+                self.pm.subset_hook_caller("stockade_record", takers)
+                if takers
+                else self._hook.stockade_record
+            )
+        single = self._single
+        if self._batches:
+            self._hook.stockade_record_batch(events=events)
+        for event in events:
+            single(event=event)
 
     def has_recorder(self) -> bool:
         """Whether any plugin records events."""
-        return bool(self._hook.stockade_record.get_hookimpls())
+        return bool(
+            self._hook.stockade_record.get_hookimpls()
+            or self._hook.stockade_record_batch.get_hookimpls()
+        )
 
     def cli_commands(self, builtin: Collection[str] = ()) -> dict[str, CliCommand]:
         """The ``stockade`` subcommands the plugins offer, by name.

@@ -85,7 +85,9 @@ def decide(
     hold: Callable[[PendingApproval], object],
     breaker: Decision | None = None,
 ) -> Decision:
-    """The policy's decision, a person's answer when it asks; recorded, then enforced.
+    """The policy's decision, a person's answer when it asks; recorded, then enforced. In a
+    :meth:`~stockade.record.recording.Recording.batch`, what it kept is stored before a
+    person is asked and before the step is held.
 
     ``breaker`` is the breaker's ``ask`` (:mod:`stockade.policy.breaker`): it replaces an
     ``allow`` or an ``ask`` of the policy (a ``deny`` stays), and no approval in advance
@@ -115,6 +117,7 @@ def decide(
                 "allow", f"approved in advance: {decision.reason}", by="preapproved"
             )
         else:
+            recording.flush()  # what is known of it is stored before a person is asked
             decision = hooks.ask(PendingApproval(spec, classification, decision)) or decision
     recording.permission(spec, classification, decision)
     if decision.verdict == "deny":
@@ -123,6 +126,7 @@ def decide(
             details={"action_id": spec.action_id, "kind": classification.kind},
         )
     if decision.verdict == "ask":
+        recording.flush()  # a held step's action is stored before the step is
         hold(PendingApproval(spec, classification, decision))
         raise held_error(spec, classification, decision)
     return decision

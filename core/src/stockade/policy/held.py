@@ -14,10 +14,15 @@ import attrs
 from ..errors import PolicyDenied, PolicyHeld, StockadeError, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ..config.schema import Config
+    from ..plugin.manager import Hooks
     from ..record.recording import Recording
     from ..record.store import HeldStep, Store
     from ..request.result import RunResult
     from ..request.spec import ExecSpec, Profile
+    from ..request.verdict import Decision
     from .breaker import Breaker
 
 
@@ -112,6 +117,35 @@ def decide_again(
     if store.hold_again(found.spec.run_id, found.step, decision):
         recording.permission(found.spec, found.classification, decision)
         raise held_error(found.spec, found.classification, decision)
+
+
+def allowed(
+    found: HeldStep,
+    spec: ExecSpec,
+    hooks: Hooks,
+    config: Config,
+    *,
+    environ: Mapping[str, str],
+    recording: Recording,
+) -> tuple[Decision, dict[str, str]]:
+    """An approved, claimed step's allow (recorded, as the person's) and its credentials,
+    its writable roots checked again first (homes and the store may have moved since).
+
+    Raises:
+        UnsafeRoot: a writable root it would get is unsafe now (recorded).
+        CredentialUnavailable: a broker no longer resolves a handle (recorded).
+    """
+    from ..request.verdict import Decision
+    from . import credentials, decide
+
+    decision = Decision("allow", f"approved: {found.decision.reason}", by=found.answered_by or "")
+    decide.check_roots(spec, config, environ, recording)
+    recording.permission(spec, found.classification, decision)
+    try:
+        return decision, credentials.secrets(hooks, spec, config)
+    except StockadeError as error:
+        recording.error(spec, error)  # its action was recorded when it was held
+        raise
 
 
 def answer(

@@ -7,9 +7,9 @@ the first one after it works again is recorded as usual (``store.fail_closed``, 
 default). With ``fail_closed = false`` a failure is printed as a warning and the command
 goes on unrecorded.
 
-Within :meth:`Recorder.batch`, the events one thread records are kept and appended together,
-in one transaction, when the block ends (what a driver collecting many results at once uses:
-``stockade-ray``); events of other threads are appended one by one as usual.
+A batch (:func:`~stockade.plugin.hookspecs.stockade_record_batch`: a command's action and
+decision, its result and taints, a driver's collected results) is appended in one
+transaction: all of it or none.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .. import hookimpl
@@ -38,7 +38,6 @@ class Recorder:
         self.environ = dict(environ)
         self._chain: Chain | None = None
         self._lock = threading.Lock()
-        self._local = threading.local()
 
     def chain(self) -> Chain:
         """The chain of the configured store, opened on first use (and after a failure).
@@ -59,32 +58,13 @@ class Recorder:
     @hookimpl
     def stockade_record(self, event: Event) -> None:
         """Append ``event``; a failure is raised (fail closed) or warned about."""
-        kept: list[Event] | None = getattr(self._local, "kept", None)
-        if kept is not None:
-            kept.append(event)
-            return
         self._append((event,))
 
-    @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
-        """Keep the events this thread records inside the block; append them in one
-        transaction when it ends, even when it ends with an exception. Nothing recorded
-        inside it is in the store before then: a caller that must not start a command
-        before its events are stored leaves the block first. Blocks do not nest.
-
-        Raises:
-            StoreError: the batch could not be appended (none of it was), and
-                ``store.fail_closed`` is set.
-        """
-        if getattr(self._local, "kept", None) is not None:
-            raise RuntimeError("Recorder.batch() blocks do not nest")
-        kept: list[Event] = []
-        self._local.kept = kept
-        try:
-            yield
-        finally:
-            self._local.kept = None
-            self._append(kept)
+    @hookimpl
+    def stockade_record_batch(self, events: Sequence[Event]) -> None:
+        """Append ``events`` in one transaction; a failure is raised (fail closed) or
+        warned about, and none of them is in the store."""
+        self._append(events)
 
     def _append(self, events: Sequence[Event]) -> None:
         """Append ``events`` in one transaction; a failure is raised (fail closed) or warned

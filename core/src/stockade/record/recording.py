@@ -3,11 +3,20 @@
 Events are built only when a recorder is loaded: without one, nothing is built or imported.
 A recorder that fails before a command runs stops it (:class:`~stockade.errors.RecorderFailed`:
 a command is never run unrecorded); one that fails after it ran keeps the result on the error.
+
+Events that belong together are recorded in a :meth:`Recording.batch`: kept until the block
+ends, then handed to the recorders at once (the
+:func:`~stockade.plugin.hookspecs.stockade_record_batch` hook: one transaction in the
+built-in recorder). The host keeps a command's action and decision in one, stored before the
+command starts, and its result and taints in another.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -34,20 +43,83 @@ class Recording:
     def __init__(self, hooks: Hooks) -> None:
         self.hooks = hooks
         self.active = hooks.has_recorder()
+        self._local = threading.local()  # kept: this thread's batch; failed: its failure
 
     def record(self, event: events.Event) -> None:
-        """Hand ``event`` to every recorder.
+        """Hand ``event`` to every recorder (inside a :meth:`batch`: when it ends).
 
         Raises:
             RecorderFailed: a recorder failed (so the command must not run).
         """
+        kept: list[events.Event] | None = getattr(self._local, "kept", None)
+        if kept is not None:
+            kept.append(event)
+            return
+        self._hand((event,))
+
+    def _hand(self, batch: Sequence[events.Event], ran: RunResult | None = None) -> None:
+        """Hand ``batch`` to every recorder; a failure is :class:`RecorderFailed` (with
+        ``ran``: the result of the command that ran, on the error)."""
         try:
-            self.hooks.record(event)
+            self.hooks.record_batch(batch)
         except Exception as error:
+            if ran is not None:
+                raise RecorderFailed(
+                    f"the command ran, but a recorder failed to record its result: {error}",
+                    hint="the result is attached to this error; check the recorder's storage",
+                    result=ran,
+                ) from error
             raise RecorderFailed(
                 f"a recorder failed, so the command was not run: {error}",
                 hint="check the recorder's storage, or block the recorder plugin",
             ) from error
+
+    @contextlib.contextmanager
+    def batch(self, *, ran: RunResult | None = None) -> Iterator[None]:
+        """Keep what this thread records inside the block; hand it to the recorders at once
+        when the block ends, even with an exception (a refused command's events are kept).
+        Nothing recorded inside it is stored before then (or before a :meth:`flush`): a
+        command starts only after the block that recorded its decision ended. A block
+        inside another joins it: its events are handed on when the outermost one ends.
+        ``ran``: the result of the command whose record this is, put on the error.
+
+        Raises:
+            RecorderFailed: a recorder refused the batch, or a :meth:`flush` inside it
+                failed (then what was kept after the flush is still handed on first).
+        """
+        if not self.active or getattr(self._local, "kept", None) is not None:
+            yield
+            return
+        kept: list[events.Event] = []
+        self._local.kept, self._local.failed = kept, None
+        try:
+            yield
+        finally:
+            failed: RecorderFailed | None = self._local.failed
+            self._local.kept = self._local.failed = None
+            if kept:
+                self._hand(kept, ran)
+            if failed is not None:
+                raise failed
+
+    def flush(self) -> None:
+        """Hand on what the current :meth:`batch` kept so far, and go on keeping: before a
+        person is asked (who may take minutes) and before a step is held, so that what
+        was recorded of it is stored first.
+
+        Raises:
+            RecorderFailed: a recorder failed; the batch's end raises it again.
+        """
+        kept: list[events.Event] | None = getattr(self._local, "kept", None)
+        if not kept:
+            return
+        batch = list(kept)
+        kept.clear()
+        try:
+            self._hand(batch)
+        except RecorderFailed as error:
+            self._local.failed = error
+            raise
 
     def action(self, spec: ExecSpec) -> None:
         """The command as it was asked for, resolved (its ``action`` event)."""
@@ -180,24 +252,23 @@ class Recording:
             return result
         from . import events
 
-        try:
-            guarded = carried.guarded
-            if guarded is not None and (guarded.quarantined or guarded.restored or guarded.failed):
-                self.hooks.record(events.QuarantineEvent.of(result.action_id, guarded))
-            if guarded is not None and guarded.conflicts:
-                self.hooks.record(
-                    events.ConflictEvent(
-                        result.action_id,
-                        paths=guarded.conflicts,
-                        rivals=guarded.rivals,
-                        folder=guarded.folder,
-                    )
+        found: list[events.Event] = []
+        guarded = carried.guarded
+        if guarded is not None and (guarded.quarantined or guarded.restored or guarded.failed):
+            found.append(events.QuarantineEvent.of(result.action_id, guarded))
+        if guarded is not None and guarded.conflicts:
+            found.append(
+                events.ConflictEvent(
+                    result.action_id,
+                    paths=guarded.conflicts,
+                    rivals=guarded.rivals,
+                    folder=guarded.folder,
                 )
-            self.hooks.record(events.ResultEvent(result.action_id, result))
-        except Exception as error:
-            raise RecorderFailed(
-                f"the command ran, but a recorder failed to record its result: {error}",
-                hint="the result is attached to this error; check the recorder's storage",
-                result=result,
-            ) from error
+            )
+        found.append(events.ResultEvent(result.action_id, result))
+        kept: list[events.Event] | None = getattr(self._local, "kept", None)
+        if kept is not None:
+            kept.extend(found)
+        else:
+            self._hand(found, result)
         return result

@@ -32,19 +32,37 @@ def plain(obj: object) -> Any:  # noqa: ANN401 - JSON-ready data of any shape
     """JSON-ready data for an attrs value (dicts, lists, strings, numbers), without cattrs.
 
     The same shape :func:`unstructure` gives: tuples become lists, mappings dicts, bytes
-    UTF-8 text.
+    UTF-8 text. The same data as ``attrs.asdict(obj, value_serializer=...)`` gave, built
+    from each class's field names, found once (the recorder calls it for every event).
     """
+    return _plain(obj)
 
-    def serialize(_inst: object, _field: object, value: object) -> object:
-        if isinstance(value, MappingProxyType):
-            return dict(value)
-        if isinstance(value, bytes):
-            return value.decode("utf-8", "replace")
-        if isinstance(value, tuple):
-            return list(value)
+
+_ATOMS = frozenset({type(None), bool, int, float, str})
+_NAMES: dict[type, tuple[str, ...]] = {}  # an attrs class -> its fields' names
+
+
+def _plain(value: object) -> Any:  # noqa: ANN401 - JSON-ready data of any shape
+    kind = type(value)
+    if kind in _ATOMS:
         return value
+    names = _NAMES.get(kind)
+    if names is None and attrs.has(kind):
+        names = _NAMES[kind] = tuple(field.name for field in attrs.fields(kind))
+    if names is not None:
+        return {name: _plain(getattr(value, name)) for name in names}
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, tuple | list | set | frozenset):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict | MappingProxyType):
+        return {_key(key): _plain(item) for key, item in value.items()}
+    return value
 
-    return attrs.asdict(obj, recurse=True, value_serializer=serialize)  # type: ignore[arg-type]
+
+def _key(key: object) -> object:
+    found = _plain(key)
+    return tuple(found) if isinstance(found, list) else found
 
 
 def _format(error: BaseException, type_: type | None) -> str:

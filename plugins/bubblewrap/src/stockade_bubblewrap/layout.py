@@ -264,8 +264,9 @@ def _ordered(mounts: list[_Mount]) -> list[_Mount]:
 
 def _nearest(path: str, laid: list[_Mount]) -> _Mount | None:
     """The last laid mount at or above ``path``."""
-    for mount in reversed(laid):
-        if paths.inside(path, [mount.path]):
+    for mount in reversed(laid):  # paths.inside(path, [mount.path]), without a list a mount
+        top = mount.path
+        if path == top or path.startswith(top.rstrip("/") + "/"):
             return mount
     return None
 
@@ -332,10 +333,11 @@ def _masks(
 
 
 def _add_mask(path: str, masks: list[_Mask], seen: set[str], why: HiddenKind) -> None:
-    if not os.path.lexists(path):
-        return
-    real = paths.real(path)  # a symlinked store is masked where it really is
-    if real in seen or not os.path.exists(real) or paths.inside(real, PRIVATE_DIRS):
+    found = paths.existing(path)  # a symlinked store is masked where it really is
+    if found is None:
+        return  # nothing there to hide (a dangling symlink shows nothing either)
+    real, is_dir = found
+    if real in seen or paths.inside(real, PRIVATE_DIRS):
         return  # (the host's /tmp is not there at all: the sandbox's is a fresh tmpfs)
-    masks.append(_Mask(real, os.path.isdir(real), why=why))
+    masks.append(_Mask(real, is_dir, why=why))
     seen.add(real)
