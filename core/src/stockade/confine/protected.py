@@ -415,21 +415,8 @@ def real(path: str) -> str:
     with ``O_PATH``, read back from ``/proc/self/fd``: far cheaper than
     :func:`os.path.realpath`'s ``lstat`` of every component); ``os.path.realpath`` where the
     path does not lead anywhere (or ``/proc`` is missing)."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-    except OSError:
-        return os.path.realpath(path)
-    try:
-        found = os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        found = ""
-    finally:
-        os.close(fd)
-    return (
-        found
-        if found.startswith("/") and not found.endswith(" (deleted)")
-        else (os.path.realpath(path))
-    )
+    found = existing(path)
+    return found[0] if found is not None else os.path.realpath(path)
 
 
 def existing(path: str) -> tuple[str, bool] | None:
