@@ -29,18 +29,22 @@ SCRIPT = f": > {RAN}; echo started; sleep 0.4; echo done"
 COMMAND = ["run", "--yes", "--mode", FULL, "--", "sh", "-c", SCRIPT]
 
 
-def unclosed(sk: Stockade) -> list[str]:
-    """The actions a permission allowed that have no result, error or decline after it."""
+def _events(sk: Stockade) -> list[tuple[str, str, str]]:
+    """The store's events in order (action id, kind, body); none before it is made."""
     store = sk.state / "stockade" / "store.db"
     if not store.exists():
         return []
     with sqlite3.connect(store) as db:
         try:
-            rows = db.execute("SELECT action_id, kind, body FROM events ORDER BY seq").fetchall()
+            return db.execute("SELECT action_id, kind, body FROM events ORDER BY seq").fetchall()
         except sqlite3.OperationalError:  # made, but nothing recorded yet
             return []
+
+
+def unclosed(sk: Stockade) -> list[str]:
+    """The actions a permission allowed that have no result, error or decline after it."""
     started: dict[str, bool] = {}
-    for action_id, kind, body in rows:
+    for action_id, kind, body in _events(sk):
         if kind == "permission":
             if json.loads(body)["decision"]["verdict"] == "allow":
                 started[action_id] = True
@@ -54,16 +58,8 @@ def unclosed(sk: Stockade) -> list[str]:
 def kinds_of_the_command(sk: Stockade) -> list[list[str]]:
     """For each recorded action of :data:`SCRIPT`, the kinds of its events (a permission:
     ``permission:VERDICT``)."""
-    store = sk.state / "stockade" / "store.db"
-    if not store.exists():
-        return []
-    with sqlite3.connect(store) as db:
-        try:
-            rows = db.execute("SELECT action_id, kind, body FROM events ORDER BY seq").fetchall()
-        except sqlite3.OperationalError:
-            return []
     ours: dict[str, list[str]] = {}
-    for action_id, kind, body in rows:
+    for action_id, kind, body in _events(sk):
         fields = json.loads(body)
         if kind == "action" and fields["argv"] == ["sh", "-c", SCRIPT]:
             ours[action_id] = []

@@ -12,7 +12,7 @@ import pytest
 from stockade_landlock import supervisor
 
 from stockade.config.schema import Config, PluginsConfig
-from stockade.conformance.ground import PRELUDE
+from stockade.conformance.ground import LIBC, PRELUDE
 
 pytestmark = [
     pytest.mark.sandboxes("landlock"),
@@ -22,13 +22,10 @@ pytestmark = [
 ATTACK = (
     r"""
 import ctypes, json, os, struct, sys
-libc = ctypes.CDLL(None, use_errno=True)
 """
+    + LIBC
     + PRELUDE
-    + r"""def call(rc):
-    if rc < 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-class Args(ctypes.Structure):
+    + r"""class Args(ctypes.Structure):
     _fields_ = [("value", ctypes.c_uint64), ("size", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
 value = ctypes.create_string_buffer(b"PWNED")
 def setxattrat(path):

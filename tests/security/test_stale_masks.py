@@ -20,20 +20,22 @@ READ = (
 )
 
 
-def _prepared(make_host, box, keys):
-    config = Config(sandbox=box.sandbox, system_secrets=(str(keys / "*.key"),))
-    host = make_host(allow_all=True, config=config)
-    request = box.py(READ, str(keys / "gone.key"), str(keys / "kept.key"), mode="read-only")
-    return host, host.prepare(host.admit(request))
-
-
-@pytest.mark.sandboxes("bubblewrap")
-def test_a_secret_removed_after_confine_runs_the_command_confined_again(make_host, box):
+def _prepared(make_host, box):
+    """A host whose system secrets are ``keys/*.key``, and a command prepared (its masks
+    listed) while ``gone.key`` and ``kept.key`` (the canary) are there."""
     keys = box.outside / "keys"
     keys.mkdir()
     (keys / "gone.key").write_text("lock")
     (keys / "kept.key").write_text(box.canary)
-    host, prepared = _prepared(make_host, box, keys)
+    config = Config(sandbox=box.sandbox, system_secrets=(str(keys / "*.key"),))
+    host = make_host(allow_all=True, config=config)
+    request = box.py(READ, str(keys / "gone.key"), str(keys / "kept.key"), mode="read-only")
+    return host, host.prepare(host.admit(request)), keys
+
+
+@pytest.mark.sandboxes("bubblewrap")
+def test_a_secret_removed_after_confine_runs_the_command_confined_again(make_host, box):
+    host, prepared, keys = _prepared(make_host, box)
     (keys / "gone.key").unlink()  # after the masks were listed, before bwrap mounts them
     carried = host.carry_out(prepared)
     result = host.recording.result(carried)
@@ -45,11 +47,7 @@ def test_a_secret_removed_after_confine_runs_the_command_confined_again(make_hos
 
 @pytest.mark.sandboxes("bubblewrap")
 def test_the_control_without_the_retry_meets_bwraps_refusal(make_host, box):
-    keys = box.outside / "keys"
-    keys.mkdir()
-    (keys / "gone.key").write_text("lock")
-    (keys / "kept.key").write_text(box.canary)
-    host, prepared = _prepared(make_host, box, keys)
+    host, prepared, keys = _prepared(make_host, box)
     (keys / "gone.key").unlink()
     prepared.confined = None  # the retry taken away
     result = host.recording.result(host.carry_out(prepared))

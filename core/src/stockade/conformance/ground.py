@@ -45,6 +45,15 @@ def attempt(name, fn):
 """Attack scripts' recorder, for the text they run inside the sandbox: ``attempt(name, fn)``
 keeps ``done``, or the error's text, under ``name`` in ``out``."""
 
+LIBC = """import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(rc):
+    if rc < 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+"""
+"""Attack scripts' way to system calls Python does not wrap: ``libc``, and ``call(rc)``,
+which raises a failed call's ``OSError``."""
+
 REFUSED = 6
 """The kit's exit status when it refuses to attack a provider as root (pytest uses 0-5)."""
 
