@@ -56,6 +56,7 @@ modes = [("pair", pair)] + ([("unix", unix)] if sys.argv[3] == "1" else [])
 for tag, path, name in (("", sys.argv[1], sys.argv[2]), ("control_", sys.argv[4], sys.argv[5])):
     fd = os.open(path, os.O_RDONLY)
     attempt(tag + "setflags", setflags(fd, 0x40086602))
+    attempt(tag + "setversion_ext4", setflags(fd, 0x40086604))  # EXT4_IOC_SETVERSION
     attempt(tag + "fssetxattr", fssetxattr(fd))
     attempt(tag + "file_setattr", file_setattr(path))
     folder = os.open(os.path.dirname(path), os.O_RDONLY)
@@ -110,7 +111,7 @@ def test_flags_and_sockets_on_protected_paths_are_refused(make_host, box, unix):
     attacks = {k: v for k, v in out.items() if not k.startswith("control_")}
     assert set(controls.values()) == {"done"}, controls
     assert set(attacks.values()) == {"Read-only file system"}, attacks
-    assert len(attacks) == (8 if unix else 6)
+    assert len(attacks) == (9 if unix else 7)
     assert (_flags(config), _flags(config.parent)) == before
     assert not list((box.ws / ".git" / "hooks").iterdir())
     assert _flags(plain) & FS_NODUMP_FL  # the controls landed

@@ -32,12 +32,14 @@ from attrs import field, frozen
 
 from ..errors import SandboxUnavailable, UsageError
 from ..request.literals import DOTFILES
+from . import gitconfig
 from . import roots as rules
 from .stores import CREDENTIAL_STORES
 
 __all__ = [
     "AGENT_CONFIG",
     "BARE_KEPT",
+    "COMMON_DIR_MARKS",
     "DEFAULT_SCAN_LIMIT",
     "DEFAULT_SNAPSHOT_LIMIT_MB",
     "GIT",
@@ -113,7 +115,11 @@ GIT = ".git"
 # A bare repository's own files that run later: kept like a .git (its objects and refs
 # stay writable, so a push to it works); one that appears during a run goes whole.
 GIT_DIR_MARKS = frozenset({"HEAD", "objects", "refs"})
-BARE_KEPT = ("hooks", "config", "info")
+COMMON_DIR_MARKS = frozenset({"HEAD", "commondir"})  # a repository whose common part is elsewhere
+# What git reads a repository's hooks, config or common folder from: commondir (its hooks
+# and config are then the named folder's), config.worktree, worktrees/ and modules/ (each a
+# repository's own files again).
+BARE_KEPT = ("hooks", "config", "info", "commondir", "config.worktree", "worktrees", "modules")
 DEFAULT_SNAPSHOT_LIMIT_MB = 64
 Kind = Literal["read-only", "masked"]
 # Per last component: (the whole relative path, its kind); single names need no slash.
@@ -216,8 +222,10 @@ def kind_of(path: str, writable_dotfiles: frozenset[str] = frozenset()) -> Kind 
 
 def git_dir(names: Iterable[str]) -> bool:
     """Whether a folder with these entries is a git directory by git's own test (``HEAD``,
-    ``objects``, ``refs``): a bare repository, which git finds from inside it."""
-    return set(names) >= GIT_DIR_MARKS
+    ``objects``, ``refs``; or ``HEAD`` and ``commondir``, whose objects, refs, hooks and
+    config are the named folder's): a bare repository, which git finds from inside it."""
+    have = set(names)
+    return have >= GIT_DIR_MARKS or have >= COMMON_DIR_MARKS
 
 
 def enclosing(path: str, writable_dotfiles: frozenset[str] = frozenset()) -> Kind | None:
@@ -344,6 +352,7 @@ def survey(
             for entry in entries:
                 if entry.name in BARE_KEPT:
                     _check(entry, "read-only", roots, found)
+            _named_by_config(directory, directory, roots, found)
             folders.append(Folder(directory, stamp(info), ()))
             continue
         children = []
@@ -383,31 +392,33 @@ def _check(entry: os.DirEntry[str], kind: Kind, roots: list[str], found: dict[st
         gitdir = _gitdir(entry.path)
         if gitdir is not None and inside(gitdir, roots):
             found.setdefault(gitdir, "read-only")
-    hooks = _hooks_path(gitdir, os.path.dirname(entry.path)) if gitdir else None
-    if hooks is not None and inside(hooks, roots) and hooks not in roots and os.path.isdir(hooks):
-        found.setdefault(hooks, "read-only")  # core.hooksPath: hooks outside the .git
+    if gitdir is not None:
+        _named_by_config(gitdir, os.path.dirname(entry.path), roots, found)
 
 
-def _hooks_path(gitdir: str, worktree: str) -> str | None:
-    """The folder a repository's ``core.hooksPath`` names (relative to its worktree),
-    resolved; ``None`` when its config sets none or cannot be read."""
-    section, found = "", None
-    try:
-        with open(os.path.join(gitdir, "config"), encoding="utf-8", errors="replace") as f:
-            for raw in f:
-                line = raw.strip()
-                if line.startswith("["):
-                    section = line[1:].split("]", 1)[0].strip().lower()
-                    line = line.split("]", 1)[1].strip() if "]" in line else ""
-                key, eq, value = line.partition("=")
-                if eq and section == "core" and key.strip().lower() == "hookspath":
-                    found = value.split("#", 1)[0].split(";", 1)[0].strip().strip('"')
-    except OSError:
-        return None
-    if not found:
-        return None
-    path = os.path.join(worktree, os.path.expanduser(found))
-    return os.path.realpath(path)
+def _named_by_config(gitdir: str, worktree: str, roots: list[str], found: dict[str, Kind]) -> None:
+    """Keep what the repository's config names inside ``roots`` read-only: each
+    ``core.hooksPath`` folder and each included file (:mod:`.gitconfig`).
+
+    Raises:
+        SandboxUnavailable: an included file inside a root is missing (a command could
+            write it) or reached through a symlink.
+    """
+    named = gitconfig.references(gitdir, worktree)
+    for hooks in named.hooks:
+        if inside(hooks, roots) and hooks not in roots and os.path.isdir(hooks):
+            found.setdefault(hooks, "read-only")  # core.hooksPath: hooks outside the .git
+    for path in named.included:
+        if not inside(path, roots) or path in roots:
+            continue
+        if os.path.realpath(path) != path or not os.path.isfile(path):
+            raise SandboxUnavailable(
+                f"{gitdir}/config includes {path}, which is missing or reached through a "
+                "symlink in a writable root: a command could write the config it adds",
+                hint=f"make {path} a plain file (even an empty one), or remove the include",
+                details={"path": path, "gitdir": gitdir},
+            )
+        found.setdefault(path, "read-only")
 
 
 def real(path: str) -> str:

@@ -33,6 +33,7 @@ FS_IOC_ENABLE_VERITY = 0x40806685
 IOCTLS: dict[int, int] = {
     0x40086602: 4,  # FS_IOC_SETFLAGS (reads an int whatever its name says)
     0x40087602: 4,  # FS_IOC_SETVERSION
+    0x40086604: 4,  # EXT4_IOC_SETVERSION (ext4's own number for the same change)
     0x401C5820: 28,  # FS_IOC_FSSETXATTR (struct fsxattr)
     0x4008941A: 8,  # BTRFS_IOC_SUBVOL_SETFLAGS (read-only subvolume)
     FS_IOC_SET_ENCRYPTION_POLICY: 0,  # its size is its version's

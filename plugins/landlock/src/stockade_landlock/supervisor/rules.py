@@ -28,6 +28,7 @@ from stockade.confine import protected
 from .repositories import Repositories
 from .terminals import Terminals
 
+_BARE_KEPT = frozenset(name.lower() for name in protected.BARE_KEPT)
 _FINE_LIMIT = 4096  # folders known to be neither kept nor beneath a protected name
 REFUSED = errno.EROFS
 """The error of a refused write, as bubblewrap's read-only mount answers it."""
@@ -63,6 +64,9 @@ class Rules:
     Attributes:
         kept: the paths the survey found (read-only and masked), refused with all beneath.
         terminals: the pseudo-terminals the run made (only those may be opened).
+        bare: the bare repositories the survey found; a name git reads hooks, config or
+            a common folder from (:data:`~stockade.confine.protected.BARE_KEPT`) is not
+            made anew in one.
     """
 
     kept: tuple[str, ...] = ()
@@ -71,6 +75,7 @@ class Rules:
     writable_dotfiles: frozenset[str] = frozenset()
     fresh: Fresh = field(factory=Fresh, eq=False)
     repositories: Repositories = field(factory=Repositories, eq=False)
+    bare: frozenset[str] = frozenset()
     _kept: frozenset[str] = field(init=False, eq=False, repr=False)
     _fine: dict[str, str] = field(init=False, eq=False, repr=False, factory=dict)
 
@@ -85,6 +90,7 @@ class Rules:
             (*survey.read_only, *survey.masked),
             roots=survey.roots,
             writable_dotfiles=survey.writable_dotfiles,
+            bare=frozenset(survey.bare),
         )
 
     def refuses_new(  # noqa: PLR0911 - one answer per case
@@ -109,6 +115,8 @@ class Rules:
                 self._fine[folder] = root
         if path in self._kept:
             return True
+        if folder in self.bare and last.lower() in _BARE_KEPT:
+            return True  # a bare repository's hooks, config, commondir, ... made anew
         if not root:
             return False  # the run's home, caches and scratch: the command's own
         if at is not None and self.repositories.refuses(*at, how):
