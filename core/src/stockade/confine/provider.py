@@ -145,9 +145,9 @@ class SandboxProvider(ABC):
         """The facts of a finished run: ``plan.facts``, plus what the outcome shows.
 
         A provider overrides this to say whether its runner failed before the command ran
-        (``runner_failed``), whether that was because the host changed under the plan so
-        that confining again may succeed (``stale``: the host then confines the command
-        again, once), or the failure looks like its own denial (``denied``).
+        (``runner_failed``), whether that was because the host changed under the plan
+        (``stale``, a hint: asking again may succeed), or the failure looks like its own
+        denial (``denied``).
         """
         del outcome
         return plan.facts

@@ -63,9 +63,10 @@ class SandboxFacts:
         enforcement: ``full`` or ``partial``; ``None`` under ``danger-full-access``.
         denied: the run failed in a way the provider attributes to its own denial.
         runner_failed: the sandbox runner failed and the command never ran.
-        stale: with ``runner_failed``: the runner failed because the host changed between
-            confine and start (a path it was to mount went away), so the same command
-            confined again may run; the host then confines it again, once.
+        stale: with ``runner_failed``, a hint: the runner's refusal names a path it was to
+            mount that is gone now (the host changed between confine and start), so the same
+            command asked again may run. Nothing is run again by itself: a command can write
+            the same words.
         missing: what ``partial`` enforcement leaves out (empty when ``full``).
         hidden: arguments of a failed run that name a path the sandbox hides (each also
             sets ``denied``); empty when the run succeeded.

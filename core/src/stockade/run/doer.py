@@ -70,8 +70,6 @@ class Prepared:
         secrets: the credential values in the plan's environment, scrubbed from the result.
         proxy: the egress proxy started for it, closed on release.
         refused: the connections its proxy refused, filled in while it runs.
-        confined: what the provider was given (credentials in the environment), kept to
-            confine the step again when its runner says the plan went stale.
     """
 
     step: AdmittedStep
@@ -81,22 +79,6 @@ class Prepared:
     secrets: tuple[str, ...] = ()
     proxy: CommandProxy | None = None
     refused: list[Refusal] = attrs.field(factory=list)
-    confined: ExecSpec | None = attrs.field(default=None, repr=False)
-
-    def again(self, outcome: ProcessOutcome) -> bool:
-        """Whether the runner failed before the command started because the host changed
-        under the plan (``stale``); if so, the plan is made again from the same spec, the
-        old one released, and the caller starts it once more.
-
-        Raises:
-            StockadeError: the provider cannot confine it now (what changed says why).
-        """
-        if self.confined is None or not self.provider.interpret(self.plan, outcome).stale:
-            return False
-        fresh = self.provider.confine(self.confined)
-        stale, self.plan = self.plan, fresh
-        self.provider.release(stale)
-        return True
 
     def release(self) -> None:
         """Give back what the plan holds, then stop the step's egress proxy."""
@@ -204,8 +186,7 @@ class Doer:
             # The provider sees the credentials as part of the environment it must pass on;
             # a credential the profile binds is a placeholder there (the proxy injects it).
             given = self.given(step, secrets)
-            confined = attrs.evolve(spec, env={**spec.env, **given})
-            plan = provider.confine(confined)
+            plan = provider.confine(attrs.evolve(spec, env={**spec.env, **given}))
             try:  # a program the sandbox hides would fail inside with a raw error
                 refuse_hidden_program(provider, spec)
             except BaseException:
@@ -215,9 +196,7 @@ class Doer:
             if proxy is not None:
                 proxy.close()
             raise
-        return Prepared(
-            step, spec, plan, provider, tuple(secrets.values()), proxy, refused, confined
-        )
+        return Prepared(step, spec, plan, provider, tuple(secrets.values()), proxy, refused)
 
     def given(self, step: AdmittedStep, secrets: Mapping[str, str]) -> dict[str, str]:
         """The credentials as the child gets them: the value, or for one its profile binds
@@ -318,16 +297,13 @@ class Doer:
         """:meth:`carry_out` for asyncio: cancelling the awaiting task kills the command."""
         try:
             with self.hold(prepared.spec, prepared.step.agent):
-                for attempt in (1, 2):
-                    watch = self.observe(prepared, abort)
-                    try:
-                        outcome = await self.executor.run_async(prepared.plan, abort=watch.token)
-                    except BaseException:
-                        watch.close()
-                        raise
-                    outcome, changes = watch.finish(outcome)
-                    if attempt == 2 or not prepared.again(outcome):
-                        break
+                watch = self.observe(prepared, abort)
+                try:
+                    outcome = await self.executor.run_async(prepared.plan, abort=watch.token)
+                except BaseException:
+                    watch.close()
+                    raise
+                outcome, changes = watch.finish(outcome)
         finally:
             prepared.release()
         return self.carried(prepared, outcome, changes)
@@ -340,23 +316,18 @@ class Doer:
         on_output: OnOutput | None = None,
     ) -> tuple[ProcessOutcome, Changes | None]:
         """The executor runs the plan while the workspace is watched: what it did, and what
-        changed there. A plan gone stale before its command started (the provider says so)
-        is made again and run once more."""
-        for attempt in (1, 2):
-            watch = self.observe(prepared, abort)
-            # (The provider releases the plan it made, by identity: the executor gets a copy.)
-            plan = prepared.plan
-            if on_output is not None:
-                plan = attrs.evolve(plan, on_output=on_output)
-            try:
-                outcome = self.executor.run(plan, abort=watch.token)
-            except BaseException:
-                watch.close()
-                raise
-            finished = watch.finish(outcome)
-            if attempt == 2 or not prepared.again(finished[0]):
-                break
-        return finished
+        changed there."""
+        watch = self.observe(prepared, abort)
+        # (The provider releases the plan it made, by identity: the executor gets a copy.)
+        plan = prepared.plan
+        if on_output is not None:
+            plan = attrs.evolve(plan, on_output=on_output)
+        try:
+            outcome = self.executor.run(plan, abort=watch.token)
+        except BaseException:
+            watch.close()
+            raise
+        return watch.finish(outcome)
 
     def observe(self, prepared: Prepared, abort: AbortToken | None) -> Observation:
         """The watches on a prepared step's workspace (:mod:`stockade.run.observe`)."""

@@ -300,14 +300,10 @@ _MISSING_DEST = re.compile(r"bwrap: Can't (?:create file at|mkdir) (/[^\n]*?): [
 
 
 def _stale(outcome: ProcessOutcome) -> bool:
-    """Whether bwrap failed, before the command started, because a path it was to mount over
-    went away after confine (a system secret's lock file, removed meanwhile): then the
-    same command, confined again, sees the host as it is now.
-
-    Only bwrap's own one-line refusal with nothing else written, naming an absolute path
-    that is now absent. A command that writes that line itself and exits 1 is run a second
-    time; it could do that much by itself.
-    """
+    """Whether bwrap's whole output is its refusal to make a mount's destination, naming a
+    path gone since confine (a system secret's lock file, removed meanwhile): a hint that
+    the command, asked again, sees the host as it is now. Never acted on by itself: a
+    command can write the same line."""
     found = _MISSING_DEST.fullmatch(outcome.stderr.text)
     return (
         found is not None
