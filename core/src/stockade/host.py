@@ -260,6 +260,11 @@ class Host:
         on_output: OnOutput | None = None,
     ) -> Carried:
         """The doer carries out a prepared step; an error that stops it closes its record."""
+        try:  # inside a caller's batch: what it kept of this step is stored before it starts
+            self.recording.flush()
+        except StockadeError:
+            prepared.release()
+            raise
         try:
             return self.doer.carry_out(prepared, abort=abort, on_output=on_output)
         except StockadeError as error:

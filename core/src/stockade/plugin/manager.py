@@ -272,8 +272,7 @@ class Hooks:
     def __init__(self, pm: pluggy.PluginManager) -> None:
         self.pm = pm
         self._hook = pm.hook
-        self._single: Any = None  # the per-event recorders' caller, found on first use
-        self._batches = False
+        self._single: Any = None  # (the batch takers, the caller of the other recorders)
 
     def broken(self) -> tuple[BrokenPlugin, ...]:
         """The installed plugins that failed to load, and were skipped."""
@@ -366,19 +365,22 @@ class Hooks:
     def record_batch(self, events: Sequence[Event]) -> None:
         """Hand ``events`` to every recorder: as one batch to those that take batches,
         one by one to the others (:func:`~stockade.plugin.hookspecs.stockade_record_batch`)."""
-        if self._single is None:
-            takers = [i.plugin for i in self._hook.stockade_record_batch.get_hookimpls()]
-            self._batches = bool(takers)  # set first: another thread reads it once _single is
-            self._single = (
-                self.pm.subset_hook_caller("stockade_record", takers)
+        # Which recorders take batches, looked at each time (one may be registered or
+        # swapped at any moment: the pool's sharding recorder is); the caller for the
+        # others is made again only when that set changed.
+        takers = tuple(i.plugin for i in self._hook.stockade_record_batch.get_hookimpls())
+        cached = self._single
+        if cached is None or cached[0] != takers:
+            caller = (
+                self.pm.subset_hook_caller("stockade_record", list(takers))
                 if takers
                 else self._hook.stockade_record
             )
-        single = self._single
-        if self._batches:
+            cached = self._single = (takers, caller)
+        if takers:
             self._hook.stockade_record_batch(events=events)
         for event in events:
-            single(event=event)
+            cached[1](event=event)
 
     def has_recorder(self) -> bool:
         """Whether any plugin records events."""
