@@ -175,7 +175,7 @@ while i < 400 or (not all(counts.values()) and time.monotonic() < deadline):
     sock.close()
 stop = True
 thread.join()
-counts["bound"] = sorted(bound)
+counts["bound"] = sorted(n if isinstance(n, str) else os.fsdecode(n) for n in bound)
 print(json.dumps(counts))
 """
 
