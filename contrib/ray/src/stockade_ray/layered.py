@@ -17,12 +17,12 @@ so and why.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import tempfile
 from typing import Any
 
+from stockade import owned
 from stockade.errors import StockadeError, UsageError
 from stockade.layers import snapshots as layers
 from stockade.layers.place import remove_tree
@@ -59,8 +59,7 @@ def node_snapshot(snapshot: Snapshot, *, store: str, pool: str) -> layers.Snapsh
     index = os.path.join(store, INDEX, pool)
     os.makedirs(index, mode=0o700, exist_ok=True)
     named = os.path.join(index, snapshot.digest)
-    with open(named + ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with owned.locked(named + ".lock"):
         with contextlib.suppress(OSError, UsageError), open(named) as known:
             return layers.get(known.read().strip(), store=store)
         unpacked = tempfile.mkdtemp(prefix="unpack-", dir=index)

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Iterator
 import attrs
 from attrs import frozen
 
+from .. import owned
 from ..confine import protected
 from .place import Layer
 
@@ -415,7 +416,7 @@ def _quarantine(
     """A protected name (or, ``aside = "conflicts"``, a conflicting version): moved from the
     upper folder to the quarantine, never to the root."""
     where = os.path.join(rules.quarantine, aside, target.lstrip("/"))
-    _private(rules.quarantine)
+    owned.private(rules.quarantine)
     os.makedirs(os.path.dirname(where), mode=0o700, exist_ok=True)
     while os.path.lexists(where):
         where += "~"
@@ -432,13 +433,3 @@ def _quarantine(
             shutil.copy2(source, where, follow_symlinks=False)
             os.unlink(name, dir_fd=up)
     (tally.conflicts if aside else tally.quarantined).append(target)
-
-
-def _private(quarantine: str) -> None:
-    """The command's quarantine folder and the folder holding it, made 0700."""
-    above = os.path.dirname(quarantine)
-    os.makedirs(os.path.dirname(above), mode=0o700, exist_ok=True)
-    for path in (above, quarantine):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-        os.chmod(path, 0o700)

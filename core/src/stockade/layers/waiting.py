@@ -12,11 +12,11 @@ state like any other, so a process killed while it lands has it finished by the 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import re
 from collections.abc import Iterator
 
+from .. import owned
 from ..errors import UsageError
 from ..record.events import LayerEvent
 from ..request import wire
@@ -130,10 +130,5 @@ def _claimed(store: str) -> Iterator[None]:
     processes always lock the same one): answers are taken one at a time."""
     where = journal.folder(store)
     os.makedirs(where, mode=0o700, exist_ok=True)
-    path = os.path.join(where, ANSWERS)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with owned.locked(os.path.join(where, ANSWERS)):
         yield
-    finally:
-        os.close(fd)

@@ -26,6 +26,8 @@ import shutil
 import stat
 from collections.abc import Iterable, Iterator
 
+from .. import owned
+
 _WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEED = stat.S_IRUSR | stat.S_IWUSR | stat.S_IXUSR
 
@@ -180,7 +182,7 @@ def move(path: str, folder: str, roots: Iterable[str], moved: list[str], failed:
         openable(os.path.dirname(path), roots)
         openable(path, roots)
         with parent(path, roots) as (fd, name):
-            _private(folder)
+            owned.private(folder)
             os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
             while os.path.lexists(target):
                 target += "~"
@@ -221,14 +223,3 @@ def _remove(fd: int, name: str) -> None:
         shutil.rmtree(name, dir_fd=fd)
     else:
         os.unlink(name, dir_fd=fd)
-
-
-def _private(folder: str) -> None:
-    """``folder`` and the quarantine folder holding it, made 0700 (``makedirs`` gives the
-    folders it makes on the way the default mode)."""
-    above = os.path.dirname(folder)
-    os.makedirs(os.path.dirname(above), mode=0o700, exist_ok=True)
-    for path in (above, folder):
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(path, 0o700)
-        os.chmod(path, 0o700)

@@ -25,8 +25,9 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
+from .. import owned
 from . import code, protocol
 from .calls import Call, CallError, check_call, route_streams
 from .paths import Place
@@ -111,7 +112,7 @@ class Server:
         self.place.make()
         # Clients that find no server start one each, at once: only the first to hold the
         # lock binds; the others find it listening, and leave its secret and socket alone.
-        with _locked(self.place.start_lock):
+        with owned.locked(self.place.start_lock):
             self._bind()
 
     def _bind(self) -> None:
@@ -430,19 +431,6 @@ def _answers(address: str) -> bool:
     finally:
         probe.close()
     return True
-
-
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (made 0600 if need be)."""
-    import fcntl
-
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def _read(path: str) -> str:
