@@ -37,7 +37,6 @@ import json
 import os
 import socket
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -48,27 +47,22 @@ TARGET_MS = 0.1
 
 
 def _listener() -> tuple[socket.socket, int]:
-    server = socket.create_server(("127.0.0.1", 0))
+    from stockade.testing import listening
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            with conn:
-                data = b""
-                while b"\r\n\r\n" not in data and (chunk := conn.recv(4096)):
-                    data += chunk
-                conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    def one(conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data and (chunk := conn.recv(4096)):
+                data += chunk
+            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
-    threading.Thread(target=serve, daemon=True).start()
+    server = listening(one, threaded=False)
     return server, server.getsockname()[1]
 
 
 def _sink() -> tuple[socket.socket, int]:
     """A listener that reads a request's whole body (its Content-Length), then answers."""
-    server = socket.create_server(("127.0.0.1", 0))
+    from stockade.testing import listening
 
     def one(conn: socket.socket) -> None:
         with conn:
@@ -82,15 +76,7 @@ def _sink() -> tuple[socket.socket, int]:
                 left -= len(chunk)
             conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=one, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
+    server = listening(one)
     return server, server.getsockname()[1]
 
 

@@ -19,7 +19,7 @@ import pytest
 from stockade.egress import proxy as egress
 from stockade.egress.proxy import Connection, Proxy, Rule, decide, parse_hosts
 from stockade.errors import ConfigError
-from stockade.testing import self_signed_cert
+from stockade.testing import listening, self_signed_cert
 
 CURL = shutil.which("curl")
 
@@ -210,22 +210,13 @@ def http_server():
 
 @pytest.fixture(scope="module")
 def echo_port():
-    listener = socket.create_server(("127.0.0.1", 0))
 
     def echo(conn):
         with conn:
             while data := conn.recv(65536):
                 conn.sendall(data)
 
-    def accept():
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=echo, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    listener = listening(echo)
     yield listener.getsockname()[1]
     listener.close()
 

@@ -10,34 +10,29 @@ import threading
 import pytest
 
 from stockade.egress.proxy import Connection, Proxy, parse_hosts
+from stockade.testing import listening
 
 
 @pytest.fixture
 def listener():
     """A loopback TCP listener that keeps what every connection sent."""
-    server = socket.create_server(("127.0.0.1", 0))
     got: list[bytes] = []
 
-    def serve():
-        while True:
+    def serve_one(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(0.5)
+            data = b""
             try:
-                conn, _ = server.accept()
+                while chunk := conn.recv(65536):
+                    data += chunk
+                    if b"\r\n\r\n" in data:
+                        conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        break
             except OSError:
-                return
-            with conn:
-                conn.settimeout(0.5)
-                data = b""
-                try:
-                    while chunk := conn.recv(65536):
-                        data += chunk
-                        if b"\r\n\r\n" in data:
-                            conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok")
-                            break
-                except OSError:
-                    pass
-                got.append(data)
+                pass
+            got.append(data)
 
-    threading.Thread(target=serve, daemon=True).start()
+    server = listening(serve_one, threaded=False)
     yield server.getsockname()[1], got
     server.close()
 
@@ -90,7 +85,6 @@ def test_each_connection_is_checked_when_it_is_made(listener) -> None:
 def kept_listener():
     """A loopback HTTP/1.1 listener that answers every whole request (its body too) on a
     connection it keeps, and keeps everything each connection sent."""
-    server = socket.create_server(("127.0.0.1", 0))
     got: list[bytearray] = []
 
     def serve_one(conn: socket.socket) -> None:
@@ -108,15 +102,7 @@ def kept_listener():
                     done = end + 4 + size
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve_one, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=serve, daemon=True).start()
+    server = listening(serve_one)
     yield server.getsockname()[1], got
     server.close()
 

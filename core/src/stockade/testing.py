@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tempfile
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -61,6 +63,27 @@ class EventLog:
         """The ``kind`` of every event so far, but those in ``skip`` (``{"taint"}``: the
         breaker's facts, which come with every step that prints)."""
         return [event.kind for event in self.events if event.kind not in skip]
+
+
+def listening(handle: Callable[[socket.socket], None], *, threaded: bool = True) -> socket.socket:
+    """A loopback TCP listener whose every connection goes to ``handle`` (which closes it),
+    each on a thread of its own or, with ``threaded=False``, one after another; it serves
+    until it is closed."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            if threaded:
+                threading.Thread(target=handle, args=(conn,), daemon=True).start()
+            else:
+                handle(conn)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
 
 
 def self_signed_cert(folder: Path, names: Sequence[str] = ("allowed.test",)) -> tuple[str, str]:
