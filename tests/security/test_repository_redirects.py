@@ -63,8 +63,9 @@ except OSError as e:
 
 def _git(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(cwd)}
-    run = subprocess.run
-    return run(["git", *argv], cwd=cwd, capture_output=True, text=True, env=env, check=False)
+    return subprocess.run(
+        ["git", *argv], cwd=cwd, capture_output=True, text=True, env=env, check=False
+    )
 
 
 def _hook_runs(repo: Path, canary: Path) -> bool:
