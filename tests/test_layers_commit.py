@@ -121,6 +121,20 @@ def _snapshot(root: Path) -> dict[str, object]:
     return seen
 
 
+def _owner_keeps_folders(root: Path) -> None:
+    """Give the owner back every folder's rights, as landing keeps them (the snapshot reads
+    a folder's mode with them): a folder the actions took the search right from leaves
+    what is in it reachable in the landed tree, and must here too (seen as the
+    unprivileged user; root searches any folder)."""
+    os.chmod(root, stat.S_IMODE(os.lstat(root).st_mode) | 0o700)
+    for folder, dirs, _files in os.walk(root):
+        for name in dirs:
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            if stat.S_ISDIR(info.st_mode):
+                os.chmod(path, stat.S_IMODE(info.st_mode) | 0o700)
+
+
 def _layered(root: Path, layer: Layer, script: list[str]) -> None:
     _confined(root, overlay_args(str(root), layer.upper, layer.work), script)
 
@@ -164,6 +178,7 @@ def test_a_landed_layer_equals_the_same_actions_run_directly(tree, steps):
             _plant(root, tree)
         script = [sys.executable, "-S", "-c", APPLY, json.dumps(steps)]
         _direct(direct, script)
+        _owner_keeps_folders(direct)
         layer = Layer(str(layered), str(base / "layer"), str(base))
         os.makedirs(layer.upper)
         os.makedirs(layer.work)
