@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from helpers import procs, recording
 from stockade.config.schema import Config
 from stockade.host import Host
+from stockade.layers import mounts
 
 # The kit's mutation check (31 kit runs against broken providers) is CI's own step
 # (`.ci/run`), not the suite's: it judges the kit, and takes minutes.
@@ -26,9 +27,14 @@ FULL = "danger-full-access"
 @pytest.fixture(autouse=True)
 def _private_state(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+) -> Iterator[None]:
     # Held steps go to a store of the test's own, never the user's.
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+    yield
+    # A fork a failed test left mounted (as root) goes with it: pytest removes old folders.
+    for point in mounts.overlays_beneath(str(state)):
+        mounts.unmount(point)
 
 
 @pytest.fixture

@@ -1,5 +1,7 @@
 """Snapshots and forks (:mod:`stockade.layers.snapshots`): the docs' example runs; forks
-share the snapshot's files and stay apart; a command that would write a fork in place
+of hard links (what is made where no overlay can be mounted: forced here, so the tests hold
+as root too; overlay forks: ``test_workspace_overlay_forks.py``) share the snapshot's files
+and stay apart; a command that would write a fork in place
 (Landlock) is refused; export and discard; forks made and removed while a command runs in a
 sibling are not taken for changes to its files."""
 
@@ -18,7 +20,7 @@ import pytest
 from stockade.config.schema import Config, store_folder
 from stockade.conformance.procs import sleeping, wait_until
 from stockade.errors import SandboxUnavailable, UsageError
-from stockade.layers import snapshots
+from stockade.layers import mounts, snapshots
 from stockade.request.spec import ExecRequest
 
 EXAMPLE = Path(__file__).parents[1] / "docs" / "examples" / "forks.py"
@@ -39,6 +41,13 @@ def test_the_docs_example_forks_and_runs(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["seed.txt"]  # the source is untouched
 
 
+@pytest.fixture
+def links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forks of hard links, as where no overlay can be mounted."""
+    monkeypatch.setattr(mounts, "refusal", lambda store: "asked for links by the test")
+
+
+@pytest.mark.usefixtures("links")
 def test_forks_share_files_yet_stay_apart(tmp_path, make_host):
     (tmp_path / "a.txt").write_text("a")
     store = store_folder(Config())
@@ -68,6 +77,7 @@ def test_forks_share_files_yet_stay_apart(tmp_path, make_host):
         snapshots.get(snap.id, store=store)
 
 
+@pytest.mark.usefixtures("links")
 def test_a_command_that_would_write_a_fork_in_place_is_refused(tmp_path, make_host):
     (tmp_path / "a.txt").write_text("a")
     store = store_folder(Config())
@@ -82,6 +92,7 @@ def test_a_command_that_would_write_a_fork_in_place_is_refused(tmp_path, make_ho
     assert ok.ok  # the control: an ordinary folder runs under Landlock
 
 
+@pytest.mark.usefixtures("links")
 def test_forks_made_and_removed_while_one_runs_are_no_conflict(tmp_path, make_host):
     (tmp_path / "a.txt").write_text("a")
     (tmp_path / "b.txt").write_text("b")

@@ -17,8 +17,10 @@ the real root in one place, with every rule on the way:
   ``overlay.whiteout``) removes the name; an opaque folder (``overlay.opaque = y``) first
   loses what the root held there; a folder replaced by a file (or back) is handled both ways;
 - files, symlinks and other entries land by ``rename`` (same filesystem: no copy, modes,
-  times, links and symlinks as the command left them); folders take the upper's mode, with
-  the owner's rights (``u+rwx``) kept, as the check after a direct run gives them back;
+  times, links and symlinks as the command left them; into a fork mounted as an overlay,
+  a copy beside the name renamed over it: :mod:`~stockade.layers.across`); folders take
+  the upper's mode, with the owner's rights (``u+rwx``) kept, as the check after a direct
+  run gives them back;
 - an entry the overlay marked in a way the host does not apply (``redirect``,
   ``metacopy``) is refused, named in ``failed``.
 
@@ -41,6 +43,7 @@ from attrs import frozen
 
 from .. import owned
 from ..confine import protected
+from . import across
 from .place import Layer
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -391,12 +394,18 @@ def _entry(
             tally.failed.append(f"{target}: the folder there stays: {error.strerror}")
             return
         tally.deleted.append(target + "/")
-        tally.created.append(target)
-    elif below is None:
-        tally.created.append(target)
-    else:
-        tally.modified.append(target)
-    os.rename(name, name, src_dir_fd=up, dst_dir_fd=dst)
+        below = None
+    try:
+        os.rename(name, name, src_dir_fd=up, dst_dir_fd=dst)
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+        try:
+            across.carry(up, dst, name)  # a fork mounted as an overlay: another filesystem
+        except OSError as failed:
+            tally.failed.append(f"{target}: not landed: {failed.strerror}")
+            return
+    (tally.created if below is None else tally.modified).append(target)
 
 
 def _changed_since(below: os.stat_result, since: int) -> bool:

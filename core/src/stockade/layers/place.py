@@ -10,7 +10,12 @@ The layers of a command are kept, in order of preference:
    same filesystem and in no writable root (``/tmp/.stockade-layers-1000`` for a workspace on
    a ``/tmp`` tmpfs); the sandbox masks that folder too (:attr:`Layer.hide`).
 
-When neither exists (the root is the top of its own filesystem, and that filesystem holds no
+A root in a fork mounted as an overlay (:mod:`~stockade.layers.mounts`) is the one exception:
+every folder on its filesystem is inside the fork, so its layers are under the store, on
+another filesystem, and landing copies each file it brings (once, beside its name, then a
+rename over it: :mod:`~stockade.layers.across`) where it would rename it.
+
+When none of these exists (the root is the top of its own filesystem, and that filesystem holds no
 store), the root cannot have a layer: :func:`make` returns ``None`` and the command runs in
 today's direct mode, which the result's ``sandbox.writes`` and ``stockade doctor`` say.
 """
@@ -26,6 +31,7 @@ import attrs
 from attrs import frozen
 
 from ..confine.protected import inside
+from . import mounts
 
 LAYERS = "layers"
 """The store's folder of layers."""
@@ -68,7 +74,9 @@ def home_for(root: str, store: str, roots: tuple[str, ...]) -> str | None:
     own = os.path.join(store, LAYERS)
     with contextlib.suppress(OSError):
         os.makedirs(store, mode=0o700, exist_ok=True)
-        if os.stat(store).st_dev == device and not inside(own, roots):
+        if not inside(own, roots) and (
+            os.stat(store).st_dev == device or mounts.in_fork(root, store)
+        ):
             _private(own)
             return own
     above = os.path.dirname(root)

@@ -10,32 +10,45 @@ A **snapshot** is a copy of a workspace's committed state (files, folders, symli
 and times; the protected names it holds too) under ``<store>/snapshots/ID/``, which every
 sandbox masks: no command can change it. Its id is random and names it for good.
 
-A **fork** is a workspace of its own, ``<store>/workspaces/.forks/ID/N/``, whose files are
-hard links to the snapshot's: making N forks costs one link per file, not N copies. They
-stay shared only because nothing ever writes a fork's file in place: a layered command
-(bubblewrap) writes into its own layer, and landing replaces a file by a rename (a new
-inode), never rewrites it. So a command whose writes would be direct (Landlock, ``layers =
-false``) is refused in a fork (``SandboxUnavailable``), before it starts:
-:func:`refuse_direct`.
+A **fork** is a workspace of its own, ``<store>/workspaces/.forks/ID/N/``, made one of two
+ways (:func:`fork_one` says which, and why):
+
+- ``overlay`` (where :func:`stockade.layers.mounts.refusal` allows: root, a kernel with
+  overlayfs, a store not on an overlay): an overlay mounted on the folder, the snapshot its
+  lower layer and ``<store>/forks/ID/N/`` its own upper one. One mount, whatever the
+  workspace's size; nothing written through it, by any writer, reaches the snapshot or a
+  sibling, so a command whose writes are direct (Landlock) may run in it.
+- ``links``: its files are hard links to the snapshot's (one link per file). They stay
+  shared only because nothing writes a fork's file in place: a layered command (bubblewrap)
+  writes into its own layer, and landing replaces a file by a rename (a new inode), never
+  rewrites it. So a command whose writes would be direct (Landlock, ``layers = false``) is
+  refused in such a fork (``SandboxUnavailable``), before it starts: :func:`refuse_direct`.
+
+Discarding a fork unmounts it first (lazily if busy); a mount whose fork is gone or half
+discarded (a process killed meanwhile) is found in ``/proc/self/mountinfo`` and removed by
+the next discard (:func:`sweep`). A fork whose mount is gone (a reboot) is mounted again
+before its next command (:func:`remount`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import stat
 import tarfile
 import time
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 from attrs import frozen
 
 from ..errors import SandboxUnavailable, UsageError
+from . import mounts
 from .place import remove_tree
 
 SNAPSHOTS = "snapshots"
-FORKS = os.path.join("workspaces", ".forks")
+FORKS = mounts.FORKS
 """Where forks live: among the workspaces of the store, which may be writable roots."""
 
 
@@ -99,18 +112,105 @@ def get(snapshot_id: str, *, store: str) -> Snapshot:
     return Snapshot(snapshot_id, target, source, os.stat(target).st_mtime)
 
 
+@frozen
+class Fork:
+    """A fork, and how it was made.
+
+    Attributes:
+        folder: the workspace.
+        method: ``overlay`` (a mount: constant time) or ``links`` (a hard link a file).
+        why: for ``links``, why not an overlay.
+    """
+
+    folder: str
+    method: Literal["overlay", "links"]
+    why: str = ""
+
+
 def fork(snapshot: Snapshot, count: int, *, store: str) -> tuple[str, ...]:
-    """``count`` new workspaces holding the snapshot's files (hard links to them)."""
+    """``count`` new workspaces holding the snapshot's files (see the module)."""
+    return tuple(fork_one(snapshot, store=store).folder for _ in range(count))
+
+
+def fork_one(snapshot: Snapshot, *, store: str) -> Fork:
+    """A new workspace holding the snapshot's files: an overlay where this process may
+    mount one, else hard links (:class:`Fork` says which, and why)."""
     base = os.path.join(store, FORKS, snapshot.id)
     os.makedirs(os.path.dirname(base), mode=0o700, exist_ok=True)
     os.makedirs(base, mode=0o700, exist_ok=True)
-    made: list[str] = []
-    for _ in range(count):
-        target = os.path.join(base, secrets.token_hex(4))
-        shutil.copytree(snapshot.folder, target, symlinks=True, copy_function=os.link)
-        shutil.copystat(snapshot.folder, target)
-        made.append(target)
-    return tuple(made)
+    name = secrets.token_hex(4)
+    target = os.path.join(base, name)
+    why = mounts.refusal(store)
+    if why is None:
+        layer = _layer(store, target)
+        os.makedirs(os.path.dirname(layer), mode=0o700, exist_ok=True)
+        os.mkdir(layer, 0o700)
+        for part in ("upper", "work"):
+            os.mkdir(os.path.join(layer, part), 0o700)
+        shutil.copystat(snapshot.folder, os.path.join(layer, "upper"))  # the fork root's own
+        os.mkdir(target, 0o700)
+        try:
+            mounts.mount(snapshot.folder, *_parts(layer), target)
+        except OSError as error:
+            why = f"the kernel refused this fork's overlay: {error.strerror}"
+            os.rmdir(target)
+            remove_tree(layer)
+        else:
+            return Fork(target, "overlay")
+    shutil.copytree(snapshot.folder, target, symlinks=True, copy_function=os.link)
+    shutil.copystat(snapshot.folder, target)
+    return Fork(target, "links", why)
+
+
+def _layer(store: str, fork: str) -> str:
+    """The fork's own layer folder: ``<store>/forks/SNAP/N`` for ``.forks/SNAP/N``."""
+    snap, name = fork.rstrip("/").split("/")[-2:]
+    return os.path.join(store, mounts.LAYERS, snap, name)
+
+
+def _parts(layer: str) -> tuple[str, str]:
+    return os.path.join(layer, "upper"), os.path.join(layer, "work")
+
+
+def _root(folder: str, store: str) -> str | None:
+    """The fork ``folder`` is (or lies in), resolved; ``None`` when it is in none."""
+    base = os.path.join(os.path.realpath(store), FORKS)
+    rel = os.path.relpath(os.path.realpath(folder), base).split("/")
+    if rel[0] in (".", "..") or len(rel) < 2:
+        return None
+    return os.path.join(base, rel[0], rel[1])
+
+
+def overlaid(folder: str, *, store: str) -> bool:
+    """Whether ``folder`` is (or lies in) a fork mounted as an overlay: what is written in
+    it, whoever writes, stays its own."""
+    root = _root(folder, store)
+    return root is not None and mounts.is_overlay(root)
+
+
+def remount(folder: str, *, store: str) -> bool:
+    """Mount again an overlay fork ``folder`` lies in whose mount is gone (a reboot, another
+    mount namespace's cleanup); whether it did. Its files were never in the bare folder.
+
+    Raises:
+        SandboxUnavailable: it could not be mounted (its commands would see an empty folder).
+    """
+    root = _root(folder, store)
+    if root is None or not os.path.isdir(os.path.join(_layer(store, root), "upper")):
+        return False
+    if mounts.is_overlay(root):
+        return False
+    snapshot = os.path.join(store, SNAPSHOTS, os.path.basename(os.path.dirname(root)))
+    try:
+        mounts.mount(snapshot, *_parts(_layer(store, root)), root)
+    except OSError as error:
+        raise SandboxUnavailable(
+            f"{root} is a fork whose overlay is no longer mounted, and mounting it again "
+            f"failed: {error.strerror}",
+            hint="run it as the user who forked it (root), or discard the fork",
+            details={"workspace": root},
+        ) from error
+    return True
 
 
 def forks(snapshot: Snapshot, *, store: str) -> tuple[str, ...]:
@@ -129,14 +229,14 @@ def is_fork(folder: str, *, store: str) -> bool:
 
 
 def refuse_direct(workspace: str, store: str, provider: str) -> None:
-    """Refuse a command that would write a fork's files in place (see the module).
+    """Refuse a command that would write a fork's shared files in place (see the module).
 
     Raises:
-        SandboxUnavailable: ``workspace`` is a fork.
+        SandboxUnavailable: ``workspace`` is a fork of hard links (an overlay fork is not).
     """
-    if is_fork(workspace, store=store):
+    if is_fork(workspace, store=store) and not overlaid(workspace, store=store):
         raise SandboxUnavailable(
-            f"{workspace} is a fork, whose files it shares with its snapshot; under {provider} "
+            f"{workspace} is a fork whose files are hard links to its snapshot's; under {provider} "
             "a command would write them in place",
             hint="run commands in forks under bubblewrap with layers (see `stockade doctor`)",
             details={"workspace": workspace},
@@ -152,23 +252,69 @@ def export(snapshot: Snapshot, out: BinaryIO) -> None:
 
 
 def discard_fork(folder: str, *, store: str) -> None:
-    """Remove a fork.
+    """Remove a fork: its layer's folder first (what marks it gone), then its mount (lazily
+    when busy), then its folder.
 
     Raises:
         UsageError: ``folder`` is not a fork.
+        OSError: its mount could not be removed (nothing of its folder was).
     """
     real = os.path.realpath(folder)
-    if not is_fork(real, store=store) or os.path.dirname(os.path.dirname(real)) != os.path.join(
-        os.path.realpath(store), FORKS
-    ):
+    if _root(real, store) != real:
         raise UsageError(f"{folder} is not a fork", hint="pass a folder snapshots.fork made")
-    remove_tree(real)
+    layer = _layer(store, real)
+    if os.path.lexists(layer):
+        gone = f"{layer}.gone"
+        remove_tree(gone)
+        os.rename(layer, gone)
+    _drop(real)
+    remove_tree(f"{layer}.gone")
+    sweep(store)
+
+
+def _drop(point: str) -> None:
+    """Unmount ``point`` and whatever is mounted beneath it, then remove its folder."""
+    for inner in (*mounts.overlays_beneath(point), point):
+        mounts.unmount(inner)
+    if mounts.is_overlay(point) or mounts.overlays_beneath(point):
+        raise OSError(f"{point} is still mounted")  # never remove through a mount
+    remove_tree(point)
+
+
+def sweep(store: str) -> list[str]:
+    """Unmount and remove the forks left mounted with no layer of their own any more (a
+    process killed while it discarded them, or their snapshot's discard); the folders
+    removed. A fork whole (its layer there) is a workspace in use, and stays."""
+    base = os.path.join(os.path.realpath(store), FORKS)
+    swept = []
+    for point in mounts.overlays_beneath(base):
+        root = _root(point, store)
+        if root is None or os.path.isdir(_layer(store, root)):
+            continue
+        with contextlib.suppress(OSError):
+            _drop(root)
+            swept.append(root)
+    layers = os.path.join(store, mounts.LAYERS)
+    for directory, folders, _ in os.walk(layers):
+        for name in folders:
+            if name.endswith(".gone") and not os.path.lexists(
+                os.path.join(base, os.path.basename(directory), name[:-5])
+            ):
+                remove_tree(os.path.join(directory, name))
+        if directory != layers:
+            folders[:] = []
+    return swept
 
 
 def discard(snapshot: Snapshot, *, store: str) -> None:
-    """Remove a snapshot and every fork of it."""
-    remove_tree(os.path.join(store, FORKS, snapshot.id))
+    """Remove a snapshot and every fork of it (each fork unmounted first)."""
+    for fork_folder in forks(snapshot, store=store):
+        with contextlib.suppress(UsageError):
+            discard_fork(fork_folder, store=store)
+    _drop(os.path.join(store, FORKS, snapshot.id))
+    remove_tree(os.path.join(store, mounts.LAYERS, snapshot.id))
     remove_tree(snapshot.folder)
+    sweep(store)
     note = os.path.join(os.path.dirname(snapshot.folder), f"{snapshot.id}.source")
     if os.path.lexists(note) and not stat.S_ISDIR(os.lstat(note).st_mode):
         os.unlink(note)

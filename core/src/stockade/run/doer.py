@@ -175,6 +175,10 @@ class Doer:
         """
         spec, proxy = step.spec, None
         refused: list[Refusal] = []
+        if spec.layer_store is not None:  # a fork whose overlay is gone: mounted again
+            from ..layers.snapshots import remount
+
+            remount(spec.workspace, store=spec.layer_store)
         try:
             provider = self.providers.provider_for(spec)
             if step.egress is not None:

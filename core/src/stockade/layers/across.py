@@ -1,0 +1,79 @@
+"""Landing an entry across filesystems: a copy beside its name, then a rename over it.
+
+A layer lands by ``rename(2)``, which cannot cross filesystems. A fork mounted as an overlay
+(:mod:`~stockade.layers.mounts`) is its own filesystem, and every folder on it lies inside
+the fork, so a command's layer there lives under the store, on another one
+(:mod:`~stockade.layers.place`). Each entry it brings is then copied into a new name in the
+same folder of the root (made with ``O_EXCL | O_NOFOLLOW`` through that folder's descriptor:
+never through a link), given the entry's mode, owner (where this user may) and times, and
+renamed over the name: other programs see the old entry or the new, never half of one. The
+cost is one copy of each file the command changed, never of the workspace. Hard links
+within the layer land as separate files. Only files and symbolic links are carried; a
+fifo, socket or device is refused (``OSError``), named in the commit's ``failed``.
+
+Hand-written: :func:`shutil.copy2` works by path and follows nothing safely from a folder
+descriptor; this is the descriptor-relative half of it the commit needs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAKE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+PREFIX = ".stockade-landing-"
+"""The name a carried entry has in the root until its rename."""
+
+
+def carry(up: int, dst: int, name: str) -> None:
+    """Move entry ``name`` of folder ``up`` over ``name`` in folder ``dst`` (another
+    filesystem), as ``rename`` would.
+
+    Raises:
+        OSError: it is not a file or a link, or the copy failed (the root keeps its entry).
+    """
+    info = os.stat(name, dir_fd=up, follow_symlinks=False)
+    temp = PREFIX + secrets.token_hex(8)
+    if stat.S_ISLNK(info.st_mode):
+        os.symlink(os.readlink(name, dir_fd=up), temp, dir_fd=dst)
+    elif stat.S_ISREG(info.st_mode):
+        _copy(up, dst, name, temp, info)
+    else:
+        raise OSError(errno.EXDEV, "only files and links land across filesystems", name)
+    try:
+        with contextlib.suppress(PermissionError):  # another user's file, not as root
+            os.chown(temp, info.st_uid, info.st_gid, dir_fd=dst, follow_symlinks=False)
+        if not stat.S_ISLNK(info.st_mode):
+            os.chmod(temp, stat.S_IMODE(info.st_mode), dir_fd=dst)  # after chown: it clears suid
+        os.utime(temp, ns=(info.st_atime_ns, info.st_mtime_ns), dir_fd=dst, follow_symlinks=False)
+        os.rename(temp, name, src_dir_fd=dst, dst_dir_fd=dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dst)
+        raise
+    os.unlink(name, dir_fd=up)
+
+
+def _copy(up: int, dst: int, name: str, temp: str, info: os.stat_result) -> None:
+    source = os.open(name, _READ, dir_fd=up)
+    try:
+        target = os.open(temp, _MAKE, 0o600, dir_fd=dst)
+        try:
+            left = info.st_size
+            while left > 0:
+                sent = os.sendfile(target, source, None, min(left, 1 << 30))
+                if sent == 0:
+                    break
+                left -= sent
+        except BaseException:
+            os.close(target)
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dst)
+            raise
+        os.close(target)
+    finally:
+        os.close(source)
