@@ -2,9 +2,10 @@
 an absolute path, a hard link or a device are refused, and a link is never written through
 (a file below a link's name lands in a real folder, and the link is then refused), where
 the same archive without the trick unpacks whole (the control). Exports keep binary files
-whole and name what changed. Where a node's steps write through layers, forks are hard links
-to one layers' snapshot made on the node once; where they would write directly, a copy that
-says why."""
+whole and name what changed. As root, forks are overlays over one layers' snapshot made on
+the node once, for any sandbox, and a dead pool's are discarded when a pool starts; without
+an overlay, where a node's steps write through layers, forks are hard links to it; where
+they would write directly, a copy that says why."""
 
 from __future__ import annotations
 
@@ -20,12 +21,15 @@ from ground import Box
 
 from stockade.config.schema import Config, PluginsConfig, StoreConfig
 from stockade.errors import UsageError
+from stockade.layers import mounts, snapshots
 
 pytest.importorskip("ray")  # optional (see conftest.py)
 
 from stockade_ray.forks import TooLarge, export, manifest, pack, unpack
 from stockade_ray.layered import LayeredSnapshots, forget_pool
 from stockade_ray.worker import Worker
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="an overlay fork is root's")
 
 
 def _archive(*members: tuple[str, bytes | str | None, bytes]) -> bytes:
@@ -112,6 +116,13 @@ def _tree(folder: Path, files: int) -> None:
         (folder / f"d{i % 3}" / f"f{i}.txt").write_text(f"file {i}\n")
 
 
+@pytest.fixture
+def links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forks of hard links, as where no overlay can be mounted (unprivileged)."""
+    monkeypatch.setattr(mounts, "refusal", lambda store: "asked for links by the test")
+
+
+@pytest.mark.usefixtures("links")
 def test_forks_from_layers_share_one_snapshot_and_copies_say_why(box: Box) -> None:
     _tree(box.ws, 30)
     snap = LayeredSnapshots().take(str(box.ws), cap=10**7)
@@ -120,6 +131,7 @@ def test_forks_from_layers_share_one_snapshot_and_copies_say_why(box: Box) -> No
         first, second = (asyncio.run(worker.seed(str(box.root / n), snap, LayeredSnapshots()))
                          for n in ("a", "b"))  # fmt: skip
         assert first.method == second.method == "layers", first.why
+        assert first.why == "asked for links by the test"
         assert first.base == second.base and first.workspace != second.workspace
         # No copy: each fork's file is the node snapshot's own (made once, for both).
         inode = os.stat(Path(first.base) / "d0" / "f0.txt").st_ino
@@ -140,8 +152,68 @@ def test_forks_from_layers_share_one_snapshot_and_copies_say_why(box: Box) -> No
     try:
         copied = asyncio.run(direct.seed(str(box.root / "c"), snap, LayeredSnapshots()))
         assert copied.method == "copy" and "directly" in copied.why, copied
+        assert "asked for links by the test" in copied.why
         assert copied.workspace == str(box.root / "c") and copied.files == 30
         inode = os.stat(box.ws / "d0" / "f0.txt").st_ino
         assert os.stat(box.root / "c" / "d0" / "f0.txt").st_ino != inode
     finally:
         direct.close()
+
+
+@ROOT_ONLY
+def test_overlay_forks_serve_any_sandbox_export_their_changes_and_unmount(box: Box) -> None:
+    _tree(box.ws, 30)
+    snap = LayeredSnapshots().take(str(box.ws), cap=10**7)
+    # Steps that write directly (no layers) may run in an overlay fork: no copy needed.
+    worker = _worker(box.root / "state", layers=False)
+    store = str(box.root / "state")
+    try:
+        forked = asyncio.run(worker.seed(str(box.root / "a"), snap, LayeredSnapshots()))
+        assert (forked.method, forked.why) == ("overlay", "")
+        assert mounts.is_overlay(forked.workspace)
+        ws = Path(forked.workspace)
+        (ws / "d0" / "f0.txt").unlink()
+        (ws / "d1" / "f1.txt").write_text("changed\n")
+        (ws / "new.bin").write_bytes(bytes(range(256)))
+        changed = worker.export(forked.workspace, 10**7, True)
+        assert sorted(changed.files) == ["d1/f1.txt", "new.bin"]
+        assert changed.deleted == ("d0/f0.txt",)
+        assert (Path(forked.base) / "d0" / "f0.txt").exists()  # the snapshot keeps it
+        worker.forget("x", forked.workspace, remove=True)
+        assert not os.path.exists(forked.workspace)
+        assert not mounts.overlays_beneath(store)
+    finally:
+        worker.close()
+        _unmount(store)
+
+
+def _unmount(store: str) -> None:
+    """What a failed test left mounted."""
+    for point in mounts.overlays_beneath(store):
+        mounts.unmount(point)
+
+
+@ROOT_ONLY
+def test_a_dead_pools_forks_are_discarded_when_a_pool_starts(box: Box) -> None:
+    _tree(box.ws, 5)
+    snap = LayeredSnapshots().take(str(box.ws), cap=10**7)
+    store = str(box.root / "state")
+    dead, closed = _worker(box.root / "state"), _worker(box.root / "state")
+    left = asyncio.run(dead.seed(str(box.root / "a"), snap, LayeredSnapshots()))
+    kept = asyncio.run(closed.seed(str(box.root / "b"), snap, LayeredSnapshots()))
+    assert left.method == kept.method == "overlay"
+    os.close(dead._live)  # its process killed with its driver: no shutdown ran
+    dead._live = -1
+    closed.close()  # shut down cleanly, keeping a closed episode's fork
+    assert mounts.is_overlay(left.workspace) and mounts.is_overlay(kept.workspace)
+    fresh = _worker(box.root / "state")  # a pool starts on the node
+    try:
+        assert not os.path.exists(left.workspace) and not os.path.exists(left.base)
+        assert mounts.overlays_beneath(store) == [kept.workspace]  # the closed one's stays
+        assert (Path(kept.workspace) / "d0" / "f0.txt").read_text() == "file 0\n"
+        snapshots.discard(snapshots.get(Path(kept.base).name, store=store), store=store)
+        assert not mounts.overlays_beneath(store)
+    finally:
+        fresh.close()
+        dead.doer.close()
+        _unmount(store)

@@ -308,7 +308,7 @@ def make_episode(
     made: list[Episode] = []
     for (name, slot), forked in zip(placed, forks, strict=True):
         mine = attrs.evolve(template, name=name, workspace=None)
-        if forked is not None and forked.method == "layers":
+        if forked is not None and forked.method in ("overlay", "layers"):
             mine = attrs.evolve(mine, workspace=forked.workspace)  # where core forks
         if budget is not None:
             mine = attrs.evolve(mine, budget=budget)

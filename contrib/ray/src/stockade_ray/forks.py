@@ -75,15 +75,16 @@ class Forked:
 
     Attributes:
         workspace: where it is (on its worker's node).
-        method: ``layers`` (hard links to the node's layers' snapshot: no copy) or ``copy``.
-        why: for a copy, why not layers (``""`` for a fork from layers).
+        method: ``overlay`` (an overlay mounted over the node's layers' snapshot: one
+            mount), ``layers`` (hard links to that snapshot: no copy) or ``copy``.
+        why: why not the method before it (``""`` for an overlay).
         files: the files it holds.
-        base: for ``layers``, the snapshot's folder on the node (what its changes are
-            measured against); ``""`` for a copy.
+        base: for ``overlay`` and ``layers``, the snapshot's folder on the node (what its
+            changes are measured against); ``""`` for a copy.
     """
 
     workspace: str
-    method: Literal["layers", "copy"]
+    method: Literal["overlay", "layers", "copy"]
     why: str = ""
     files: int = 0
     base: str = ""

@@ -1,22 +1,33 @@
-"""Forks from the layered workspaces' snapshots (:mod:`stockade.layers.snapshots`), where a
-node's commands write through layers; a copy where they do not.
+"""Forks from the layered workspaces' snapshots (:mod:`stockade.layers.snapshots`) where a
+node has them; a copy where it does not.
 
 A snapshot is taken as :class:`~stockade_ray.forks.CopySnapshots` takes it (a tar archive in
-Ray's object store, so any node can have it). On a node whose steps write through layers
-(bubblewrap with its overlay: the worker asks its own sandbox, as ``stockade doctor`` does),
-the archive becomes a layers' snapshot in the node's store once (the first fork there
-pays that copy, under a lock so two workers of a node never both do), and every fork is
-:func:`stockade.layers.snapshots.fork`: a workspace whose files are hard links to the
-snapshot's, no copy. Those forks are safe to share only because a layered command never
-writes a file in place; a step that would (Landlock, ``layers = false``) is refused in a
-fork by core (``SandboxUnavailable``) rather than spoil its siblings. Where a node's steps
-would write directly, the fork is a copy, and its :class:`~stockade_ray.forks.Forked` says
-so and why.
+Ray's object store, so any node can have it). On a node that can fork from layers, the
+archive becomes a layers' snapshot in the node's store once (the first fork there pays that
+copy, under a lock so two workers of a node never both do), and every fork is
+:func:`stockade.layers.snapshots.fork_one` of it:
+
+- ``overlay`` where the worker may mount one (root; :mod:`stockade.layers.mounts`): one
+  mount, whatever the workspace's size; nothing written in it reaches the snapshot or a
+  sibling, so any sandbox's steps may run there (Landlock's direct writes too);
+- else ``layers``: a workspace whose files are hard links to the snapshot's, no copy, safe
+  to share only because a layered command never writes a file in place; taken only where
+  the node's steps write through layers (bubblewrap with its overlay: the worker asks its
+  own sandbox, as ``stockade doctor`` does), since core refuses a step that would write one
+  directly (``SandboxUnavailable``) rather than spoil its siblings;
+- else a copy. :class:`~stockade_ray.forks.Forked` says which, and why not the one before.
+
+A pool's workers hold a shared lock on ``ray-snapshots/POOL.live`` while they live; a pool
+that shut down cleanly and kept forks (episodes closed with ``close()``) leaves
+``POOL.closed``. When a worker starts (:func:`start_pool`), every other pool of the node's
+store with neither, whose workers were killed with their driver, has its snapshots and
+forks discarded (each fork unmounted), and mounts left by a killed discard are swept.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
@@ -24,6 +35,7 @@ from typing import Any
 
 from stockade import owned
 from stockade.errors import StockadeError, UsageError
+from stockade.layers import mounts
 from stockade.layers import snapshots as layers
 from stockade.layers.place import remove_tree
 
@@ -41,14 +53,20 @@ class LayeredSnapshots(CopySnapshots):
     def fork_into(
         self, snapshot: Snapshot, into: str, *, store: str, pool: str, refusal: str | None
     ) -> Forked:
-        """A fork of ``snapshot`` for one episode on this node: ``into`` (a copy) when
-        ``refusal`` says why this node's steps would not be layered, else a fork of the
-        node's layers' snapshot of it (wherever core puts forks)."""
-        if refusal is not None:
-            return copy_into(snapshot, into, why=refusal)
+        """A fork of ``snapshot`` for one episode on this node: of the node's layers'
+        snapshot of it (an overlay where this worker may mount one, else hard links when
+        ``refusal`` is ``None``), else ``into`` (a copy), saying why."""
+        overlay = mounts.refusal(store)
+        if overlay is not None and refusal is not None:
+            return copy_into(snapshot, into, why=f"{refusal}; and {overlay}")
         node = node_snapshot(snapshot, store=store, pool=pool)
-        (made,) = layers.fork(node, 1, store=store)
-        return Forked(made, "layers", "", snapshot.files, node.folder)
+        made = layers.fork_one(node, store=store)
+        if made.method == "links" and refusal is not None:  # this one's overlay was refused
+            layers.discard_fork(made.folder, store=store)
+            return copy_into(snapshot, into, why=f"{refusal}; and {made.why}")
+        if made.method == "overlay":
+            return Forked(made.folder, "overlay", "", snapshot.files, node.folder)
+        return Forked(made.folder, "layers", made.why, snapshot.files, node.folder)
 
 
 def node_snapshot(snapshot: Snapshot, *, store: str, pool: str) -> layers.Snapshot:
@@ -78,7 +96,10 @@ def node_snapshot(snapshot: Snapshot, *, store: str, pool: str) -> layers.Snapsh
 
 def forget_pool(store: str, pool: str) -> list[str]:
     """Discard the layers' snapshots ``pool`` made in this node's store that no fork uses
-    any more (a closed episode's kept workspace keeps its snapshot); the ids kept."""
+    any more (a closed episode's kept workspace keeps its snapshot), after sweeping the
+    mounts a killed discard left; the ids kept (then ``POOL.closed`` says so to
+    :func:`start_pool`)."""
+    layers.sweep(store)
     index = os.path.join(store, INDEX, pool)
     kept: list[str] = []
     try:
@@ -97,9 +118,56 @@ def forget_pool(store: str, pool: str) -> list[str]:
             kept.append(found.id)
             continue
         layers.discard(found, store=store)
-    if not kept:
+    if kept:
+        with open(index + ".closed", "w") as note:
+            note.write("\n".join(kept))
+    else:
         shutil.rmtree(index, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(index + ".closed")
     return kept
+
+
+def start_pool(store: str, pool: str) -> int:
+    """Hold ``pool``'s live lock on this node (the descriptor returned: kept open while the
+    worker lives), then discard what dead pools left here (see the module)."""
+    base = os.path.join(store, INDEX)
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    live = _open_live(base, pool)
+    fcntl.flock(live, fcntl.LOCK_SH)
+    for name in sorted(os.listdir(base)):
+        folder = os.path.join(base, name)
+        if name == pool or not os.path.isdir(folder) or os.path.exists(folder + ".closed"):
+            continue
+        other = _open_live(base, name)
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(other)
+            continue  # its workers live
+        try:
+            _discard_pool(store, folder)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(base, f"{name}.live"))
+        finally:
+            os.close(other)
+    layers.sweep(store)
+    return live
+
+
+def _open_live(base: str, pool: str) -> int:
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(os.path.join(base, f"{pool}.live"), flags, 0o600)
+
+
+def _discard_pool(store: str, index: str) -> None:
+    """Every layers' snapshot a dead pool made here, with its forks."""
+    for name in sorted(os.listdir(index)):
+        if name.endswith((".lock", ".new")) or name.startswith("unpack-"):
+            continue
+        with contextlib.suppress(OSError, UsageError), open(os.path.join(index, name)) as known:
+            layers.discard(layers.get(known.read().strip(), store=store), store=store)
+    shutil.rmtree(index, ignore_errors=True)
 
 
 def layers_refusal(doer: Any, store: str, mode: str) -> str | None:  # noqa: ANN401 - a Doer
@@ -133,4 +201,4 @@ def layers_refusal(doer: Any, store: str, mode: str) -> str | None:  # noqa: ANN
     return f"the {name} sandbox here writes {mode} steps directly, not through layers"
 
 
-__all__ = ["LayeredSnapshots", "forget_pool", "layers_refusal"]
+__all__ = ["LayeredSnapshots", "forget_pool", "layers_refusal", "start_pool"]

@@ -24,6 +24,7 @@ agent config, the quota) as for an agent's own file calls.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Mapping
@@ -31,13 +32,15 @@ from typing import Any
 
 import attrs
 
-from stockade.config.schema import Config
+from stockade.config.schema import Config, store_folder
 from stockade.errors import SandboxUnavailable, StockadeError, UsageError
+from stockade.layers import snapshots as layers
 from stockade.plugin.manager import Hooks, get_plugin_manager
 from stockade.request.step import AdmittedStep, Carried
 from stockade.request.wire import plain, step_from_json, step_to_json
 from stockade.run.doer import Doer
 
+from .layered import start_pool
 from .tripped import Tripped
 
 
@@ -84,6 +87,7 @@ class Worker:
         self.ledger = ledger
         self.place = _where()
         self.tripped = Tripped()  # the runs the driver said hold both (stockade_ray.tripped)
+        self._live = start_pool(store_folder(config), run_id)  # held while this worker lives
 
     def _doer(self, run_id: str) -> Doer:
         """The doer of run ``run_id`` (an episode's steps hold their workspace for it)."""
@@ -100,8 +104,6 @@ class Worker:
         """A workspace forked from ``snapshot`` for an episode: from the node's layers where
         its writing steps would write through them, else a copy into ``workspace``
         (:class:`~stockade_ray.forks.Forked` says which, and why)."""
-        from stockade.config.schema import store_folder
-
         from .forks import manifest
         from .layered import layers_refusal
 
@@ -131,6 +133,7 @@ class Worker:
         against)."""
         from .forks import copy_into, manifest, unpack
 
+        layers.remount(workspace, store=store_folder(self.doer.config))  # if its mount went
         # An empty folder is not taken for the episode's: the driver makes an own workspace
         # folder when it admits a step, on its node (on one disk with this one, it is here).
         found = os.path.isdir(workspace) and bool(os.listdir(workspace))
@@ -186,7 +189,11 @@ class Worker:
         if workspace is not None:
             self._bases.pop(workspace, None)
             self._base_folders.pop(workspace, None)
-            if remove:
+            store = store_folder(self.doer.config)
+            if remove and layers.is_fork(workspace, store=store):
+                with contextlib.suppress(UsageError, OSError):
+                    layers.discard_fork(workspace, store=store)  # unmounted first
+            elif remove:
                 shutil.rmtree(workspace, ignore_errors=True)
 
     async def trip(self, run_id: str, reason: str) -> bool:
@@ -269,13 +276,14 @@ class Worker:
     def close(self) -> None:
         """Release the executor's helpers, and the pool's layers' snapshots on this node
         that no kept fork uses."""
-        from stockade.config.schema import store_folder
-
         from .layered import forget_pool
 
         try:
             forget_pool(store_folder(self.doer.config), self.doer.run_id)
         finally:
+            if self._live >= 0:
+                os.close(self._live)
+                self._live = -1  # the pool's live lock: this worker is gone
             self.doer.close()  # the runs' doers share its executor and providers
 
 
