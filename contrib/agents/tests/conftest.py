@@ -13,6 +13,7 @@ from agents import set_tracing_disabled
 
 from stockade.config.load import parse_config
 from stockade.host import Host
+from stockade.layers import mounts
 from stockade.testing import FRONT_END_PROFILES
 
 PROFILES = (
@@ -28,11 +29,16 @@ private = ["private/*"]
 @pytest.fixture(autouse=True)
 def _private_state(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
-) -> None:
+) -> Iterator[None]:
     # Held steps go to a store of the test's own, never the user's.
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+    state = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
     # No network: the SDK's traces would be exported to OpenAI when a key is set.
     set_tracing_disabled(True)
+    yield
+    # A fork a test kept is mounted (as root): unmounted with it, as pytest removes old folders.
+    for point in mounts.overlays_beneath(str(state)):
+        mounts.unmount(point)
 
 
 @pytest.fixture

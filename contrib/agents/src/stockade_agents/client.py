@@ -119,8 +119,9 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
 
     def fork(self, snapshot: SnapshotBase, count: int) -> tuple[Manifest, ...]:
         """``count`` manifests, each rooted in a new workspace holding the snapshot's files
-        (hard links: :func:`stockade.layers.snapshots.fork`), for sessions of the default
-        profile. Commands in a fork run under bubblewrap with layers only; elsewhere they are
+        (:func:`stockade.layers.snapshots.fork`: an overlay mount where the host may make
+        one, as root, else hard links), for sessions of the default profile. In a fork of
+        hard links, commands run under bubblewrap with layers only; elsewhere they are
         refused (``SandboxUnavailable``), since they would write the shared files in place.
 
         Raises:

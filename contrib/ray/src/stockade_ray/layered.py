@@ -48,7 +48,14 @@ INDEX = "ray-snapshots"
 class LayeredSnapshots(CopySnapshots):
     """Forks from the layers' snapshots where a node's steps are layered, else copies.
 
-    The default of :class:`~stockade_ray.pool.StockadePool`."""
+    The default of :class:`~stockade_ray.pool.StockadePool`.
+
+    Args:
+        overlay: mount an overlay where the worker may (``False``: hard links at best).
+    """
+
+    def __init__(self, *, overlay: bool = True) -> None:
+        self.overlay = overlay
 
     def fork_into(
         self, snapshot: Snapshot, into: str, *, store: str, pool: str, refusal: str | None
@@ -56,11 +63,11 @@ class LayeredSnapshots(CopySnapshots):
         """A fork of ``snapshot`` for one episode on this node: of the node's layers'
         snapshot of it (an overlay where this worker may mount one, else hard links when
         ``refusal`` is ``None``), else ``into`` (a copy), saying why."""
-        overlay = mounts.refusal(store)
+        overlay = mounts.refusal(store) if self.overlay else "hard links were asked for"
         if overlay is not None and refusal is not None:
             return copy_into(snapshot, into, why=f"{refusal}; and {overlay}")
         node = node_snapshot(snapshot, store=store, pool=pool)
-        made = layers.fork_one(node, store=store)
+        made = layers.fork_one(node, store=store, overlay=self.overlay)
         if made.method == "links" and refusal is not None:  # this one's overlay was refused
             layers.discard_fork(made.folder, store=store)
             return copy_into(snapshot, into, why=f"{refusal}; and {made.why}")

@@ -132,15 +132,15 @@ def fork(snapshot: Snapshot, count: int, *, store: str) -> tuple[str, ...]:
     return tuple(fork_one(snapshot, store=store).folder for _ in range(count))
 
 
-def fork_one(snapshot: Snapshot, *, store: str) -> Fork:
+def fork_one(snapshot: Snapshot, *, store: str, overlay: bool = True) -> Fork:
     """A new workspace holding the snapshot's files: an overlay where this process may
-    mount one, else hard links (:class:`Fork` says which, and why)."""
+    mount one (and ``overlay``), else hard links (:class:`Fork` says which, and why)."""
     base = os.path.join(store, FORKS, snapshot.id)
     os.makedirs(os.path.dirname(base), mode=0o700, exist_ok=True)
     os.makedirs(base, mode=0o700, exist_ok=True)
     name = secrets.token_hex(4)
     target = os.path.join(base, name)
-    why = mounts.refusal(store)
+    why = mounts.refusal(store) if overlay else "hard links were asked for"
     if why is None:
         layer = _layer(store, target)
         os.makedirs(os.path.dirname(layer), mode=0o700, exist_ok=True)
