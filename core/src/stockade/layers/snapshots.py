@@ -274,7 +274,7 @@ def discard_fork(folder: str, *, store: str) -> None:
 
 def _drop(point: str) -> None:
     """Unmount ``point`` and whatever is mounted beneath it, then remove its folder."""
-    for inner in (*mounts.overlays_beneath(point), point):
+    for inner in (*mounts.overlays_beneath(point), *([point] * mounts.is_overlay(point))):
         mounts.unmount(inner)
     if mounts.is_overlay(point) or mounts.overlays_beneath(point):
         raise OSError(f"{point} is still mounted")  # never remove through a mount
