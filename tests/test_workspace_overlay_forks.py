@@ -8,6 +8,7 @@ fallback is taken, and says why, where no overlay can be mounted."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.cli import stockade
 from stockade.config.schema import Config, store_folder
 from stockade.errors import SandboxUnavailable
 from stockade.layers import mounts, snapshots
@@ -303,3 +305,12 @@ def test_unprivileged_forks_are_links_and_say_why(tmp_path, store):
     assert "CAP_SYS_ADMIN" in made.why
     assert os.stat(Path(made.folder, "a.txt")).st_ino == os.stat(Path(snap.folder, "a.txt")).st_ino
     snapshots.discard(snap, store=store)
+
+
+def test_doctor_says_how_forks_are_made_here(tmp_path):
+    done = stockade("doctor", "--json", cwd=tmp_path)
+    (fact,) = [f for f in json.loads(done.stdout)["kernel"] if f["name"] == "forks"]
+    if os.geteuid() == 0:
+        assert fact["ok"] and "overlay" in fact["detail"], fact
+    else:
+        assert not fact["ok"] and "CAP_SYS_ADMIN" in fact["detail"]

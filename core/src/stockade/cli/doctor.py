@@ -77,6 +77,7 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
             False, python, f"{where} (unusable)", kernel, unusable, (), (), problem=problem
         )
     config = host.config.source or "embedded defaults (no config file)"
+    kernel += (_forks(host),)
     executors = tuple(
         Fact(c.PLUGIN_NAME, probe.usable, probe.detail)
         for c in host.executors.classes()
@@ -140,6 +141,20 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
         broken,
         tuple(partial),
     )
+
+
+def _forks(host: Host) -> Fact:
+    """How a fork of a snapshot is made here (:mod:`stockade.layers.snapshots`)."""
+    from ..config.schema import store_folder
+    from ..layers import mounts
+
+    try:
+        why = mounts.refusal(store_folder(host.config))
+    except OSError as error:
+        why = f"the store cannot be probed: {error.strerror}"
+    if why is None:
+        return Fact("forks", True, "overlay mounts: one mount a fork, whatever its size")
+    return Fact("forks", False, f"hard links, one a file ({why})")
 
 
 WRITES = {

@@ -141,13 +141,18 @@ def _can_mount() -> bool:
 
 
 def refusal(store: str) -> str | None:
-    """Why a fork in ``store`` cannot be an overlay mount (``None``: it can); asked once per
-    file system of the store, and remembered."""
+    """Why a fork in ``store`` (made if missing) cannot be an overlay mount (``None``: it
+    can); asked once per file system of the store, and remembered.
+
+    Raises:
+        OSError: the store cannot be made.
+    """
     if not _can_mount():
         return (
             f"mounting an overlay needs CAP_SYS_ADMIN (root), which this process (uid "
             f"{os.getuid()}) lacks: the fork's files are hard links to the snapshot's"
         )
+    os.makedirs(store, mode=0o700, exist_ok=True)
     device = os.stat(store).st_dev
     with _lock:
         if device in _refused:
