@@ -20,7 +20,7 @@ import pytest
 from helpers.cli import stockade
 from stockade.config.schema import Config, store_folder
 from stockade.errors import SandboxUnavailable
-from stockade.layers import mounts, snapshots
+from stockade.layers import Rules, journal, mounts, place, snapshots
 from stockade.request.spec import ExecRequest
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="an overlay fork is root's")
@@ -236,7 +236,7 @@ def test_discard_unmounts_even_a_busy_fork(tmp_path, store):
 
 KILLED = """
 import os, signal, sys
-from stockade.layers import mounts, snapshots
+from stockade.layers import Rules, journal, mounts, place, snapshots
 mounts.unmount = lambda point: os.kill(os.getpid(), signal.SIGKILL)
 snapshots.discard_fork(sys.argv[1], store=sys.argv[2])
 """
@@ -314,3 +314,31 @@ def test_doctor_says_how_forks_are_made_here(tmp_path):
         assert fact["ok"] and "overlay" in fact["detail"], fact
     else:
         assert not fact["ok"] and "CAP_SYS_ADMIN" in fact["detail"]
+
+
+@ROOT_ONLY
+def test_a_commit_left_for_a_fork_a_reboot_unmounted_lands_in_the_fork(tmp_path, store):
+    _seed(tmp_path)
+    snap = snapshots.take(str(tmp_path), store=store)
+    fork = snapshots.fork_one(snap, store=store).folder
+    made = place.make((fork,), store, "left")
+    assert made is not None and made[0].hide == os.path.join(store, place.LAYERS)
+    Path(made[0].upper, "landed.txt").write_text("x")
+    left = journal.Entry(
+        "left",
+        state="landing",
+        layers=made,
+        rules=Rules(os.path.join(store, "q")),
+        pid=2**22 + 1,
+        started=1,
+    )
+    journal.write(store, left)  # a host that died before it landed anything
+    mounts.unmount(fork)  # and the machine rebooted
+    assert [r.outcome for r in journal.recover(store)] == ["finished"]
+    assert mounts.is_overlay(fork)
+    assert Path(fork, "landed.txt").read_text() == "x"
+    assert Path(fork, "a.txt").read_text() == "a.txt\n"  # the fork's, not a bare folder
+    assert not Path(snap.folder, "landed.txt").exists()
+    mounts.unmount(fork)
+    assert os.listdir(fork) == []  # nothing went into the bare mount point
+    snapshots.discard(snap, store=store)

@@ -26,10 +26,12 @@ from typing import Literal
 
 from attrs import field, frozen
 
+from ..errors import SandboxUnavailable
 from ..record.events import LayerEvent
 from ..request import wire
 from .commit import Rules, Tally, land
 from .place import LAYERS, Layer, discard, remove_tree
+from .snapshots import remount
 
 State = Literal["running", "landing", "waiting"]
 JOURNAL = "journal"
@@ -149,7 +151,7 @@ def recover(store: str) -> list[Recovery]:
         names = sorted(os.listdir(where))
     except OSError:
         names = []
-    done = _recover(where, names)
+    done = _recover(where, names, store)
     _sweep(os.path.dirname(where), {n.removesuffix(".json") for n in names})
     return done
 
@@ -169,7 +171,7 @@ def _sweep(layers: str, named: set[str]) -> None:
                 remove_tree(entry.path)
 
 
-def _recover(where: str, names: list[str]) -> list[Recovery]:
+def _recover(where: str, names: list[str], store: str) -> list[Recovery]:
     done: list[Recovery] = []
     for name in names:
         path = os.path.join(where, name)
@@ -182,7 +184,7 @@ def _recover(where: str, names: list[str]) -> list[Recovery]:
             continue  # another format, or a file being written: not ours to judge
         if entry.state == "waiting" or _alive(entry):
             continue  # a waiting one is a person's to answer (stockade land)
-        done.append(_finish(entry) if entry.state == "landing" else _drop(entry))
+        done.append(_finish(entry, store) if entry.state == "landing" else _drop(entry))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     return done
@@ -219,11 +221,14 @@ def recover_recorded(store: str, record: Callable[[LayerEvent], None]) -> list[L
     return found
 
 
-def _finish(entry: Entry) -> Recovery:
+def _finish(entry: Entry, store: str) -> Recovery:
     tally = Tally()
     for layer in entry.layers:
         try:
+            remount(layer.root, store=store)  # a fork a reboot unmounted: never its bare folder
             land(layer, entry.rules, tally)
+        except SandboxUnavailable as error:
+            tally.failed.append(f"{layer.root}: {error.message}")
         except OSError as error:
             tally.failed.append(f"{layer.root}: {error.strerror}")
     discard(entry.layers)
