@@ -19,7 +19,7 @@ import pytest
 
 from helpers.cli import stockade
 from stockade.config.schema import Config, store_folder
-from stockade.errors import SandboxUnavailable
+from stockade.errors import SandboxUnavailable, UsageError
 from stockade.layers import Rules, journal, mounts, place, snapshots
 from stockade.request.spec import ExecRequest
 
@@ -342,3 +342,21 @@ def test_a_commit_left_for_a_fork_a_reboot_unmounted_lands_in_the_fork(tmp_path,
     mounts.unmount(fork)
     assert os.listdir(fork) == []  # nothing went into the bare mount point
     snapshots.discard(snap, store=store)
+
+
+def test_a_gone_fork_is_made_again_at_its_path(tmp_path, store):
+    _seed(tmp_path)
+    snap = snapshots.take(str(tmp_path), store=store)
+    first = snapshots.fork_one(snap, store=store)
+    Path(first.folder, "mine.txt").write_text("mine")
+    with pytest.raises(UsageError):  # it is there still
+        snapshots.fork_one(snap, store=store, at=first.folder)
+    with pytest.raises(UsageError):  # not a fork's path
+        snapshots.fork_one(snap, store=store, at=str(tmp_path / "elsewhere"))
+    snapshots.discard_fork(first.folder, store=store)
+    again = snapshots.fork_one(snap, store=store, at=first.folder)
+    assert (again.folder, again.method) == (first.folder, first.method)
+    assert not Path(again.folder, "mine.txt").exists()  # the snapshot's, afresh
+    assert _tree(again.folder) == _tree(snap.folder)
+    snapshots.discard(snap, store=store)
+    assert not mounts.overlays_beneath(store)

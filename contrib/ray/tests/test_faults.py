@@ -240,7 +240,9 @@ def test_an_episode_goes_on_after_its_worker_is_killed(state: Path, box: Box) ->
         # changes since lost, and said; an episode with no snapshot starts empty, and says so.
         import shutil
 
-        shutil.rmtree(forked.workspace)
+        from stockade.layers import snapshots
+
+        snapshots.discard_fork(forked.workspace, store=str(state))  # a mount too, as root
         shutil.rmtree(empty.workspace)
         listed = forked.run(ExecRequest(("ls",))).result(60).result
         assert listed.stdout.text.split() == ["seed.txt"], (forked.rehomed, listed)

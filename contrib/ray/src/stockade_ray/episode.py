@@ -44,7 +44,8 @@ class Episode:
         run_id: its run: what its budget counts, what names its held steps and its log.
         workspace: its workspace's path (on its worker's node).
         snapshot: the snapshot it was forked from, if any.
-        forked: how its workspace was forked (``layers`` or ``copy``, and why), if it was.
+        forked: how its workspace was forked (``overlay``, ``layers`` or ``copy``, and why),
+            if it was.
         rehomed: each time its worker was lost and the episode went on on the replacement:
             ``workspace`` (``kept``: as its last finished step left it; ``re-forked``: from
             its snapshot, the changes of its ``steps`` steps so far lost; ``empty``), ``from``

@@ -78,8 +78,9 @@ class StockadePool:
         plugins: extra plugin objects for the driver's host (policies, classifiers,
             recorders: everything that decides or records runs here, never on a worker).
         snapshots: how snapshots are taken and forked (:class:`~stockade_ray.forks.Snapshots`):
-            handed to every worker, which forks with it on its node. Unless given, from the
-            node's layers where its steps write through them, else a copy
+            handed to every worker, which forks with it on its node. Unless given, an
+            overlay over the node's layers' snapshot where the worker may mount one (root),
+            else hard links to it where its steps write through layers, else a copy
             (:class:`~stockade_ray.layered.LayeredSnapshots`);
             :class:`~stockade_ray.forks.CopySnapshots` always copies.
         shards: when more than 0, the pool's runs' events go to this many shard chains,

@@ -133,7 +133,8 @@ class Worker:
         against)."""
         from .forks import copy_into, manifest, unpack
 
-        layers.remount(workspace, store=store_folder(self.doer.config))  # if its mount went
+        with contextlib.suppress(SandboxUnavailable):  # then it is taken for an empty one
+            layers.remount(workspace, store=store_folder(self.doer.config))  # its mount went
         # An empty folder is not taken for the episode's: the driver makes an own workspace
         # folder when it admits a step, on its node (on one disk with this one, it is here).
         found = os.path.isdir(workspace) and bool(os.listdir(workspace))
@@ -152,6 +153,19 @@ class Worker:
         if snapshot is None:
             os.makedirs(workspace, mode=0o700, exist_ok=True)
             return {"workspace": "empty", "files": 0}
+        store = store_folder(self.doer.config)
+        if base and os.path.isdir(base) and layers.is_fork(workspace, store=store):
+            # A fork of this node's layers' snapshot: made again in place from it, no copy.
+            try:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(workspace)  # an empty folder left where it was
+                node = layers.get(os.path.basename(base), store=store)
+                again = layers.fork_one(node, store=store, at=workspace)
+            except (OSError, UsageError):
+                pass  # copied below
+            else:
+                self._base_folders[workspace] = base
+                return {"workspace": "re-forked", "files": len(manifest(again.folder))}
         os.makedirs(os.path.dirname(workspace), mode=0o700, exist_ok=True)
         forked = copy_into(snapshot, workspace, why="forked again on a replacement worker")
         self._bases[workspace] = manifest(workspace)

@@ -132,14 +132,26 @@ def fork(snapshot: Snapshot, count: int, *, store: str) -> tuple[str, ...]:
     return tuple(fork_one(snapshot, store=store).folder for _ in range(count))
 
 
-def fork_one(snapshot: Snapshot, *, store: str, overlay: bool = True) -> Fork:
+def fork_one(
+    snapshot: Snapshot, *, store: str, overlay: bool = True, at: str | None = None
+) -> Fork:
     """A new workspace holding the snapshot's files: an overlay where this process may
-    mount one (and ``overlay``), else hard links (:class:`Fork` says which, and why)."""
+    mount one (and ``overlay``), else hard links (:class:`Fork` says which, and why).
+    ``at``: a fork of this snapshot that is gone (discarded, or lost with its disk), made
+    again at the same path.
+
+    Raises:
+        UsageError: ``at`` is not a path of this snapshot's forks, or is there still.
+    """
     base = os.path.join(store, FORKS, snapshot.id)
     os.makedirs(os.path.dirname(base), mode=0o700, exist_ok=True)
     os.makedirs(base, mode=0o700, exist_ok=True)
-    name = secrets.token_hex(4)
-    target = os.path.join(base, name)
+    target = os.path.join(base, secrets.token_hex(4))
+    if at is not None:
+        target = os.path.join(base, os.path.basename(at))
+        if _root(at, store) != os.path.realpath(target) or os.path.lexists(target):
+            raise UsageError(f"{at} is not a gone fork of {snapshot.id}", hint="fork anew")
+        remove_tree(_layer(store, target) + ".gone")
     why = mounts.refusal(store) if overlay else "hard links were asked for"
     if why is None:
         layer = _layer(store, target)
