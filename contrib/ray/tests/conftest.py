@@ -22,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from ground import Box, Upstream
+from ground import Box, Upstream, unmount_forks
 from nodes import Cluster, token_env
 
 # A driver started by `uv run` would have Ray rebuild the project for every worker; token
@@ -80,6 +80,7 @@ def box() -> Iterator[Box]:
     try:
         yield Box(root)
     finally:
+        unmount_forks(root)
         subprocess.run(["chmod", "-R", "u+rwX", str(root)], check=False)
         shutil.rmtree(root, ignore_errors=True)
 

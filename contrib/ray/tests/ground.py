@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 from stockade.conformance.procs import alive
+from stockade.layers import mounts
 
 PYTHON = "/usr/bin/python3"  # the system interpreter: visible inside every sandbox
 
@@ -81,3 +82,10 @@ class Upstream:
         self._stop.set()
         self._thread.join()
         self.sock.close()
+
+
+def unmount_forks(root: Path) -> None:
+    """The forks a test kept mounted under ``root`` (as root), unmounted before it goes: a
+    folder is never removed through a mount."""
+    for point in mounts.overlays_beneath(str(root)):
+        mounts.unmount(point)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ground import Box
+from ground import Box, unmount_forks
 
 from stockade.config.schema import Config, StoreConfig
 from stockade.errors import PolicyDenied, UsageError
@@ -44,6 +44,7 @@ def pool() -> Iterator[StockadePool]:
     made = StockadePool(2, Config(store=StoreConfig(path=str(root / "store.db"))))
     yield made
     made.shutdown()
+    unmount_forks(root)
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -18,7 +18,7 @@ from concurrent.futures import wait
 from pathlib import Path
 
 import pytest
-from ground import PYTHON, Box, running
+from ground import PYTHON, Box, running, unmount_forks
 from nodes import Cluster
 
 from stockade.cli.record import steps
@@ -49,6 +49,7 @@ def state() -> Iterator[Path]:
     root = Path(os.path.realpath(base)) / f"ray-faults-{os.getpid()}-{secrets.token_hex(3)}"
     root.mkdir()
     yield root
+    unmount_forks(root)
     shutil.rmtree(root, ignore_errors=True)
 
 

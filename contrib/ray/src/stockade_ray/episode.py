@@ -81,12 +81,21 @@ class Episode:
         """One step of the episode (``request.profile`` is replaced by the episode's): as
         :meth:`StockadePool.run <stockade_ray.pool.StockadePool.run>`."""
         self._check()
+        self._home()
         return self.pool._run_one(self.run_host, request, files, self)
 
     def map(self, requests: Iterable[Item], *, chunk: int = 64) -> list[StepFuture]:
         """Its steps, all shipped now (they run one after another on its worker)."""
         self._check()
+        self._home()
         return self.pool._map(self.run_host, requests, chunk, self)
+
+    def _home(self) -> None:
+        """A fork's workspace brought back before a step is admitted, when its worker was
+        replaced: the step's folder is the fork's, which admission checks is there."""
+        fork = self.forked is not None and self.forked.method in ("overlay", "layers")
+        if fork and not self.slot.lost and self.slot.actor is not self.actor:
+            self.rehome()
 
     async def arun(self, request: ExecRequest, *, files: Mapping[str, bytes] | None = None) -> Done:
         """:meth:`run`, awaited (admitted on a thread, never on the event loop)."""
