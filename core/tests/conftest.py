@@ -1,8 +1,8 @@
 """Core tests judge the host alone: installed sandbox plugins are blocked for them.
 
-The fixtures after those are the egress proxy tests' (``test_egress_{rules,connect,addresses,
-forward,faults}.py``): upstreams on loopback and a proxy maker (``test_egress_tunnel.py`` has a
-``make_proxy`` of its own).
+The fixtures after those are the file tools' (``resolver``: each one this kernel has) and the
+egress proxy tests' (``test_egress_{rules,connect,addresses,forward,faults}.py``): upstreams on
+loopback and a proxy maker (``test_egress_tunnel.py`` has a ``make_proxy`` of its own).
 """
 
 import ssl
@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from egress_helpers import Recorder, _http_server
+from files_helpers import RESOLVERS
 
 from stockade.egress.proxy import Proxy, parse_hosts
 from stockade.testing import listening, self_signed_cert
@@ -36,6 +37,14 @@ def _cli_mode(monkeypatch: pytest.MonkeyPatch) -> None:
     from stockade.testing import cli_mode
 
     cli_mode(monkeypatch)
+
+
+# --- the file tools' tests ------------------------------------------------------------------
+
+
+@pytest.fixture(params=RESOLVERS)
+def resolver(request):
+    return request.param
 
 
 # --- the egress proxy's tests ---------------------------------------------------------------
