@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import procs, recording
+from helpers.ui import Ui
 from stockade.config.schema import Config
 from stockade.host import Host
 
@@ -68,3 +69,14 @@ def _cli_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 def upstream() -> Iterator[recording.Upstream]:
     """A live loopback HTTP upstream that keeps every request (:mod:`helpers.recording`)."""
     yield from recording.serving()
+
+
+@pytest.fixture
+def ui(tmp_path: Path) -> Iterator[Ui]:
+    """A running ``stockade ui`` (:mod:`helpers.ui`); it must end cleanly after the test."""
+    server = Ui(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, (tmp_path / "ui.err").read_text()

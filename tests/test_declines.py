@@ -145,7 +145,7 @@ def test_an_approval_records_no_decline(make_host, tmp_path):
 
 @pytest.fixture
 def ui(tmp_path: Path) -> Iterator[Any]:
-    from test_ui import Ui  # the same server helper as the page's HTTP tests
+    from helpers.ui import Ui  # the same server helper as the page's HTTP tests
 
     server = Ui(tmp_path)
     try:

@@ -19,7 +19,7 @@ import pytest
 from stockade.record.chain import rows
 from stockade.record.store import open_store
 from stockade.server.paths import Place
-from test_ui import CLI, Ui
+from helpers.ui import CLI, Ui
 
 
 @pytest.fixture

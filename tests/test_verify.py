@@ -471,7 +471,7 @@ def test_problems_past_the_cap_are_counted(make_host, tmp_path):
 
 @pytest.fixture
 def ui(tmp_path: Path):
-    from test_ui import Ui  # the same server helper as the page's HTTP tests
+    from helpers.ui import Ui  # the same server helper as the page's HTTP tests
 
     server = Ui(tmp_path)
     try:
