@@ -10,9 +10,7 @@ import pytest
 from helpers.docs import DOCS, EXAMPLES, FULL_ACCESS, section, table_keys
 from stockade.config.load import parse_config
 from stockade.config.schema import Config
-from stockade.errors import (
-    StockadeError,
-)
+from stockade.errors import StockadeError
 from stockade.request.spec import ExecRequest, Limits
 
 # --- configuration ------------------------------------------------------------------------

@@ -8,9 +8,7 @@ import asyncio
 import pytest
 
 from helpers.docs import FULL_ACCESS, example
-from stockade.errors import (
-    PolicyHeld,
-)
+from stockade.errors import PolicyHeld
 from stockade.request.spec import ExecRequest
 
 # --- embedding ----------------------------------------------------------------------------

@@ -17,13 +17,7 @@ import pytest
 
 from helpers.docs import DOCS, FULL_ACCESS, example
 from stockade import hookimpl
-from stockade.errors import (
-    PluginError,
-    PolicyDenied,
-    PolicyHeld,
-    StockadeError,
-    UsageError,
-)
+from stockade.errors import PluginError, PolicyDenied, PolicyHeld, StockadeError, UsageError
 from stockade.plugin import hookspecs
 from stockade.policy.resolve import resolve
 from stockade.request.result import PendingApproval

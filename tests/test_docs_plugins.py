@@ -18,13 +18,7 @@ from helpers.docs import FULL_ACCESS, example
 from stockade import hookimpl
 from stockade.config.schema import Config, PluginsConfig
 from stockade.confine.provider import SandboxProvider
-from stockade.errors import (
-    PluginError,
-    PolicyDenied,
-    PolicyHeld,
-    SandboxUnavailable,
-    StockadeError,
-)
+from stockade.errors import PluginError, PolicyDenied, PolicyHeld, SandboxUnavailable, StockadeError
 from stockade.request.plan import LaunchPlan, SandboxFacts
 from stockade.request.result import ProcessOutcome
 from stockade.request.spec import ExecRequest, ExecSpec

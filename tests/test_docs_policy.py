@@ -15,10 +15,7 @@ import pytest
 from helpers.docs import DOCS, EXAMPLES, FULL_ACCESS, section
 from stockade.config.load import parse_config
 from stockade.config.schema import Config
-from stockade.errors import (
-    PolicyDenied,
-    StockadeError,
-)
+from stockade.errors import PolicyDenied, StockadeError
 from stockade.policy import rules as policy
 from stockade.policy.resolve import resolve
 from stockade.record.store import store_path
