@@ -163,7 +163,7 @@ def _stage_cpu(host: Host, request: ExecRequest, label: str, runs: int) -> dict[
         after_prepare = _cpu()
         carried = host.carry_out(prepared)
         after_carry = _cpu()
-        host.breaker.finish(admission.spec, carried, host.recording.result)
+        host.finish(admission.spec, carried)
         end, kids_after = _cpu(), _cpu(resource.RUSAGE_CHILDREN)
         values = (
             after_admit - mine,

@@ -1,4 +1,5 @@
-"""Shared fixtures for the executor and run-path tests (real processes, no OS mocks)."""
+"""Shared fixtures for the executor and run-path tests (real processes, no OS mocks), the run
+page's server (``ui``) and a recorded store of the test's own (``state``, ``env``, ``recorded``)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import procs, recording
-from stockade.config.schema import Config
+from helpers.store import TRUTH
+from helpers.ui import Ui
+from stockade.config.schema import Config, StoreConfig
 from stockade.host import Host
 from stockade.layers import mounts
+from stockade.request.spec import ExecRequest
 
 # The kit's mutation check (31 kit runs against broken providers) is CI's own step
 # (`.ci/run`), not the suite's: it judges the kit, and takes minutes.
@@ -74,3 +78,53 @@ def _cli_mode(monkeypatch: pytest.MonkeyPatch) -> None:
 def upstream() -> Iterator[recording.Upstream]:
     """A live loopback HTTP upstream that keeps every request (:mod:`helpers.recording`)."""
     yield from recording.serving()
+
+
+@pytest.fixture
+def ui(tmp_path: Path) -> Iterator[Ui]:
+    """A running ``stockade ui`` (:mod:`helpers.ui`); it must end cleanly after the test."""
+    server = Ui(tmp_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+    assert server.proc.returncode == 0, (tmp_path / "ui.err").read_text()
+
+
+# --- a store of the test's own (test_verify_*.py, test_declines.py) --------------------------
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    """The state folder the CLI and the hosts of a test share."""
+    return tmp_path / "state"
+
+
+@pytest.fixture
+def env(state: Path) -> dict[str, str]:
+    found = {
+        **os.environ,
+        "XDG_STATE_HOME": str(state),
+        "STOCKADE_DISABLE_PLUGINS": "bubblewrap,landlock",
+    }
+    found.pop("STOCKADE_CONFIG", None)
+    return found
+
+
+@pytest.fixture
+def recorded(make_host: Callable[..., Host], state: Path, tmp_path: Path) -> tuple[Path, str]:
+    """Three steps of one run (9 events, 4 blobs) in the store the CLI of ``env`` reads: the
+    store, the run."""
+    store = state / "stockade" / "store.db"
+    host = make_host(config=Config(store=StoreConfig(str(store))), allow_all=True)
+    # These tests pin the record's shape (3 events a step): the breaker's taint events,
+    # which follow a step that printed, are left out here (tests/security/test_breaker.py).
+    host.breaker.finish = lambda _spec, carried, record: record(carried)  # type: ignore[method-assign]
+    for argv in (
+        ["printf", TRUTH],
+        ["sh", "-c", "echo out; echo err >&2"],
+        ["printf", "third\\n"],
+    ):
+        assert host.run(ExecRequest(argv, str(tmp_path), mode=FULL)).ok
+    host.close()
+    return store, host.run_id

@@ -268,9 +268,9 @@ async def test_mcp_a_task_s_kept_connection_sends_nothing_once_the_session_holds
 
 
 def test_the_run_page_shows_the_reason_and_the_taints(tmp_path: Path, monkeypatch) -> None:
+    from helpers.ui import Ui  # the run page's own server helper
     from stockade.errors import PolicyHeld
     from stockade.request.spec import ExecRequest
-    from test_ui import Ui  # the run page's own server helper
 
     monkeypatch.setenv("STOCKADE_SECRET_GH", "s3cret-value")
     ui = Ui(tmp_path)

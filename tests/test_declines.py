@@ -11,65 +11,21 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from helpers.server import FULL
+from helpers.store import _rows, check, cli
 from stockade.config.schema import Config, StoreConfig
 from stockade.errors import PolicyHeld
 from stockade.host import Host
 from stockade.record.chain import rows
 from stockade.record.store import Store, store_path
-from stockade.record.verify import Verdict, verify
+from stockade.record.verify import verify
 from stockade.request.spec import ExecRequest
-
-FULL = "danger-full-access"
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    return tmp_path / "state"
-
-
-@pytest.fixture
-def env(state: Path) -> dict[str, str]:
-    found = {
-        **os.environ,
-        "XDG_STATE_HOME": str(state),
-        "STOCKADE_DISABLE_PLUGINS": "bubblewrap,landlock",
-    }
-    found.pop("STOCKADE_CONFIG", None)
-    return found
-
-
-def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*STOCKADE, *args], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
-
-
-def _rows(path: Path) -> list[dict[str, Any]]:
-    db = sqlite3.connect(path)
-    db.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in db.execute("SELECT * FROM events ORDER BY seq")]
-    finally:
-        db.close()
-
-
-def check(path: Path) -> Verdict:
-    store = Store(str(path))
-    try:
-        return verify(store)
-    finally:
-        store.close()
-
 
 # --- declines are signed events -----------------------------------------------------------
 
@@ -145,7 +101,7 @@ def test_an_approval_records_no_decline(make_host, tmp_path):
 
 @pytest.fixture
 def ui(tmp_path: Path) -> Iterator[Any]:
-    from test_ui import Ui  # the same server helper as the page's HTTP tests
+    from helpers.ui import Ui  # the same server helper as the page's HTTP tests
 
     server = Ui(tmp_path)
     try:

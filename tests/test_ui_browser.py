@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 sys.path.insert(0, str(Path(__file__).parent))
 from helpers.ci import require
-from test_ui import Ui  # the same server helper as the HTTP tests
+from helpers.ui import Ui  # the same server helper as the HTTP tests
 
 CHROMIUM = "/usr/bin/chromium"
 DOCS_SCREENSHOT = Path(__file__).parents[1] / "docs" / "img" / "run-page.png"

@@ -1,8 +1,9 @@
 """``stockade ui``'s pages over HTTP: the run list, the 404 pages, output line ends, the
 permission sentence and the held card's network line.
 
-The same real server and host as ``test_ui.py`` (its :class:`Ui` helper); each claim has
-its control in the same test (the page that does exist, the run that does, the lone CR).
+The same real server and host as ``test_ui_door.py`` (the ``ui`` fixture, :mod:`helpers.ui`);
+each claim has its control in the same test (the page that does exist, the run that does, the
+lone CR).
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ import html
 import re
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlencode
 
 import attrs
-import pytest
 
 from stockade.config.load import load_config
 from stockade.host import Host
@@ -25,19 +24,9 @@ from stockade.record.store import open_store
 from stockade.request.spec import ExecRequest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_ui import Ui
+from helpers.ui import Ui
 
 BIG = str(1 << 64)  # past SQLite's integers: Python's int takes it, the store cannot
-
-
-@pytest.fixture
-def ui(tmp_path: Path) -> Iterator[Ui]:
-    server = Ui(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
-    assert server.proc.returncode == 0, (tmp_path / "ui.err").read_text()
 
 
 def text_of(fragment: str) -> str:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from helpers.ui import CLI, Ui
 from stockade.record.chain import rows
 from stockade.record.store import open_store
 from stockade.server.paths import Place
-from test_ui import CLI, Ui
 
 
 @pytest.fixture

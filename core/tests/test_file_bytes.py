@@ -1,5 +1,5 @@
 """``Workspace.file_bytes``: a file's bytes exactly as stored (text or binary), refused as
-``file_read`` refuses. Its paths are fuzzed with the other tools' in ``test_files.py``."""
+``file_read`` refuses. Its paths are fuzzed with the other tools' in ``test_files_escapes.py``."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stockade.policy import globs as matching
@@ -187,3 +187,22 @@ def test_find_matches_fnmatch_over_every_path(tmp_path_factory, tree, globs) -> 
         assert set(find(str(ws), globs, memory=str(walks)).shown) == want  # from the file
     finally:
         walk.SETTLED_NS = settled
+
+
+# --- a name at a time, brackets and stars anywhere: the same as fnmatch -----------------------
+
+BRACKETED = st.lists(
+    st.sampled_from(["a", "-", "*", "**", "?", "[", "]", "!", "[a-**]", "[!*]", "[]*]", "/"]),
+    min_size=1,
+    max_size=6,
+).map("".join)
+
+
+@example(glob="[a-**]", name="*")
+@example(glob="x[]**]", name="x*")
+@settings(max_examples=400)
+@given(glob=BRACKETED, name=st.text(alphabet="a-*?[]!/b", max_size=5))
+def test_a_name_matches_as_fnmatch_says_with_stars_in_brackets(glob: str, name: str) -> None:
+    # `**` is made `*` outside brackets only: inside one, `*` is a character of the class
+    # (made one star there, `[a-**]` lost the `*` it holds).
+    assert matching.Globs((glob,)).matches("", [name]) == [fnmatch.fnmatchcase(name, glob)]

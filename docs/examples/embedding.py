@@ -1,4 +1,4 @@
-"""Calling Stockade from an agent loop (tested by tests/test_docs.py).
+"""Calling Stockade from an agent loop (tested by tests/test_docs_embedding.py).
 
 The examples name no ``mode``, so every command gets the configured, confined mode
 (``workspace-write`` by default, or less for a command that only reads). Where no sandbox

@@ -1,4 +1,4 @@
-"""Example backends: an executor and a sandbox provider (tested by tests/test_docs.py).
+"""Example backends: an executor and a sandbox provider (tested by tests/test_docs_plugins.py).
 
 ``DryRunExecutor`` (``executor = "dry-run"``) starts nothing: it reports the argv it was
 handed as the command's output, which shows what a sandbox provider would run.

@@ -1,4 +1,4 @@
-"""An example Stockade plugin: a classifier and a policy (tested by tests/test_docs.py).
+"""An example Stockade plugin: a classifier and a policy (tested by tests/test_docs_plugins.py).
 
 Install it by naming this module in an entry point of the ``stockade`` group::
 

@@ -3,7 +3,7 @@
 An entry point would name this module (``count = "my_pkg.plugin"``). Every host imports a
 plugin module, so it imports only the standard library and light parts of ``stockade``; a
 real command's heavy code would be imported inside its handler. Tested by
-tests/test_docs.py.
+tests/test_docs_hooks.py.
 """
 
 from __future__ import annotations

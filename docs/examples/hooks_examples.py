@@ -2,7 +2,7 @@
 
 Each is a class, so one plugin object carries its own state; register an instance (an entry
 point may name a module-level instance: ``broker = "my_pkg.plugin:BROKER"``). Tested by
-tests/test_docs.py.
+tests/test_docs_hooks.py.
 """
 
 from __future__ import annotations

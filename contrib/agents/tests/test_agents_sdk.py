@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import secrets
 from pathlib import Path
 
@@ -18,7 +19,11 @@ from agents.sandbox.errors import WorkspaceArchiveWriteError
 from agents.sandbox.sandboxes.unix_local import UnixLocalSandboxClient
 from agents.testing import ScriptedModel, assistant_message, function_call
 
+import stockade
 import stockade_agents
+from stockade.config.load import parse_config
+from stockade.host import Host
+from stockade.testing import FRONT_END_PROFILES
 from stockade_agents import StockadeSandboxClient, StockadeSandboxClientOptions
 
 SANDBOXES = ("bubblewrap", "landlock")
@@ -364,3 +369,36 @@ async def test_file_operations_never_leave_the_workspace(make_host, home_tmp):
         assert (await session.read(Path("inside"))).read() == b"ok\n"
     assert sorted(p.name for p in outside.iterdir()) == ["secret"]
     assert (outside / "secret").read_text() == "outside\n"
+
+
+class Batches:
+    """A recorder that keeps what each batch held: the kinds and action ids of its events."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[str, str]]] = []
+
+    @stockade.hookimpl
+    def stockade_record_batch(self, events) -> None:
+        self.batches.append([(event.kind, event.action_id) for event in events])
+
+
+@pytest.mark.asyncio
+async def test_a_steps_result_and_its_taints_are_one_batch(home_tmp):
+    # The SDK's calls are admitted first (to ask before the tool runs), then carried out: the
+    # result and what the step's output taints its run with are stored together, as Host.run
+    # stores them; stored apart, a host killed between the two loses the taint.
+    spy, ws = Batches(), home_tmp / "ws"
+    ws.mkdir()
+    config = parse_config('sandbox = "landlock"\n' + FRONT_END_PROFILES.format(ws=ws))
+    host = Host(config, environ=dict(os.environ), plugins=[spy])
+    try:
+        model = scripted("echo tainting")
+        result = await run_on(
+            StockadeSandboxClient(host), model, StockadeSandboxClientOptions(profile="tester")
+        )
+    finally:
+        host.close()
+    assert result.final_output == "done" and "tainting" in tool_outputs(model)[0]
+    (batch,) = [b for b in spy.batches if any(kind == "result" for kind, _ in b)]
+    (action,) = {action for kind, action in batch if kind == "result"}
+    assert ("taint", action) in batch, batch

@@ -160,7 +160,7 @@ class Host:
         """
         admission = self.admit(request)  # deciding
         carried = self.carry_out(self.prepare(admission), abort=abort)  # doing
-        return self._finish(admission.spec, carried)  # record
+        return self.finish(admission.spec, carried)  # record
 
     def admit(self, request: ExecRequest) -> Admission:
         """Every deciding stage: resolve, credentials, classify, enforce, roots, gate, decide.
@@ -287,10 +287,10 @@ class Host:
             why = "the awaiting task was cancelled, so the command was killed"
             self.recording.error(prepared.spec, code="cancelled", message=why)  # it must close
             raise
-        return self._finish(prepared.spec, carried)
+        return self.finish(prepared.spec, carried)
 
-    def _finish(self, spec: ExecSpec, carried: Carried) -> RunResult:
-        """Record (:meth:`Breaker.finish`: one batch); writes waiting for a person are asked."""
+    def finish(self, spec: ExecSpec, carried: Carried) -> RunResult:
+        """Record a carried-out step (result and taints: one batch); waiting writes are asked."""
         with self.recording.batch(ran=carried.result):
             result = self.breaker.finish(spec, carried, self.recording.result)
         return landing.ask(self.hooks, self.recording, spec, result)
@@ -342,7 +342,7 @@ class Host:
 
         def runner(abort: AbortToken, on_output: OnOutput) -> RunResult:
             carried = self.carry_out(ready, abort=abort, on_output=on_output)
-            return self._finish(ready.spec, carried)
+            return self.finish(ready.spec, carried)
 
         try:
             return tasks.start(owner, request.argv, runner, ready.secrets, ready.spec.action_id)
@@ -460,7 +460,7 @@ class Host:
         """A held step, approved and claimed: checked again, decided, carried out, recorded."""
         admission = self._readmitted(found, agent)
         carried = self.carry_out(self.prepare(admission), abort=abort, on_output=on_output)
-        return self._finish(admission.spec, carried)
+        return self.finish(admission.spec, carried)
 
     def _readmitted(self, found: HeldStep, agent: Agent) -> Admission:
         """A held step, approved and claimed: checked again, allowed, credentials resolved."""

@@ -271,7 +271,7 @@ class StockadeSandboxSession(BaseSandboxSession):
             host.answer(entry.run_id, entry.step, approve=True, by=APPROVED_BY)
             return host.resume(entry.run_id, entry.step, abort=abort)
         carried = host.carry_out(host.prepare(entry), abort=abort)
-        return host.breaker.finish(entry.spec, carried, host.recording.result)
+        return host.finish(entry.spec, carried)  # result and taints: one batch
 
     # --- files -----------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ class Globs:
 
     def __init__(self, globs: tuple[str, ...]) -> None:
         # `**` is `*` (which matches `/` too); left as it is, each star backtracks over the other
-        globs = tuple(dict.fromkeys(_STARS.sub("*", g) for g in globs))
+        globs = tuple(dict.fromkeys(_one_star(g) for g in globs))
         cut = {g: m.start() if (m := _WILD.search(g)) else len(g) for g in globs}
         wild = [g for g in globs if cut[g] == 0]
         fixed = [g for g in globs if cut[g] > 0]
@@ -130,4 +130,27 @@ def _pattern(globs: list[str]) -> re.Pattern[str] | None:
     return re.compile("|".join(fnmatch.translate(g) for g in globs)) if globs else None
 
 
-_STARS = re.compile(r"\*{2,}")
+def _one_star(glob: str) -> str:
+    """``glob`` with each run of stars made one star, outside brackets only: ``[a-**]`` is a
+    class holding ``*`` (read where :func:`fnmatch.translate` reads a class: a ``[``, then
+    ``!`` and ``]`` taken as themselves first, up to the next ``]``; without one, a plain
+    ``[``)."""
+    out: list[str] = []
+    i, n = 0, len(glob)
+    while i < n:
+        c = glob[i]
+        if c == "[":
+            j = i + 1
+            if j < n and glob[j] == "!":
+                j += 1
+            if j < n and glob[j] == "]":
+                j += 1
+            j = glob.find("]", j)
+            if j >= 0:
+                out.append(glob[i : j + 1])
+                i = j + 1
+                continue
+        if not (c == "*" and out and out[-1] == "*"):
+            out.append(c)
+        i += 1
+    return "".join(out)
