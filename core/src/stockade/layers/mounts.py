@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import errno
 import os
+import shutil
 import threading
 
 from attrs import frozen
@@ -192,8 +193,6 @@ def _probe(store: str) -> str | None:
 
 
 def _remove(folder: str) -> None:
-    import shutil
-
     shutil.rmtree(folder, ignore_errors=True)
 
 
