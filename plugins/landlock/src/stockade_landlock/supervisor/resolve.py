@@ -294,4 +294,7 @@ class Caller:
         head, last = split(path)
         folder = self.walk(base, head, os.O_DIRECTORY, resolve)
         name = os.fsdecode(last.rstrip(b"/") or b".")
-        return folder, last, os.path.normpath(os.path.join(where(folder), name))
+        above = where(folder)  # absolute and normal, as the kernel keeps it
+        if name in (".", ".."):
+            return folder, last, os.path.normpath(os.path.join(above, name))
+        return folder, last, f"{above}/{name}" if above != "/" else f"/{name}"
