@@ -56,7 +56,7 @@ class Supervisor:
         self._done = _thread.allocate_lock()  # held while the serving thread runs
         self._ident: int | None = None
         self._stopped = False
-        self._exact = True
+        self._exact: bool | None = None  # known at the first call judged in full
         self._closed = False
         self._sending = threading.Lock()
         self._views = Views()
@@ -115,11 +115,6 @@ class Supervisor:
         if listener is None:
             return
         try:  # any failure closes the listener: the command's next call fails (ENOSYS)
-            try:
-                kernel.own_fs()  # a umask of its own (never the host's): the command's is
-                os.umask(0)  # applied to each create
-            except OSError:  # unshare refused (a container's filter): settle each mode
-                self._exact = False
             kernel.sync_wake_up(listener)  # an older kernel: the ordinary wake-ups
             poller = select.poll()
             poller.register(listener, select.POLLIN)
@@ -181,9 +176,24 @@ class Supervisor:
                     pass  # the caller is gone: nothing to answer
         return True
 
+    def _own_umask(self) -> bool:
+        """Give the serving thread a umask of its own, 0 (never the host's: the command's
+        is applied to each create), at the first call judged in full (``true`` makes
+        none); ``False`` where ``unshare`` is refused (a container's filter): each mode
+        made is then settled by hand."""
+        try:
+            kernel.own_fs()
+        except OSError:
+            return False
+        os.umask(0)
+        return True
+
     def _answer(self, listener: int, inbox: kernel.Inbox) -> None:
+        exact = self._exact
+        if exact is None:
+            exact = self._exact = self._own_umask()
         notif = inbox.notif
-        caller = Caller(listener, notif.id, notif.pid, exact=self._exact, views=self._views)
+        caller = Caller(listener, notif.id, notif.pid, exact=exact, views=self._views)
         try:
             try:
                 answer = self._decide(caller, inbox.data)
