@@ -4,7 +4,8 @@ The path is read from the caller's memory once (:func:`read_path`); what the sup
 then does uses that copy, so a thread that changes the memory afterwards changes nothing.
 The walk starts where the caller's would: ``/``, its working directory
 (``/proc/TID/cwd``) or its descriptor (``/proc/TID/fd/N``), each opened ``O_PATH`` (the
-object itself, wherever it has moved since). The kernel then walks the rest with
+object itself, wherever it has moved since), through the thread's own ``/proc/TID`` folder
+once its view keeps one (:meth:`Caller._task`). The kernel then walks the rest with
 ``openat2`` and ``RESOLVE_NO_MAGICLINKS``: symlinks at every component are followed as for
 the caller, but no ``/proc`` magic link, since ``/proc/self`` would be the supervisor's.
 The caller's own descriptors named through ``/proc/self/fd/N``, ``/dev/fd/N`` and
