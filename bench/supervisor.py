@@ -7,13 +7,17 @@ after it). The workspace is the bench's planted repository, so both have real pr
 paths to keep. Targets: ``true`` at most +1 ms over the run without the supervisor; 10,000
 files created at most 1.5x its time.
 
-Run alone: ``uv run python bench/supervisor.py [--runs N]``.
+Run alone: ``uv run python bench/supervisor.py [--runs N] [--dir DIR]``. ``--dir`` puts the
+workspace in ``DIR`` (a tmpfs, say) instead of the system's temporary folder: on a disk
+shared with other work a create's own cost swings with their traffic (tens of µs to more
+than a ms of CPU), and the ratio with it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -38,8 +42,11 @@ for i in range({FILES}):
 """
 
 
-def bench_supervisor(runs: int, warmup: int, files_runs: int = 5) -> dict[str, Any]:
-    """``true`` and :data:`FILES` creates, with and without the supervisor."""
+def bench_supervisor(
+    runs: int, warmup: int, files_runs: int = 5, where: str | None = None
+) -> dict[str, Any]:
+    """``true`` and :data:`FILES` creates, with and without the supervisor (the workspace
+    in ``where``, or the system's temporary folder)."""
     from stockade_landlock import supervisor
     from stockade_landlock.provider import LandlockSandbox
 
@@ -55,7 +62,8 @@ def bench_supervisor(runs: int, warmup: int, files_runs: int = 5) -> dict[str, A
     if why is not None:
         return {"skipped": f"no supervisor here: {why}"}
     own = _thread_cpu()
-    scratch = Path(tempfile.mkdtemp(prefix="stockade-bench-supervisor-"))
+    scratch = Path(tempfile.mkdtemp(prefix="stockade-bench-supervisor-", dir=where))
+    load = os.getloadavg()
     off = PluginsConfig(settings={"landlock": {"supervise": False}})
     hosts = {
         "supervised": Host(Config(sandbox="landlock"), plugins=[AllowAll()]),
@@ -105,6 +113,8 @@ def bench_supervisor(runs: int, warmup: int, files_runs: int = 5) -> dict[str, A
     cpu_ms = {tag: statistics.median(values) for tag, values in cpu.items()}
     creates = [cpu / served * 1e6 for cpu, served in own.runs if served >= FILES]
     return {
+        "load": [*load, *os.getloadavg()],
+        "where": str(scratch.parent),
         "supervisor_cpu_us_per_create": statistics.median(creates) if creates else None,
         "cpu_ms": cpu_ms,
         "true_cpu_over_ms": cpu_ms["true supervised"] - cpu_ms["true unsupervised"],
@@ -163,6 +173,11 @@ def report(found: dict[str, Any]) -> None:
         print(f"\nLandlock supervisor: skipped, {found['skipped']}")
         return
     print(f"\nLandlock supervisor ({found['runs']} runs of true, {found['files_runs']} of files)")
+    before, after = found["load"][:3], found["load"][3:]
+    print(
+        f"  workspace in {found['where']}; load average {before[0]:.2f} {before[1]:.2f} "
+        f"{before[2]:.2f} before, {after[0]:.2f} {after[1]:.2f} {after[2]:.2f} after"
+    )
     print(timing.HEAD)
     for name in ("supervised", "unsupervised"):
         print(timing.row(f"true, {name}", found["true"][name]))
@@ -191,8 +206,9 @@ def main() -> int:
     """Run the section alone."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--dir", default=None, help="the folder to put the workspace in")
     args = parser.parse_args()
-    found = bench_supervisor(args.runs, max(args.runs // 10, 2))
+    found = bench_supervisor(args.runs, max(args.runs // 10, 2), where=args.dir)
     report(found)
     print("BENCH " + json.dumps(found))
     return 0

@@ -93,6 +93,13 @@ class OpenHow(ctypes.Structure):
     _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
 
 
+class _Statfs(ctypes.Structure):
+    _fields_ = (("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 112))
+
+
+_OPEN_HOW = ctypes.c_size_t(ctypes.sizeof(OpenHow))
+
+
 class _Sizes(ctypes.Structure):
     _fields_ = (("notif", ctypes.c_uint16), ("resp", ctypes.c_uint16), ("data", ctypes.c_uint16))
 
@@ -111,6 +118,9 @@ NOTIF_ID_VALID = _ioc(1, 2, 8)
 NOTIF_ADDFD = _ioc(1, 3, ctypes.sizeof(AddFd))
 NOTIF_SET_FLAGS = _ioc(1, 4, 8)
 SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP = 1
+_RECV, _SEND, _VALID, _ADDFD = (
+    ctypes.c_ulong(n) for n in (NOTIF_RECV, NOTIF_SEND, NOTIF_ID_VALID, NOTIF_ADDFD)
+)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _syscall: Any = _libc.syscall
@@ -153,11 +163,42 @@ def sync_wake_up(listener: int) -> bool:
     return bool(_ioctl(listener, ctypes.c_ulong(NOTIF_SET_FLAGS), flags) == 0)
 
 
-def recv(listener: int, notif: Notif) -> None:
-    """Wait for the next call (``ENOENT``: its caller was killed before we read it)."""
-    ctypes.memset(ctypes.byref(notif), 0, ctypes.sizeof(notif))
-    if _ioctl(listener, ctypes.c_ulong(NOTIF_RECV), ctypes.byref(notif)) != 0:
-        raise _fail("NOTIF_RECV")
+class Inbox:
+    """One notification buffer, read into again and again: :attr:`data` and :attr:`args`
+    are views of it, made once (no object made per call on the supervisor's hot path)."""
+
+    def __init__(self) -> None:
+        self.notif = Notif()
+        self.data = self.notif.data
+        self.args = self.data.args
+        self._ref = ctypes.byref(self.notif)
+        self._size = ctypes.sizeof(self.notif)
+
+    def recv(self, listener: int) -> None:
+        """Wait for the next call (``ENOENT``: its caller was killed before we read it)."""
+        ctypes.memset(self._ref, 0, self._size)  # the kernel wants it zeroed
+        if _ioctl(listener, _RECV, self._ref) != 0:
+            raise _fail("NOTIF_RECV")
+
+
+class _Scratch(threading.local):
+    """The answer's structures, one set per thread (the supervisor's and a FIFO waiter's),
+    filled in for each call instead of made."""
+
+    def __init__(self) -> None:
+        self.resp = Resp()
+        self.resp_ref = ctypes.byref(self.resp)
+        self.add = AddFd()
+        self.add_ref = ctypes.byref(self.add)
+        self.ident = ctypes.c_uint64()
+        self.ident_ref = ctypes.byref(self.ident)
+        self.how = OpenHow()
+        self.how_ref = ctypes.byref(self.how)
+        self.statfs = _Statfs()
+        self.statfs_ref = ctypes.byref(self.statfs)
+
+
+_scratch = _Scratch()
 
 
 def send(
@@ -165,23 +206,28 @@ def send(
 ) -> None:
     """Answer call ``ident``: ``value``, or fail it with ``error`` (a positive errno), or
     let the kernel make it (``proceed``: ``SECCOMP_USER_NOTIF_FLAG_CONTINUE``)."""
-    resp = Resp(
-        ident, value, -error if error else 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE if proceed else 0
-    )
-    if _ioctl(listener, ctypes.c_ulong(NOTIF_SEND), ctypes.byref(resp)) != 0:
+    scratch = _scratch
+    resp = scratch.resp
+    resp.id, resp.val, resp.error = ident, value, -error
+    resp.flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE if proceed else 0
+    if _ioctl(listener, _SEND, scratch.resp_ref) != 0:
         raise _fail("NOTIF_SEND")
 
 
 def valid(listener: int, ident: int) -> bool:
     """Whether call ``ident`` still waits (its caller, and so its pid, is still the same)."""
-    value = ctypes.c_uint64(ident)
-    return bool(_ioctl(listener, ctypes.c_ulong(NOTIF_ID_VALID), ctypes.byref(value)) == 0)
+    scratch = _scratch
+    scratch.ident.value = ident
+    return bool(_ioctl(listener, _VALID, scratch.ident_ref) == 0)
 
 
 def send_fd(listener: int, ident: int, fd: int, *, cloexec: bool) -> None:
     """Put ``fd`` into the caller and answer call ``ident`` with its number, at once."""
-    add = AddFd(ident, SECCOMP_ADDFD_FLAG_SEND, fd, 0, os.O_CLOEXEC if cloexec else 0)
-    if _ioctl(listener, ctypes.c_ulong(NOTIF_ADDFD), ctypes.byref(add)) < 0:
+    scratch = _scratch
+    add = scratch.add
+    add.id, add.flags, add.srcfd = ident, SECCOMP_ADDFD_FLAG_SEND, fd
+    add.newfd, add.newfd_flags = 0, os.O_CLOEXEC if cloexec else 0
+    if _ioctl(listener, _ADDFD, scratch.add_ref) < 0:
         raise _fail("NOTIF_ADDFD")
 
 
@@ -257,6 +303,7 @@ class Peek:
         self._buffer = ctypes.create_string_buffer(size)
         self._local = _Iovec(ctypes.cast(self._buffer, ctypes.c_void_p), size)
         self._remote = _Iovec(None, size)
+        self._local_ref, self._remote_ref = ctypes.byref(self._local), ctypes.byref(self._remote)
 
     def read(self, pid: int, address: int) -> bytes | None:
         """The path at ``address`` up to its NUL, or its first ``size`` bytes; ``b""``
@@ -265,13 +312,7 @@ class Peek:
         the caller reads the path in full)."""
         self._remote.base = address
         got = _syscall(
-            SYS_PROCESS_VM_READV,
-            pid,
-            ctypes.byref(self._local),
-            ctypes.c_ulong(1),
-            ctypes.byref(self._remote),
-            ctypes.c_ulong(1),
-            ctypes.c_ulong(0),
+            SYS_PROCESS_VM_READV, pid, self._local_ref, _ONE, self._remote_ref, _ONE, _NO_FLAGS
         )
         if got <= 0:
             return b""
@@ -297,12 +338,22 @@ def _read_proc_mem(pid: int, address: int, size: int) -> bytes:
 
 def openat2(dirfd: int, path: bytes, flags: int, mode: int = 0, resolve: int = 0) -> int:
     """``openat2(2)``; raises ``OSError`` with the kernel's errno."""
-    how = OpenHow(flags, mode, resolve)
-    fd = _syscall(SYS_OPENAT2, dirfd, ctypes.c_char_p(path), ctypes.byref(how), ctypes.sizeof(how))
+    scratch = _scratch
+    how = scratch.how
+    how.flags, how.mode, how.resolve = flags, mode, resolve
+    fd = _syscall(SYS_OPENAT2, dirfd, path, scratch.how_ref, _OPEN_HOW)
     if fd < 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return int(fd)
+
+
+def fs_type(fd: int) -> int | None:
+    """The magic number of the file system ``fd`` lies on (``fstatfs``), or ``None``."""
+    scratch = _scratch
+    if _libc.fstatfs(fd, scratch.statfs_ref) != 0:
+        return None
+    return int(scratch.statfs.f_type)
 
 
 def own_fs() -> None:

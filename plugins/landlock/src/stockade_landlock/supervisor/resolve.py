@@ -4,7 +4,8 @@ The path is read from the caller's memory once (:func:`read_path`); what the sup
 then does uses that copy, so a thread that changes the memory afterwards changes nothing.
 The walk starts where the caller's would: ``/``, its working directory
 (``/proc/TID/cwd``) or its descriptor (``/proc/TID/fd/N``), each opened ``O_PATH`` (the
-object itself, wherever it has moved since). The kernel then walks the rest with
+object itself, wherever it has moved since), through the thread's own ``/proc/TID`` folder
+once its view keeps one (:meth:`Caller._task`). The kernel then walks the rest with
 ``openat2`` and ``RESOLVE_NO_MAGICLINKS``: symlinks at every component are followed as for
 the caller, but no ``/proc`` magic link, since ``/proc/self`` would be the supervisor's.
 The caller's own descriptors named through ``/proc/self/fd/N``, ``/dev/fd/N`` and
@@ -14,7 +15,6 @@ other path through ``/proc`` is refused (``EACCES``).
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import re
@@ -34,19 +34,10 @@ _THROUGH = re.compile(
 _STD = {b"/dev/stdin": 0, b"/dev/stdout": 1, b"/dev/stderr": 2}
 
 
-class _Statfs(ctypes.Structure):
-    _fields_ = (("f_type", ctypes.c_long), ("rest", ctypes.c_byte * 112))
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
 def on_proc(fd: int) -> bool:
     """Whether ``fd`` lies on a ``/proc`` (procfs) mount."""
-    info = _Statfs()
-    if _libc.fstatfs(fd, ctypes.byref(info)) != 0:
-        return True  # cannot tell: treat as /proc, refused
-    return int(info.f_type) == PROC_SUPER_MAGIC
+    kind = kernel.fs_type(fd)
+    return kind is None or kind == PROC_SUPER_MAGIC  # cannot tell: treat as /proc, refused
 
 
 def where(fd: int) -> str:
@@ -217,11 +208,46 @@ class Caller:
     def _opened(self, link: str) -> int:
         """``/proc/TID/LINK`` (``cwd`` or ``fd/N``) opened ``O_PATH``: the object itself."""
         try:
-            fd = self.keep(os.open(f"/proc/{self.tid}/{link}", os.O_PATH | os.O_CLOEXEC))
+            return self._link(link)
         except FileNotFoundError:
             raise OSError(errno.EBADF, "bad descriptor") from None
+
+    def _link(self, link: str) -> int:
+        """``/proc/TID/LINK`` opened ``O_PATH`` (closed with the call), through the
+        thread's kept ``/proc/TID`` folder where it has one (:meth:`_task`)."""
+        views = self._views
+        view = None if views is None else views.find(self.tid)
+        if view is not None and view.task is not None:
+            try:
+                fd = os.open(link, os.O_PATH | os.O_CLOEXEC, dir_fd=view.task)
+            except OSError:
+                pass  # the view's thread is gone, or no such link: the plain way tells
+            else:  # the view's thread lives: it is the caller (see _task)
+                self._looked, self._view = True, view
+                return self.keep(fd)
+        fd = self.keep(os.open(f"/proc/{self.tid}/{link}", os.O_PATH | os.O_CLOEXEC))
         self.still()
+        self._task()
         return fd
+
+    def _task(self) -> None:
+        """Keep the caller's ``/proc/TID`` folder (``O_PATH``) in its view, if it has one
+        (so from its second call that needed a link on). That descriptor names the thread
+        that held the number when it was opened (the kernel's ``struct pid``), not the
+        number: once the thread is gone nothing opens through it, and while it lives no
+        other thread holds its number. A link opened through it is therefore the
+        caller's own, with no ``NOTIF_ID_VALID`` after it, and the view's umask the
+        caller's with no look at its pidfd: two calls fewer on each create."""
+        view = self._look()  # alive, or dropped
+        if view is None or view.task is not None:
+            return
+        task = os.open(f"/proc/{self.tid}", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            self.still()  # the number was still the caller's when the folder was opened
+        except BaseException:
+            os.close(task)
+            raise
+        view.task = task
 
     def own_fd(self, path: bytes) -> int | None:
         """An ``O_PATH`` descriptor of the caller's own descriptor that ``path`` names
@@ -236,11 +262,9 @@ class Caller:
                 return None
             number = int(fd_text if dev_fd is None else dev_fd)
         try:
-            fd = self.keep(os.open(f"/proc/{self.tid}/fd/{number}", os.O_PATH | os.O_CLOEXEC))
+            return self._link(f"fd/{number}")
         except FileNotFoundError:
             raise OSError(errno.ENOENT, "no such descriptor") from None
-        self.still()
-        return fd
 
     def _own(self, pid: bytes) -> bool:
         return int(pid) in (self.tid, self.tgid())
@@ -271,4 +295,7 @@ class Caller:
         head, last = split(path)
         folder = self.walk(base, head, os.O_DIRECTORY, resolve)
         name = os.fsdecode(last.rstrip(b"/") or b".")
-        return folder, last, os.path.normpath(os.path.join(where(folder), name))
+        above = where(folder)  # absolute and normal, as the kernel keeps it
+        if name in (".", ".."):
+            return folder, last, os.path.normpath(os.path.join(above, name))
+        return folder, last, f"{above}/{name}" if above != "/" else f"/{name}"

@@ -17,7 +17,7 @@ no longer open, create, write, rename, link or remove anything (it fails closed)
 
 from __future__ import annotations
 
-import contextlib
+import _thread
 import ctypes
 import errno
 import functools
@@ -25,6 +25,7 @@ import os
 import select
 import threading
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 from . import calls, kernel, metadata, processes, sockets
 from . import flags as file_flags
@@ -51,18 +52,31 @@ class Supervisor:
         self.served = 0  # calls answered (for the tests and the bench)
         self._listener: int | None = None
         self._ready = threading.Event()
-        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC)
-        self._thread: threading.Thread | None = None
+        self._wake = os.eventfd(0, os.EFD_CLOEXEC)
+        self._done = _thread.allocate_lock()  # held while the serving thread runs
+        self._ident: int | None = None
         self._stopped = False
-        self._exact = True
+        self._exact: bool | None = None  # known at the first call judged in full
         self._closed = False
         self._sending = threading.Lock()
         self._views = Views()
 
     def start(self) -> None:
-        """Start the serving thread (it takes the caller's Landlock domain, no filter)."""
-        self._thread = threading.Thread(target=self._serve, name="stockade-supervisor", daemon=True)
-        self._thread.start()
+        """Start the serving thread (it takes the caller's Landlock domain, no filter):
+        a bare thread, not a :class:`threading.Thread`, whose start waits for the new
+        thread to run (a switch per run for nothing: :meth:`stop` joins it by a lock)."""
+        self._done.acquire()
+        try:
+            self._ident = _thread.start_new_thread(self._run, ())
+        except BaseException:
+            self._done.release()
+            raise
+
+    def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._done.release()
 
     def arm(
         self, load_policy: Callable[[], None], narrow: Callable[[], None] | None = None
@@ -89,11 +103,11 @@ class Supervisor:
             return
         self._stopped = True
         self._ready.set()
-        os.write(self._wake_w, b"x")
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
-        for fd in (self._wake_r, self._wake_w):
-            os.close(fd)
+        os.eventfd_write(self._wake, 1)
+        if self._ident is not None and self._ident != _thread.get_ident():
+            with self._done:  # the serving thread is over
+                pass
+        os.close(self._wake)
 
     def _serve(self) -> None:
         self._ready.wait()
@@ -101,67 +115,88 @@ class Supervisor:
         if listener is None:
             return
         try:  # any failure closes the listener: the command's next call fails (ENOSYS)
-            try:
-                kernel.own_fs()  # a umask of its own (never the host's): the command's is
-                os.umask(0)  # applied to each create
-            except OSError:  # unshare refused (a container's filter): settle each mode
-                self._exact = False
             kernel.sync_wake_up(listener)  # an older kernel: the ordinary wake-ups
             poller = select.poll()
             poller.register(listener, select.POLLIN)
-            poller.register(self._wake_r, select.POLLIN)
-            notif = kernel.Notif()
-            peek = kernel.Peek(_HEAD)
-            while not self._stopped:
-                events = dict(poller.poll())
-                if self._wake_r in events:
-                    return
-                if events.get(listener, 0) & (select.POLLHUP | select.POLLERR):
-                    return  # no process is left under the filter
-                try:
-                    kernel.recv(listener, notif)
-                except OSError as error:
-                    if error.errno in (errno.ENOENT, errno.EINTR):
-                        continue  # the caller was killed before we read it
-                    raise
-                self._views.seen(notif.pid)
-                if notif.data.nr in _CHANGES:  # umask: the views forgotten
-                    self._views.changing(notif.pid)
-                    self._send(listener, notif.id, _PROCEED)
-                elif not self._read_only(listener, notif, peek):
-                    self._answer(listener, notif)
+            poller.register(self._wake, select.POLLIN)
+            buffers = _Buffers.take()
+            try:
+                self._loop(listener, poller, buffers)
+            finally:
+                _Buffers.spare.append(buffers)
         finally:
             with self._sending:
                 self._closed = True
                 os.close(listener)
             self._views.clear()
 
-    def _read_only(self, listener: int, notif: kernel.Notif, peek: kernel.Peek) -> bool:
+    def _loop(self, listener: int, poller: select.poll, buffers: _Buffers) -> None:
+        inbox, peek, views, wake = buffers.inbox, buffers.peek, self._views, self._wake
+        notif, data = inbox.notif, inbox.data
+        while not self._stopped:
+            for fd, event in poller.poll():
+                if fd == wake:
+                    return
+                if event & _GONE:
+                    return  # no process is left under the filter
+            try:
+                inbox.recv(listener)
+            except OSError as error:
+                if error.errno in (errno.ENOENT, errno.EINTR):
+                    continue  # the caller was killed before we read it
+                raise
+            views.seen(notif.pid)
+            if data.nr in _CHANGES:  # umask: the views forgotten
+                views.changing(notif.pid)
+                self._send(listener, notif.id, _PROCEED)
+            elif not self._read_only(listener, inbox, peek):
+                self._answer(listener, inbox)
+
+    def _read_only(self, listener: int, inbox: kernel.Inbox, peek: kernel.Peek) -> bool:
         """The hot path: answer at once, with no object made, a read-only ``open`` or
         ``openat`` whose path names neither ``/proc`` nor ``/dev/pts`` (the kernel makes
         it: its flags are a register, and what its path could be swapped for is the
         command's own Landlock domain's to refuse). ``False``: the full path answers."""
-        data = notif.data
-        arg = _READ_OPENS.get(data.nr)
-        if arg is None or data.args[arg + 1] & WRITE_FLAGS:
+        arg = _READ_OPENS.get(inbox.data.nr)
+        args = inbox.args
+        if arg is None or args[arg + 1] & WRITE_FLAGS:
             return False
         # Unreadable (b""): proceed all the same, the kernel and the command's own domain
         # judge it (a non-dumpable command's memory cannot be read, its reads still work).
-        head = peek.read(notif.pid, data.args[arg])
+        notif = inbox.notif
+        head = peek.read(notif.pid, args[arg])
         if head is None or _made_here(head):
             return False  # cut short by a page's end, or made here: judged in full
         self.served += 1
         with self._sending:
             if not self._closed:
-                with contextlib.suppress(ProcessLookupError, FileNotFoundError):
-                    kernel.send(listener, notif.id, proceed=True)  # gone: nothing to answer
+                try:  # noqa: SIM105 - the hot path: no context manager made per call
+                    kernel.send(listener, notif.id, proceed=True)
+                except (ProcessLookupError, FileNotFoundError):
+                    pass  # the caller is gone: nothing to answer
         return True
 
-    def _answer(self, listener: int, notif: kernel.Notif) -> None:
-        caller = Caller(listener, notif.id, notif.pid, exact=self._exact, views=self._views)
+    def _own_umask(self) -> bool:
+        """Give the serving thread a umask of its own, 0 (never the host's: the command's
+        is applied to each create), at the first call judged in full (``true`` makes
+        none); ``False`` where ``unshare`` is refused (a container's filter): each mode
+        made is then settled by hand."""
+        try:
+            kernel.own_fs()
+        except OSError:
+            return False
+        os.umask(0)
+        return True
+
+    def _answer(self, listener: int, inbox: kernel.Inbox) -> None:
+        exact = self._exact
+        if exact is None:
+            exact = self._exact = self._own_umask()
+        notif = inbox.notif
+        caller = Caller(listener, notif.id, notif.pid, exact=exact, views=self._views)
         try:
             try:
-                answer = self._decide(caller, notif.data)
+                answer = self._decide(caller, inbox.data)
             except calls.Waiting as waiting:
                 self._wait(listener, notif.id, waiting)
                 return
@@ -342,6 +377,26 @@ _PROCEED = Answer(proceed=True)
 _CHANGES = frozenset(CHANGES.values())
 _READ_OPENS = {nr: arg - 1 for nr, arg in OPENS.values()}  # number -> the path's argument
 _HEAD = 10  # enough of a path to tell /proc/ and /dev/pts/ from the rest
+_GONE = select.POLLHUP | select.POLLERR
+
+
+class _Buffers:
+    """A serving thread's notification buffer and peek, kept for the next run's thread
+    once this one is over (ctypes structures made once per process, not per run)."""
+
+    spare: ClassVar[list[_Buffers]] = []  # list.pop and append are atomic: no lock
+
+    def __init__(self) -> None:
+        self.inbox = kernel.Inbox()
+        self.peek = kernel.Peek(_HEAD)
+
+    @classmethod
+    def take(cls) -> _Buffers:
+        """A spare set, or a new one."""
+        try:
+            return cls.spare.pop()
+        except IndexError:
+            return cls()
 
 
 def _made_here(path: bytes) -> bool:

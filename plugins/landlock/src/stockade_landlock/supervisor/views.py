@@ -13,6 +13,11 @@ once its thread is gone, which the pidfd tells (``pidfd_send_signal`` with no si
 a view holds is what ``/proc`` said, so a wrong view could only give a new file another
 mode: no rule is judged from it.
 
+From a thread's second call that needed its working directory or a descriptor, its view
+also keeps its ``/proc/TID`` folder (``O_PATH``), through which the next ones are opened:
+that folder stays with the thread it was opened for (:meth:`.resolve.Caller._task`), so an
+open through it proves the thread alive and the caller, and the pidfd is not asked then.
+
 The working directory is not kept so: ``chdir`` would have to be sent to the supervisor as
 well, and the child that ``subprocess`` starts with ``vfork`` calls ``chdir`` before its
 ``exec``, while its parent, the spawning thread, holds the interpreter's lock until that
@@ -22,7 +27,6 @@ could never answer it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -36,15 +40,18 @@ LIMIT = 64  # threads kept at once (one pidfd each)
 
 
 class View:
-    """What one thread's umask was when last read."""
+    """What one thread's umask was when last read, and its ``/proc/TID`` folder."""
 
     def __init__(self, pidfd: int) -> None:
         self.pidfd = pidfd
         self.umask: int | None = None
+        self.task: int | None = None  # /proc/TID of this thread (O_PATH), see Caller.task
 
     def close(self) -> None:
-        """Close the pidfd held."""
+        """Close the descriptors held."""
         os.close(self.pidfd)
+        if self.task is not None:
+            os.close(self.task)
 
 
 class Views:
@@ -65,17 +72,30 @@ class Views:
         self._changing.add(tid)
         self.clear()
 
-    def get(self, tid: int) -> View | None:
-        """The view of thread ``tid`` while it holds, or ``None``."""
+    def get(self, tid: int, *, alive: bool = False) -> View | None:
+        """The view of thread ``tid`` while it holds, or ``None``. ``alive``: the caller
+        knows the view's own thread is alive (see :meth:`.resolve.Caller.task`), so it is
+        the thread ``tid`` names (no other can hold its number meanwhile)."""
         if self._changing:
             return None
         view = self._views.get(tid)
-        if view is not None and not _alive(view.pidfd):
-            with self._lock:
-                del self._views[tid]
-            view.close()
+        if view is not None and not alive and not _alive(view.pidfd):
+            self.drop(tid, view)
             return None
         return view
+
+    def find(self, tid: int) -> View | None:
+        """The view kept for thread ``tid``, unchecked: its thread may be gone, and
+        another may hold its number now (for :meth:`.resolve.Caller.task`)."""
+        return None if self._changing else self._views.get(tid)
+
+    def drop(self, tid: int, view: View) -> None:
+        """Forget ``view``, kept for ``tid``, whose thread is gone."""
+        with self._lock:
+            if self._views.get(tid) is not view:
+                return
+            del self._views[tid]
+        view.close()
 
     def make(self, tid: int, still: Callable[[], None]) -> View | None:
         """A new view of thread ``tid`` (``still()`` raises unless its call still waits
@@ -110,7 +130,8 @@ class Views:
 
 
 def _alive(pidfd: int) -> bool:
-    with contextlib.suppress(ProcessLookupError):
+    try:
         signal.pidfd_send_signal(pidfd, 0)
-        return True
-    return False
+    except ProcessLookupError:
+        return False
+    return True
