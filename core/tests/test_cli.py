@@ -148,6 +148,7 @@ def test_plugins_and_doctor_and_version():
         "user namespaces",
         "landlock",
         "seccomp",
+        "forks",
     }
     assert cli("--version").stdout.startswith("stockade ")
 
