@@ -13,7 +13,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,9 +26,10 @@ from stockade.record.chain import rows
 from stockade.record.store import Store, store_path
 from stockade.record.verify import Verdict, verify
 from stockade.request.spec import ExecRequest
+from stockade.testing import CLI
 
 FULL = "danger-full-access"
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+STOCKADE = [*CLI]  # the native client when the session runs through the server
 
 
 @pytest.fixture

@@ -232,6 +232,7 @@ CLIENT_MODULES = frozenset(
         "stockade.config.dirs",
         "stockade.server",
         "stockade.server.paths",
+        "stockade.server.card",
         "stockade.server.protocol",
         "stockade.server.trust",
         "stockade.terminal",

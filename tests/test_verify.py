@@ -13,7 +13,6 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,9 +27,10 @@ from stockade.record.chain import GENESIS, head_path, key_path, link, rows
 from stockade.record.store import Store, store_path
 from stockade.record.verify import PROBLEMS_LISTED, Verdict, verify
 from stockade.request.spec import ExecRequest
+from stockade.testing import CLI
 
 FULL = "danger-full-access"
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+STOCKADE = [*CLI]  # the native client when the session runs through the server
 TRUTH = "the truth\n"
 FORGED = "a forged line\n"
 
