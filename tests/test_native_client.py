@@ -10,6 +10,7 @@ from the server end both in the same one-line error and status 125, and never in
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -279,3 +280,14 @@ def test_without_a_card_it_hands_over_and_the_python_client_leaves_one(tmp_path:
     finally:
         server.close()
         shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_doctor_says_which_client_is_installed(tmp_path: Path) -> None:
+    assert NATIVE is not None
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "STOCKADE_NO_SERVER": "1"}
+    done = subprocess.run(
+        [NATIVE, "doctor", "--json"], env=env, capture_output=True, timeout=60, check=False
+    )
+    assert json.loads(done.stdout)["client"] == (
+        f"native, {NATIVE} (it hands what it does not serve to stockade-py)"
+    ), done.stderr
