@@ -4,7 +4,9 @@ Every case is a whole process started from the user-install venv (``bench/startu
 interleaved by :func:`timing.interleaved`, with a private state folder, runtime folder
 (``XDG_RUNTIME_DIR``, so the socket is where a desktop session puts it) and config folder:
 
-- **Warm**: ``stockade run --sandbox bubblewrap -- true`` with the server already running,
+- **Warm**: ``stockade run --sandbox bubblewrap -- true`` with the server already running
+  (``bin/stockade``: the native client, ``core/native/``; and the same by the Python client,
+  ``stockade-py``, beside it),
   against raw ``bwrap`` given the provider's own flags (:func:`confined.raw_argv`),
   ``python -I -c pass`` and ``python -c pass`` (with ``site``, as a console script starts),
   the in-process CLI (``stockade --no-server run ...``), the same pair in
@@ -281,6 +283,7 @@ def _measure(
     commands: int,
 ) -> dict[str, Any]:
     stockade, python = str(venv / "bin" / "stockade"), str(venv / "bin" / "python")
+    python_client = str(venv / "bin" / "stockade-py")
 
     def cmd(*argv: str) -> Callable[[], int]:
         return confined.timed_command([stockade, *argv], env, cwd)
@@ -288,6 +291,7 @@ def _measure(
     # Warm: the first call starts the server; the warm-up calls find it running.
     cases: dict[str, Callable[[], int]] = {
         "warm": cmd(*SANDBOXED),
+        "warm_python_client": confined.timed_command([python_client, *SANDBOXED], env, cwd),
         "in_process": cmd("--no-server", *SANDBOXED),
         "warm_full": cmd(*FULL),
         "in_process_full": cmd("--no-server", *FULL),
@@ -333,15 +337,20 @@ def _measure(
     medians = {name: stats["median"] for name, stats in warm.items()}
     phases["python_ms"] = medians["python"]
     phases["site_ms"] = medians["python_site"] - medians["python"]
-    phases["rest_ms"] = medians["warm"] - sum(phases.values())
+    phases["rest_ms"] = medians["warm_python_client"] - sum(phases.values())
     ratios = {
         "warm_vs_in_process": medians["warm"] / medians["in_process"],
         "warm_full_vs_in_process_full": medians["warm_full"] / medians["in_process_full"],
         "warm_vs_python": medians["warm"] / medians["python"],
+        "python_client_vs_native": medians["warm_python_client"] / medians["warm"],
         "warm_minus_raw_bwrap_ms": medians["warm"] - medians["raw_bwrap"],
         "cold_vs_in_process": cold["cold"]["median"] / cold["in_process"]["median"],
     }
     speedups = {name: medians[name] / medians["warm"] for name in peers if "codex" in name}
+    if "codex_native" in medians:
+        speedups["codex_native_vs_python_client"] = (
+            medians["codex_native"] / medians["warm_python_client"]
+        )
     phases["server_over_raw_bwrap_ms"] = phases["call_ms"] - medians["raw_bwrap"]
     return {
         "runs": runs,
@@ -383,7 +392,8 @@ def report_server(
     )
     print(head)
     labels = {
-        "warm": "stockade run --sandbox bubblewrap -- true (server warm)",
+        "warm": "stockade run --sandbox bubblewrap -- true (server warm, native client)",
+        "warm_python_client": "the same by the Python client (stockade-py)",
         "in_process": "stockade --no-server run --sandbox bubblewrap -- true",
         "warm_full": "stockade run --mode danger-full-access -- true (warm)",
         "in_process_full": "stockade --no-server run --mode danger-full-access -- true",
@@ -405,7 +415,8 @@ def report_server(
     print(
         f"  server / in-process: {ratios['warm_vs_in_process']:.2f}x (bubblewrap), "
         f"{ratios['warm_full_vs_in_process_full']:.2f}x (danger-full-access); "
-        f"{ratios['warm_vs_python']:.2f}x python -I -c pass; "
+        f"{ratios['warm_vs_python']:.2f}x python -I -c pass; the Python client "
+        f"{ratios['python_client_vs_native']:.2f}x the native one; "
         f"{ratios['warm_minus_raw_bwrap_ms']:+.1f} ms over raw bwrap"
     )
     codex = stats["codex"]
@@ -416,7 +427,8 @@ def report_server(
             if name == "codex_native"
             else ""
         )
-        print(f"  {name} / stockade warm: {speedup:.2f}x{goal}")
+        whom = "the Python client" if name.endswith("_python_client") else "stockade warm"
+        print(f"  {name.removesuffix('_vs_python_client')} / {whom}: {speedup:.2f}x{goal}")
     if codex.get("version"):
         print(f"  codex version: {codex['version']}")
     for name, why in codex.get("skipped_cases", {}).items():
@@ -425,7 +437,7 @@ def report_server(
         print(f"  codex: skipped, {codex['skipped']}")
     phases = stats["phases"]
     print(
-        "  warm call, inside the client (medians): "
+        "  the Python client's warm call, inside it (medians): "
         f"interpreter (python -I -c pass) {phases['python_ms']:.1f} ms, site "
         f"{phases['site_ms']:.1f} ms, client imports "
         f"{phases['imports_ms']:.1f} ms, connect + hello {phases['connect_ms']:.1f} ms, "

@@ -39,6 +39,7 @@ EXIT = frame({"type": "exit", "status": 0})
 EXAMPLES = settings(
     max_examples=25,
     deadline=None,
+    database=None,  # CI runs this as a user too, who cannot write the checkout's .hypothesis
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
