@@ -145,6 +145,31 @@ def test_out_frames_print_as_the_python_client_prints_them(
     assert native.stdout == expected_out
 
 
+def test_frames_with_fields_left_out_read_as_the_python_client_reads_them(
+    fake: FakeServer,
+) -> None:
+    script = [
+        frame({"type": "out", "fd": 1}),  # no text: nothing written
+        frame({"type": "out", "text": "to stderr\n"}),  # no fd: stderr
+        frame({"type": "ask"}),  # no question: an empty answer all the same
+        None,
+        frame({"type": "refused"}),  # no code, no message: None, as str() says
+    ]
+    (native, n_talks), (python, p_talks) = both(fake, ["run", "--", "true"], script)
+    _served(native, n_talks)
+    assert (native.returncode, native.stdout, native.stderr) == (
+        125,
+        b"",
+        b"to stderr\nstockade: error[server]: None: None\n",
+    )
+    assert (python.returncode, python.stdout, python.stderr) == (
+        native.returncode,
+        native.stdout,
+        native.stderr,
+    )
+    assert n_talks[0].frames == p_talks[0].frames
+
+
 def test_a_huge_output_comes_whole(fake: FakeServer) -> None:
     text = "\U0001f600 é \udcff ascii " * 60_000  # a 2 MiB frame, three times
     script = [frame({"type": "out", "fd": 1, "text": text})] * 3 + [EXIT]

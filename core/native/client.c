@@ -340,7 +340,7 @@ static void env_reply(const struct jv *name, int has_name, struct buf *reply) {
 static int converse(void) {
     struct buf body = {0}, text = {0}, reply = {0};
     for (;;) {
-        struct jv type, field;
+        struct jv type, field = {0}; /* a missing "text" reads as no text */
         if (recv_frame(&body)) break;
         const char *b = body.data;
         size_t n = body.len;
