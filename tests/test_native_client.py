@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from helpers.fake_server import RECEIVE, FakeServer, both, frame, raw
 from stockade.cli.client import needed_env, withheld
+from stockade.server import protocol
 from stockade.testing import native_client
 
 NATIVE = native_client()
@@ -108,6 +109,16 @@ def test_the_call_frame_is_the_python_clients(
     assert (native.returncode, native.stdout, native.stderr) == (0, b"", b"")
     assert python.returncode == 0, python.stderr
     assert n_talks[0].frames[:2] == p_talks[0].frames[:2]  # the hello and the call
+    # and the server's own reader gives back what was given, bytes that are not UTF-8 too
+    call = protocol.loads(n_talks[0].frames[1].decode("ascii"))
+    assert isinstance(call, dict)
+    assert call["argv"] == ["run", "--", *map(os.fsdecode, args)]
+    assert os.fsencode(call["cwd"]) == cwd
+    sent = call["env"]
+    assert isinstance(sent, dict)
+    for name, value in env.items():
+        text = os.fsdecode(name)
+        assert sent.get(text) == (None if withheld(text) else os.fsdecode(value))
 
 
 @EXAMPLES
