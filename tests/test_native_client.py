@@ -303,7 +303,10 @@ def test_a_closed_stdout_is_141(fake: FakeServer) -> None:
 
 def test_without_a_card_it_hands_over_and_the_python_client_leaves_one(tmp_path: Path) -> None:
     assert NATIVE is not None
-    server = FakeServer(tmp_path, None)  # no card yet
+    # (a folder deep enough that the socket's path is too long for sockaddr_un: both clients
+    # reach it through /proc/self/fd)
+    server = FakeServer(tmp_path / ("deep" * 20), None)  # no card yet
+    assert len(server.place.socket) > 108
     try:
         done, talks = server.run([NATIVE], ["run", "--", "true"], [EXIT])
         assert done.returncode == 0, done.stderr

@@ -55,7 +55,7 @@ class FakeServer:
 
     def __init__(self, root: Path, native: str | None) -> None:
         for name in ("home", "state", "run"):
-            (root / name).mkdir(mode=0o700, exist_ok=True)
+            (root / name).mkdir(mode=0o700, parents=True, exist_ok=True)
         self.env = {
             "HOME": str(root / "home"),
             "XDG_STATE_HOME": str(root / "state"),
@@ -75,7 +75,15 @@ class FakeServer:
         self.conversations: list[Conversation] = []
         self.talks: list[threading.Thread] = []
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(self.place.socket)
+        address, folder = self.place.address()  # a long path goes by /proc/self/fd, as the server's
+        try:
+            self.listener.bind(address)
+        except OSError:
+            self.listener.close()
+            raise
+        finally:
+            if folder is not None:
+                os.close(folder)
         self.listener.listen(8)
         threading.Thread(target=self._serve, daemon=True).start()
 
