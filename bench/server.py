@@ -4,7 +4,9 @@ Every case is a whole process started from the user-install venv (``bench/startu
 interleaved by :func:`timing.interleaved`, with a private state folder, runtime folder
 (``XDG_RUNTIME_DIR``, so the socket is where a desktop session puts it) and config folder:
 
-- **Warm**: ``stockade run --sandbox bubblewrap -- true`` with the server already running,
+- **Warm**: ``stockade run --sandbox bubblewrap -- true`` with the server already running
+  (``bin/stockade``: the native client, ``core/native/``; and the same by the Python client,
+  ``stockade-py``, beside it),
   against raw ``bwrap`` given the provider's own flags (:func:`confined.raw_argv`),
   ``python -I -c pass`` and ``python -c pass`` (with ``site``, as a console script starts),
   the in-process CLI (``stockade --no-server run ...``), the same pair in
@@ -223,12 +225,17 @@ def _throughput(argv: list[str], env: dict[str, str], cwd: str, commands: int) -
     """Commands per second: :data:`CLIENTS` threads, each running ``commands`` processes of
     ``argv`` one after another, all at once."""
     failures: list[int] = []
+    said: list[str] = []
 
     def client() -> None:
         for _ in range(commands):
-            status = confined.timed_command(argv, env, cwd)()
-            if status != 0:
-                failures.append(status)
+            done = subprocess.run(
+                argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE, check=False,
+            )  # fmt: skip
+            if done.returncode != 0:
+                failures.append(done.returncode)
+                said.append(done.stderr.decode(errors="replace").strip())
 
     threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
     start = time.perf_counter()
@@ -238,7 +245,7 @@ def _throughput(argv: list[str], env: dict[str, str], cwd: str, commands: int) -
         thread.join()
     elapsed = time.perf_counter() - start
     if failures:
-        raise SystemExit(f"bench: {len(failures)} of {argv} failed: {sorted(set(failures))}")
+        raise SystemExit(f"bench: {len(failures)} of {argv} failed: {said[0]!r} ({failures})")
     return CLIENTS * commands / elapsed
 
 
@@ -281,6 +288,7 @@ def _measure(
     commands: int,
 ) -> dict[str, Any]:
     stockade, python = str(venv / "bin" / "stockade"), str(venv / "bin" / "python")
+    python_client = str(venv / "bin" / "stockade-py")
 
     def cmd(*argv: str) -> Callable[[], int]:
         return confined.timed_command([stockade, *argv], env, cwd)
@@ -288,6 +296,7 @@ def _measure(
     # Warm: the first call starts the server; the warm-up calls find it running.
     cases: dict[str, Callable[[], int]] = {
         "warm": cmd(*SANDBOXED),
+        "warm_python_client": confined.timed_command([python_client, *SANDBOXED], env, cwd),
         "in_process": cmd("--no-server", *SANDBOXED),
         "warm_full": cmd(*FULL),
         "in_process_full": cmd("--no-server", *FULL),
@@ -333,15 +342,20 @@ def _measure(
     medians = {name: stats["median"] for name, stats in warm.items()}
     phases["python_ms"] = medians["python"]
     phases["site_ms"] = medians["python_site"] - medians["python"]
-    phases["rest_ms"] = medians["warm"] - sum(phases.values())
+    phases["rest_ms"] = medians["warm_python_client"] - sum(phases.values())
     ratios = {
         "warm_vs_in_process": medians["warm"] / medians["in_process"],
         "warm_full_vs_in_process_full": medians["warm_full"] / medians["in_process_full"],
         "warm_vs_python": medians["warm"] / medians["python"],
+        "python_client_vs_native": medians["warm_python_client"] / medians["warm"],
         "warm_minus_raw_bwrap_ms": medians["warm"] - medians["raw_bwrap"],
         "cold_vs_in_process": cold["cold"]["median"] / cold["in_process"]["median"],
     }
     speedups = {name: medians[name] / medians["warm"] for name in peers if "codex" in name}
+    if "codex_native" in medians:
+        speedups["codex_native_vs_python_client"] = (
+            medians["codex_native"] / medians["warm_python_client"]
+        )
     phases["server_over_raw_bwrap_ms"] = phases["call_ms"] - medians["raw_bwrap"]
     return {
         "runs": runs,
@@ -383,7 +397,8 @@ def report_server(
     )
     print(head)
     labels = {
-        "warm": "stockade run --sandbox bubblewrap -- true (server warm)",
+        "warm": "stockade run --sandbox bubblewrap -- true (server warm, native client)",
+        "warm_python_client": "the same by the Python client (stockade-py)",
         "in_process": "stockade --no-server run --sandbox bubblewrap -- true",
         "warm_full": "stockade run --mode danger-full-access -- true (warm)",
         "in_process_full": "stockade --no-server run --mode danger-full-access -- true",
@@ -405,7 +420,8 @@ def report_server(
     print(
         f"  server / in-process: {ratios['warm_vs_in_process']:.2f}x (bubblewrap), "
         f"{ratios['warm_full_vs_in_process_full']:.2f}x (danger-full-access); "
-        f"{ratios['warm_vs_python']:.2f}x python -I -c pass; "
+        f"{ratios['warm_vs_python']:.2f}x python -I -c pass; the Python client "
+        f"{ratios['python_client_vs_native']:.2f}x the native one; "
         f"{ratios['warm_minus_raw_bwrap_ms']:+.1f} ms over raw bwrap"
     )
     codex = stats["codex"]
@@ -416,7 +432,8 @@ def report_server(
             if name == "codex_native"
             else ""
         )
-        print(f"  {name} / stockade warm: {speedup:.2f}x{goal}")
+        whom = "the Python client" if name.endswith("_python_client") else "stockade warm"
+        print(f"  {name.removesuffix('_vs_python_client')} / {whom}: {speedup:.2f}x{goal}")
     if codex.get("version"):
         print(f"  codex version: {codex['version']}")
     for name, why in codex.get("skipped_cases", {}).items():
@@ -425,7 +442,7 @@ def report_server(
         print(f"  codex: skipped, {codex['skipped']}")
     phases = stats["phases"]
     print(
-        "  warm call, inside the client (medians): "
+        "  the Python client's warm call, inside it (medians): "
         f"interpreter (python -I -c pass) {phases['python_ms']:.1f} ms, site "
         f"{phases['site_ms']:.1f} ms, client imports "
         f"{phases['imports_ms']:.1f} ms, connect + hello {phases['connect_ms']:.1f} ms, "

@@ -48,7 +48,8 @@ def source_hash(python: str) -> str:
         for p in (ROOT / tree).rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
     ]
-    files += [ROOT / "pyproject.toml", ROOT / "uv.lock"]
+    files += [ROOT / "pyproject.toml", ROOT / "uv.lock", ROOT / "core" / "hatch_build.py"]
+    files += (ROOT / "core" / "native").glob("*")  # the native client, bin/stockade
     files += [ROOT / p / name for p in PACKAGES for name in ("pyproject.toml", "README.md")]
     for path in sorted(files):
         if path.is_file():

@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+from stockade.testing import CLI
+
+STOCKADE = [*CLI]  # the native client when the session runs through the server
 FULL = ["--mode", "danger-full-access", "--yes"]
 
 

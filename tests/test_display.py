@@ -14,7 +14,6 @@ import os
 import select
 import shlex
 import subprocess
-import sys
 import unicodedata
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,9 @@ from stockade.display import (
     split,
     visible,
 )
+from stockade.testing import CLI
 
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+STOCKADE = [*CLI]  # the native client when the session runs through the server
 FULL = "danger-full-access"
 EVIL = "important\r\x1b[2K  run:    ls -la"
 """The argument that, printed raw, turns ``rm -rf`` into ``ls -la`` on the screen."""

@@ -7,7 +7,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,9 +19,10 @@ from stockade.record.chain import head_path, key_path, rows
 from stockade.record.store import Store
 from stockade.record.verify import verify
 from stockade.request.spec import ExecRequest
+from stockade.testing import CLI
 
 FULL = "danger-full-access"
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+STOCKADE = [*CLI]  # the native client when the session runs through the server
 
 
 @pytest.fixture

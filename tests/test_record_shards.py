@@ -8,7 +8,6 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,8 +16,9 @@ from stockade.record.chain import Chain
 from stockade.record.events import AnchorEvent, AnnotationEvent
 from stockade.record.shards import head_of, shard_path, verify_shards
 from stockade.record.store import Store
+from stockade.testing import CLI
 
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+STOCKADE = [*CLI]  # the native client when the session runs through the server
 SHARDS = ("s0", "s1")
 
 

@@ -232,6 +232,7 @@ CLIENT_MODULES = frozenset(
         "stockade.config.dirs",
         "stockade.server",
         "stockade.server.paths",
+        "stockade.server.card",
         "stockade.server.protocol",
         "stockade.server.trust",
         "stockade.terminal",
@@ -260,3 +261,23 @@ def test_the_thin_client_loads_only_its_own_modules_and_c_ones() -> None:
         name for name in found if not name.startswith(("stockade", "_")) and name != "__future__"
     ]
     assert python == [], f"the thin client imports pure-Python modules: {python}"
+
+
+def test_text_that_is_not_json_is_a_value_error_in_the_thin_client() -> None:
+    # The C scanner raises json.decoder's error class only when json.decoder is loaded,
+    # which the thin client never loads: without it, the error must still be a ValueError.
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from stockade.server import protocol\n"
+        "assert 'json.decoder' not in sys.modules\n"
+        "for text in ('{nope', '{\"a\":1,}', '[1,', '\"\\\\x\"'):\n"
+        "    try:\n"
+        "        protocol.loads(text)\n"
+        "    except ValueError:\n"
+        "        continue\n"
+        "    raise SystemExit(f'{text} was read')\n"
+    )
+    subprocess.run([sys.executable, "-I", "-c", script], check=True, timeout=60)

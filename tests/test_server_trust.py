@@ -30,8 +30,9 @@ from helpers import procs
 from helpers.server import FULL, WAIT, Stockade, stockade_for
 from stockade.cli.client import SECRET_WORDS, needed_env
 from stockade.policy.resolve import SECRET_PATTERN
-from stockade.server import protocol
+from stockade.server import card, protocol
 from stockade.server.trust import folder_problem
+from stockade.testing import PYTHON_CLI, native_client
 
 ROOT = os.getuid() == 0
 ATTACKER = "stockade-ci"
@@ -125,9 +126,34 @@ def squatters() -> Iterator[list[Squatter]]:
         squatter.stop()
 
 
-def _client(tmp_path: Path, runtime: Path) -> Stockade:
-    sk = Stockade(tmp_path)
+@pytest.fixture(params=["python", "native"])
+def client(request: pytest.FixtureRequest) -> tuple[str, ...]:
+    """Each attack meets both clients: the Python one, and the native one (``bin/stockade``)
+    holding a card that points where the squatter listens."""
+    if request.param == "python":
+        return PYTHON_CLI
+    native = native_client()
+    if native is None:
+        if os.environ.get("STOCKADE_CI"):
+            pytest.fail("no native client was built (no C compiler at build time)")
+        pytest.skip("no native client was built (no C compiler at build time)")
+    return (native,)
+
+
+def _card(sk: Stockade) -> None:
+    """For the native client, the card the Python client leaves, naming the place where
+    the squatter listens: so the native client's own checks are what must stop it (with no
+    card it would hand over before it connects, and only the Python client's checks would
+    be attacked)."""
+    if sk.client != list(PYTHON_CLI):
+        Path(sk.place.private).mkdir(parents=True, mode=0o700, exist_ok=True)
+        card.leave(sk.place, sk.env, os.path.realpath(sk.client[0]))
+
+
+def _client(tmp_path: Path, runtime: Path, client: tuple[str, ...]) -> Stockade:
+    sk = Stockade(tmp_path, client=client)
     sk.env["XDG_RUNTIME_DIR"] = str(runtime)
+    _card(sk)
     return sk
 
 
@@ -157,10 +183,10 @@ def _runtime(base: Path, mode: int) -> Path:
 
 
 def test_control_a_squatter_the_checks_cannot_tell_gets_the_secret(
-    tmp_path: Path, base: Path, squatters: list[Squatter]
+    tmp_path: Path, base: Path, squatters: list[Squatter], client: tuple[str, ...]
 ) -> None:
     runtime = _runtime(base, 0o700)
-    sk = _client(tmp_path, runtime)
+    sk = _client(tmp_path, runtime, client)
     sk.place.make()
     Path(sk.place.token).write_text("f" * 64)  # a stale secret
     squatters.append(Squatter(Path(sk.place.folder), base / "record", user=None))
@@ -168,17 +194,19 @@ def test_control_a_squatter_the_checks_cannot_tell_gets_the_secret(
     assert (done.returncode, done.stdout) == (0, b"squatter\n"), done.stderr
     got = squatters[0].received()
     assert b"f" * 64 in got and CANARY.encode() in got  # the recording sees a breach
+    assert got.count(b"f" * 64) == 1  # one client said it all: the native one handed nothing over
     assert HIDDEN.encode() not in got  # what no call needs never travels
 
 
 @pytest.mark.skipif(not ROOT, reason="a listener of another uid needs root to make")
 def test_a_stale_secret_and_another_users_listener_get_nothing(
-    tmp_path: Path, base: Path, squatters: list[Squatter]
+    tmp_path: Path, base: Path, squatters: list[Squatter], client: tuple[str, ...]
 ) -> None:
     runtime = _runtime(base, 0o1777)  # root's XDG_RUNTIME_DIR pointing at a /tmp
-    with stockade_for(tmp_path) as sk:
+    with stockade_for(tmp_path, client=client) as sk:
         sk.env["XDG_RUNTIME_DIR"] = str(runtime)
         assert _call(sk).stdout == b"hi\n"
+        _card(sk)  # (the hand-over of that call left one too)
         pid = sk.wait_server()
         os.kill(pid, signal.SIGKILL)  # its secret stays behind
         assert procs.wait_dead(pid, WAIT)
@@ -193,11 +221,11 @@ def test_a_stale_secret_and_another_users_listener_get_nothing(
 
 @pytest.mark.skipif(not ROOT, reason="a listener of another uid needs root to make")
 def test_another_users_listener_in_the_users_own_folder_gets_nothing(
-    tmp_path: Path, base: Path, squatters: list[Squatter]
+    tmp_path: Path, base: Path, squatters: list[Squatter], client: tuple[str, ...]
 ) -> None:
     # The folders pass (the user's, 0700); only SO_PEERCRED tells the listener is hers.
     runtime = _runtime(base, 0o700)
-    sk = _client(tmp_path, runtime)
+    sk = _client(tmp_path, runtime, client)
     sk.place.make()
     Path(sk.place.token).write_text("f" * 64)
     folder = Path(sk.place.folder)
@@ -213,11 +241,11 @@ def test_another_users_listener_in_the_users_own_folder_gets_nothing(
 
 
 def test_a_world_writable_runtime_folder_is_refused(
-    tmp_path: Path, base: Path, squatters: list[Squatter]
+    tmp_path: Path, base: Path, squatters: list[Squatter], client: tuple[str, ...]
 ) -> None:
     runtime = _runtime(base, 0o777)
-    sk = _client(tmp_path, runtime)
-    Path(sk.place.private).mkdir(parents=True, mode=0o700)
+    sk = _client(tmp_path, runtime, client)
+    Path(sk.place.private).mkdir(parents=True, mode=0o700, exist_ok=True)
     Path(sk.place.token).write_text("f" * 64)
     squatter = Squatter(Path(sk.place.folder), base / "record", user=_attacker())
     squatters.append(squatter)
@@ -233,11 +261,11 @@ def test_a_world_writable_runtime_folder_is_refused(
 
 
 def test_a_symlinked_stockade_folder_is_refused(
-    tmp_path: Path, base: Path, squatters: list[Squatter]
+    tmp_path: Path, base: Path, squatters: list[Squatter], client: tuple[str, ...]
 ) -> None:
     runtime = _runtime(base, 0o700)
-    sk = _client(tmp_path, runtime)
-    Path(sk.place.private).mkdir(parents=True, mode=0o700)
+    sk = _client(tmp_path, runtime, client)
+    Path(sk.place.private).mkdir(parents=True, mode=0o700, exist_ok=True)
     Path(sk.place.token).write_text("f" * 64)
     theirs = base / "theirs"
     squatter = Squatter(theirs / Path(sk.place.folder).name, base / "record", user=_attacker())

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+from stockade.testing import CLI
+
+STOCKADE = [*CLI]  # the native client when the session runs through the server
 
 
 def cli(*args, env=None, **kw):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from stockade.config.schema import Config, StoreConfig
 from stockade.errors import UnsafeRoot
 from stockade.request.spec import ExecRequest, Profile
+from stockade.testing import CLI
 from stockade.workspace.folders import WorkspaceBusy
 
 FULL = {"mode": "danger-full-access"}
@@ -125,13 +125,7 @@ def test_stockade_workspace_shows_and_clears_with_a_record(tmp_path):
         "XDG_STATE_HOME": str(state),
         "STOCKADE_DISABLE_PLUGINS": "bubblewrap,landlock",
     }
-    stockade = [
-        sys.executable,
-        "-c",
-        "from stockade.cli import entry; entry()",
-        "--config",
-        str(cfg),
-    ]
+    stockade = [*CLI, "--config", str(cfg)]
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

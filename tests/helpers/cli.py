@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-CLI = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+from stockade.testing import CLI as _CLI
+
+CLI = [*_CLI]  # the native client when the session runs through the server
 
 
 def stockade(

@@ -16,16 +16,18 @@ import os
 import signal
 import socket
 import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from helpers import procs
 from stockade.server import protocol
 from stockade.server.paths import Place
+from stockade.testing import CLI
 
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+STOCKADE = [*CLI]
+"""The native client when the session runs the command line through the server (and one is
+installed), else the Python client; a :class:`Stockade` may be given either."""
 FULL = "danger-full-access"
 WAIT = 60.0
 """Seconds any wait for an event may take before the test fails (never a timing assert)."""
@@ -40,8 +42,12 @@ class Stockade:
             otherwise it is unset and the socket is in the state folder.
     """
 
-    def __init__(self, root: Path, *, runtime: bool = False) -> None:
+    def __init__(
+        self, root: Path, *, runtime: bool = False, client: Sequence[str] = STOCKADE
+    ) -> None:
         self.root = root
+        self.client = list(client)
+        """The argv that starts the command line (the native or the Python client)."""
         self.state = root / "state"
         self.state.mkdir(parents=True)
         env = {
@@ -84,7 +90,7 @@ class Stockade:
     ) -> subprocess.CompletedProcess[bytes]:
         """``stockade ARGS`` to its end: bytes out, bytes err, status."""
         return subprocess.run(
-            [*STOCKADE, *args],
+            [*self.client, *args],
             env=self.environ(server=server, env=env),
             input=input,
             stdin=None if input is not None else subprocess.DEVNULL,
@@ -102,7 +108,7 @@ class Stockade:
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         kwargs.setdefault("cwd", self.root)
-        client = subprocess.Popen([*STOCKADE, *args], env=self.environ(env=env), **kwargs)
+        client = subprocess.Popen([*self.client, *args], env=self.environ(env=env), **kwargs)
         self.clients.append(client)
         return client
 
@@ -183,9 +189,11 @@ class Stockade:
 
 
 @contextlib.contextmanager
-def stockade_for(root: Path, *, runtime: bool = False) -> Iterator[Stockade]:
+def stockade_for(
+    root: Path, *, runtime: bool = False, client: Sequence[str] = STOCKADE
+) -> Iterator[Stockade]:
     """A :class:`Stockade` whose server is stopped when the block ends."""
-    found = Stockade(root, runtime=runtime)
+    found = Stockade(root, runtime=runtime, client=client)
     try:
         yield found
     finally:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -15,9 +14,10 @@ from stockade import hookimpl
 from stockade.config.load import load_config
 from stockade.errors import PolicyDenied, PolicyHeld
 from stockade.request.spec import ExecRequest
+from stockade.testing import CLI
 
 GIT = "/usr/bin/git"
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
+STOCKADE = [*CLI]  # the native client when the session runs through the server
 
 
 def git(*args: str, cwd) -> str:

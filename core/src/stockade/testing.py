@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -144,6 +145,34 @@ programs = ["echo"]
 """Three agent profiles on one workspace for testing a front end (an MCP server, an agent
 framework's client), as TOML to ``.format(ws=FOLDER)``: ``tester`` never asks, ``careful``
 asks before a write, ``echoer`` may run ``echo`` only."""
+
+
+PYTHON_CLI = (sys.executable, "-c", "from stockade.cli import entry; entry()")
+"""The Python client (``stockade-py``), started by this interpreter."""
+
+
+def native_client() -> str | None:
+    """The native client installed beside this interpreter (``bin/stockade``, compiled from
+    ``core/native/``), or ``None`` where the build found no C compiler (then ``bin/stockade``
+    is the Python client)."""
+    found = Path(sys.executable).parent / "stockade"
+    try:
+        with found.open("rb") as handle:
+            return str(found) if handle.read(4) == b"\x7fELF" else None
+    except OSError:
+        return None
+
+
+def cli_argv() -> tuple[str, ...]:
+    """How the tests start ``stockade``: the native client when the session runs the command
+    line through the warm server (``STOCKADE_TEST_SERVER=1``) and one is installed, as a user
+    starts it; else the Python client (in-process, the native client would only hand over)."""
+    native = native_client() if os.environ.get("STOCKADE_TEST_SERVER") == "1" else None
+    return (native,) if native else PYTHON_CLI
+
+
+CLI = cli_argv()
+"""The argv that starts ``stockade`` in a test (:func:`cli_argv`, decided once a session)."""
 
 
 def cli_mode(monkeypatch: pytest.MonkeyPatch) -> None:

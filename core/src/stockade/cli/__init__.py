@@ -23,11 +23,15 @@ if TYPE_CHECKING:
 
 def entry() -> None:
     """Console-script entry point: through the warm server when it can, else in-process."""
+    import os
     import sys
 
+    from ..server.card import ENV
     from .client import call
 
-    status = call(sys.argv[1:])
+    # Set by the native client when it hands a call over: for this process alone.
+    native = os.environ.pop(ENV, None)
+    status = call(sys.argv[1:], native=native)
     if status is None:
         from .commands import entry as in_process
 
@@ -35,8 +39,6 @@ def entry() -> None:
         raise SystemExit(status)
     # Served: all that is left is the interpreter's tear-down (freeing every module, ~2 ms);
     # the client wrote and flushed everything it printed, and registered nothing to run.
-    import os
-
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -23,7 +23,7 @@ import os
 import sys
 import time
 
-from ..server import protocol
+from ..server import card, protocol
 from ..server.paths import Place
 from ..server.trust import folder_problem, listener_problem
 from ..terminal import ask_terminal
@@ -48,9 +48,11 @@ class _Gone(NoServer):
     this client connected. Nothing was asked of it, so a new one may be started."""
 
 
-def call(argv: list[str]) -> int | None:
+def call(argv: list[str], *, native: str | None = None) -> int | None:
     """Run ``stockade ARGV`` through the server: its exit status, or ``None`` to run it in
-    this process instead (another command, ``--no-server``, or no server to be had)."""
+    this process instead (another command, ``--no-server``, or no server to be had).
+    ``native``: the real path of the native client that handed this call over, which is
+    left a card for the server this call reaches (:mod:`stockade.server.card`)."""
     if os.environ.get(NO_SERVER_ENV, "") not in ("", "0") or protocol.command_of(argv) is None:
         return None
     place = Place(os.environ)
@@ -59,6 +61,11 @@ def call(argv: list[str]) -> int | None:
     except NoServer as why:
         print(f"stockade: running in-process: {why}", file=sys.stderr)
         return None
+    if native and os.path.isabs(native):
+        try:  # noqa: SIM105 - contextlib is an import this client does not pay for
+            card.leave(place, os.environ, native)
+        except OSError:
+            pass  # the next native call hands over again; this one goes on
     try:
         return converse(conn, argv)
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import sysconfig
 from typing import TYPE_CHECKING
 
 from attrs import frozen
@@ -38,6 +39,7 @@ class DoctorReport:
         broken: installed plugins that failed to load (skipped; selecting one fails).
         partial: the modes whose provider enforces them only partly.
         problem: why nothing could be probed (an invalid config, say); empty otherwise.
+        client: which ``stockade`` command this installation has (:func:`installed_client`).
     """
 
     ok: bool
@@ -50,6 +52,22 @@ class DoctorReport:
     broken: tuple[Fact, ...] = ()
     partial: tuple[str, ...] = ()
     problem: str = ""
+    client: str = ""
+
+
+def installed_client() -> str:
+    """Which ``stockade`` command this installation has: the native client (compiled from
+    ``core/native/`` when the package was built), or the Python client where no C compiler
+    was found then; ``stockade-py`` is the Python client either way."""
+    path = os.path.join(sysconfig.get_path("scripts"), "stockade")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4)
+    except OSError as error:
+        return f"none at {path} ({error.strerror}); stockade-py is the Python client"
+    if head == b"\x7fELF":
+        return f"native, {path} (it hands what it does not serve to stockade-py)"
+    return f"Python, {path} (no C compiler was found when it was built: calls start slower)"
 
 
 def build_report(args: argparse.Namespace) -> DoctorReport:
@@ -74,7 +92,15 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
             else f"no host could be made: {error.message}"
         )
         return DoctorReport(
-            False, python, f"{where} (unusable)", kernel, unusable, (), (), problem=problem
+            False,
+            python,
+            f"{where} (unusable)",
+            kernel,
+            unusable,
+            (),
+            (),
+            problem=problem,
+            client=installed_client(),
         )
     config = host.config.source or "embedded defaults (no config file)"
     kernel += (_forks(host),)
@@ -140,6 +166,7 @@ def build_report(args: argparse.Namespace) -> DoctorReport:
         tuple(modes),
         broken,
         tuple(partial),
+        client=installed_client(),
     )
 
 
@@ -199,6 +226,7 @@ def doctor_command(args: argparse.Namespace, _parser: object = None) -> int:
 
     print(f"python: {visible(report.python)}")
     print(f"config: {visible(report.config)}")
+    print(f"client: {visible(report.client)}")
     for title, facts in (
         ("kernel", report.kernel),
         ("executors", report.executors),

@@ -45,6 +45,8 @@ class Place:
         # the two must not share (and overwrite) one secret and pid file.
         if not (runtime and os.path.isabs(runtime) and _owned_dir(runtime)):
             runtime = None
+        self.state = state  # the keys of the native client's card (stockade.server.card)
+        self.runtime = runtime
         code = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
         key = "\0".join(
             (str(os.getuid()), state, environ.get("HOME", ""), sys.prefix, code, runtime or "")

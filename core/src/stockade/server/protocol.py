@@ -130,6 +130,10 @@ def loads(text: str) -> object:
         value, end = _json.make_scanner(_Scanning())(text, start)  # type: ignore[arg-type]
     except StopIteration as stop:
         raise ValueError(f"no JSON value at character {stop.value}") from None
+    except SystemError:
+        # The scanner raises json.decoder's error class, found only if json.decoder was
+        # imported (the thin client never imports it): else this, for text that is not JSON.
+        raise ValueError("text that is not JSON") from None
     if text[end:].strip(" \t\n\r"):
         raise ValueError(f"extra data after the JSON value at character {end}")
     return value
