@@ -138,8 +138,8 @@ static int withheld(const char *name, size_t n) {
 }
 
 /* The first entry of environ named name[0..n) (os.environ keeps the first), or NULL. */
-static const char *env_entry(const char *name, size_t n, char **upto) {
-    for (char **e = environ; *e && e != upto; e++) {
+static const char *env_entry(const char *name, size_t n) {
+    for (char **e = environ; *e; e++) {
         const char *eq = strchr(*e, '=');
         if (eq && (size_t)(eq - *e) == n && memcmp(*e, name, n) == 0) return eq + 1;
     }
@@ -230,16 +230,20 @@ static int call_frame(int argc, char **argv, struct buf *call) {
     json_bytes(call, cwd, strlen(cwd), 0);
     buf_puts(call, ",\"env\":{");
     int first = 1;
-    for (char **e = environ; *e; e++) {
+    size_t count;
+    unsigned char *firsts = env_firsts(&count);
+    for (size_t i = 0; i < count; i++) {
+        char **e = environ + i;
         const char *eq = strchr(*e, '=');
         size_t n = eq ? (size_t)(eq - *e) : 0;
-        if (!eq || env_entry(*e, n, e) || withheld(*e, n)) continue;
+        if (!eq || !firsts[i] || withheld(*e, n)) continue;
         if (!first) buf_putc(call, ',');
         first = 0;
         json_bytes(call, *e, n, 0);
         buf_putc(call, ':');
         json_bytes(call, eq + 1, strlen(eq + 1), 0);
     }
+    free(firsts);
     buf_puts(call, terminal() ? "},\"tty\":true}" : "},\"tty\":false}");
     return call->len > MAX_FRAME ? -1 : 0;
 }
@@ -328,7 +332,7 @@ static void env_reply(const struct jv *name, int has_name, struct buf *reply) {
     const char *value = NULL;
     if (!lone && !memchr(bytes.data ? bytes.data : "", '=', bytes.len) &&
         withheld(bytes.data ? bytes.data : "", bytes.len))
-        value = env_entry(bytes.data ? bytes.data : "", bytes.len, NULL);
+        value = env_entry(bytes.data ? bytes.data : "", bytes.len);
     buf_puts(reply, ",\"value\":");
     if (value) json_bytes(reply, value, strlen(value), 0);
     else buf_puts(reply, "null");
@@ -384,10 +388,12 @@ static int converse(void) {
 }
 
 int main(int argc, char **argv) {
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[n > 0 ? n : 0] = '\0';
+    steady_fds(); /* before any descriptor is opened: the socket is never 0, 1 or 2 */
+    int found = find_self(self, sizeof self);
     const char *off = getenv("STOCKADE_NO_SERVER");
-    if ((off && *off && strcmp(off, "0") != 0) || !hot(argc, argv) || n <= 0) hand_over(argv);
+    if ((off && *off && strcmp(off, "0") != 0) || !hot(argc, argv) || found != 0 ||
+        !locale_like_python())
+        hand_over(argv);
     coerce_locale();
 
     struct card card;

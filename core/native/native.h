@@ -65,4 +65,12 @@ int jv_is_one(const struct jv *v);
  * bytes); -1 for an array or an object. */
 int jv_str(const struct jv *v, struct buf *out);
 
+/* start.c: reopen a closed 0, 1 or 2 on /dev/null; whether the locale decodes the
+ * environment as this client does (else hand over); this program's real path (0, or -1);
+ * for each entry of environ, whether it is the first of its name (count: how many). */
+void steady_fds(void);
+int locale_like_python(void);
+int find_self(char *self, size_t size);
+unsigned char *env_firsts(size_t *count);
+
 #endif
