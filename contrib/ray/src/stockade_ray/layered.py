@@ -190,7 +190,9 @@ def layers_refusal(doer: Any, store: str, mode: str) -> str | None:  # noqa: ANN
         return "danger-full-access steps run unconfined, writing their folder directly"
     base = os.path.join(store, layers.FORKS)
     os.makedirs(base, mode=0o700, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="probe-", dir=base)
+    probe = tempfile.mkdtemp(prefix="probe-", dir=base)
+    folder = os.path.join(probe, "fork")  # a fork's depth: the folder of forks is no root
+    os.mkdir(folder, 0o700)
     try:
         request = ExecRequest(("true",), folder, mode=mode, workspace=folder)  # type: ignore[arg-type]
         spec = resolve(request, doer.config, os.environ)
@@ -201,7 +203,7 @@ def layers_refusal(doer: Any, store: str, mode: str) -> str | None:  # noqa: ANN
     except StockadeError as error:
         return f"no sandbox here layers a fork: {error.message}"
     finally:
-        remove_tree(folder)
+        remove_tree(probe)
     if writes == "layered":
         return None
     name = plan.facts.provider
