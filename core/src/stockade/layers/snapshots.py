@@ -44,7 +44,7 @@ from typing import BinaryIO, Literal
 from attrs import frozen
 
 from ..errors import SandboxUnavailable, UnsafeRoot, UsageError
-from . import mounts
+from . import across, mounts
 from .place import remove_tree
 
 SNAPSHOTS = "snapshots"
@@ -76,7 +76,8 @@ def _tree(store: str, snapshot_id: str) -> str:
 
 
 def take(folder: str, *, store: str) -> Snapshot:
-    """Copy ``folder`` (its committed state: take it between commands) into a new snapshot.
+    """Copy ``folder`` (its committed state: take it between commands) into a new snapshot;
+    its files lose their setuid and setgid bits.
 
     Raises:
         UsageError: ``folder`` is not a folder.
@@ -89,6 +90,9 @@ def take(folder: str, *, store: str) -> Snapshot:
     os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
     partial = target + ".partial"
     shutil.copytree(source, partial, symlinks=True)
+    for _, _, files, fd in os.fwalk(partial):
+        for name in files:
+            across.drop_setid(fd, name)  # no fork gets a setuid program from its source
     with open(os.path.join(os.path.dirname(target), f"{snapshot_id}.source"), "w") as note:
         note.write(source)
     os.rename(partial, target)  # whole, or not there at all
@@ -301,10 +305,15 @@ def refuse_direct(workspace: str, store: str, provider: str) -> None:
 
 def export(snapshot: Snapshot, out: BinaryIO) -> None:
     """Write the snapshot to ``out`` as a tar stream (paths relative to its root; symlinks
-    as links, never followed)."""
+    as links, never followed; no file setuid or setgid)."""
     with tarfile.open(fileobj=out, mode="w|") as tar:
         for name in sorted(os.listdir(snapshot.folder)):
-            tar.add(os.path.join(snapshot.folder, name), arcname=name, recursive=True)
+            tar.add(os.path.join(snapshot.folder, name), arcname=name, filter=_plain)
+
+
+def _plain(entry: tarfile.TarInfo) -> tarfile.TarInfo:
+    """An entry with no setuid or setgid bit (a file's: see :data:`.across.SAFE`)."""
+    return entry.replace(mode=entry.mode & across.SAFE, deep=False) if entry.isfile() else entry
 
 
 def discard_fork(folder: str, *, store: str) -> None:
