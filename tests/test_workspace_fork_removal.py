@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,31 @@ def test_a_busy_forks_layer_stays_until_no_process_uses_it(tmp_path, store, monk
     assert not Path(f"{layer}.gone").exists() and not Path(f"{layer}.busy").exists()
     snapshots.discard(snap, store=store)
     assert not os.path.exists(Path(store, mounts.LAYERS, snap.id))
+
+
+KILLED = """
+import os, signal, sys
+from stockade.layers import snapshots
+snap = snapshots.take(sys.argv[1], store=sys.argv[2])
+print(snapshots.fork_one(snap, store=sys.argv[2]).folder, snap.id, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@ROOT_ONLY
+def test_the_forks_a_killed_process_left_mounted_are_found_and_discarded(tmp_path, store):
+    (tmp_path / "a.txt").write_text("a\n")
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED, str(tmp_path), store],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    fork, snap_id = done.stdout.split()
+    assert mounts.is_overlay(fork)  # killed with its fork whole: the sweep leaves it
+    assert snapshots.sweep(store) == []
+    assert snapshots.mounted(store) == (os.path.realpath(fork),)
+    for left in snapshots.mounted(store):
+        snapshots.discard_fork(left, store=store)
+    assert not snapshots.mounted(store) and not os.path.exists(fork)
+    snapshots.discard(snapshots.get(snap_id, store=store), store=store)

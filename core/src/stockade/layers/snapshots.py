@@ -417,6 +417,15 @@ def sweep(store: str) -> list[str]:
     return swept
 
 
+def mounted(store: str) -> tuple[str, ...]:
+    """The forks of ``store`` mounted now, whole or not: after a process that forked was
+    killed, what it left (discard each with :func:`discard_fork`, or their snapshots with
+    :func:`discard`; a reboot unmounts them, and a fork is mounted again before its next
+    command)."""
+    roots = (_root(point, store) for point in mounts.overlays_beneath(_base(store)))
+    return tuple(sorted({root for root in roots if root is not None}))
+
+
 def _clear(layer: str) -> None:
     """Remove a gone fork's layer (``LAYER.gone``), unless its detached mount is in use."""
     note = f"{layer}.busy"
