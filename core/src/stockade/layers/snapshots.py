@@ -313,7 +313,9 @@ def export(snapshot: Snapshot, out: BinaryIO) -> None:
 
 def _plain(entry: tarfile.TarInfo) -> tarfile.TarInfo:
     """An entry with no setuid or setgid bit (a file's: see :data:`.across.SAFE`)."""
-    return entry.replace(mode=entry.mode & across.SAFE, deep=False) if entry.isfile() else entry
+    if entry.isfile():
+        entry.mode &= across.SAFE  # (TarInfo.replace is Python 3.12's)
+    return entry
 
 
 def discard_fork(folder: str, *, store: str) -> None:
