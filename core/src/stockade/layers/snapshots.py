@@ -44,7 +44,7 @@ from typing import BinaryIO, Literal
 from attrs import frozen
 
 from ..errors import SandboxUnavailable, UnsafeRoot, UsageError
-from . import across, mounts
+from . import across, marks, mounts
 from .place import remove_tree
 
 SNAPSHOTS = "snapshots"
@@ -75,9 +75,11 @@ def _tree(store: str, snapshot_id: str) -> str:
     return os.path.join(store, SNAPSHOTS, snapshot_id)
 
 
-def take(folder: str, *, store: str) -> Snapshot:
+def take(folder: str, *, store: str, record: str | None = None) -> Snapshot:
     """Copy ``folder`` (its committed state: take it between commands) into a new snapshot;
-    its files lose their setuid and setgid bits.
+    its files lose their setuid and setgid bits, and the files the breaker marked private in
+    it stay marked in every fork (:mod:`~stockade.layers.marks`; ``record``: the record's
+    file when the store's ``store.path`` names one other than ``store.db``).
 
     Raises:
         UsageError: ``folder`` is not a folder.
@@ -95,6 +97,7 @@ def take(folder: str, *, store: str) -> Snapshot:
             across.drop_setid(fd, name)  # no fork gets a setuid program from its source
     with open(os.path.join(os.path.dirname(target), f"{snapshot_id}.source"), "w") as note:
         note.write(source)
+    marks.keep(source, f"{target}.private", store=store, record=record)
     os.rename(partial, target)  # whole, or not there at all
     return Snapshot(snapshot_id, target, source, time.time())
 
@@ -137,7 +140,12 @@ def fork(snapshot: Snapshot, count: int, *, store: str) -> tuple[str, ...]:
 
 
 def fork_one(
-    snapshot: Snapshot, *, store: str, overlay: bool = True, at: str | None = None
+    snapshot: Snapshot,
+    *,
+    store: str,
+    overlay: bool = True,
+    at: str | None = None,
+    record: str | None = None,
 ) -> Fork:
     """A new workspace holding the snapshot's files: an overlay where this process may
     mount one (and ``overlay``), else hard links (:class:`Fork` says which, and why).
@@ -172,10 +180,17 @@ def fork_one(
             os.rmdir(target)
             remove_tree(layer)
         else:
+            _inherit(snapshot, target, store, record)
             return Fork(target, "overlay")
     shutil.copytree(snapshot.folder, target, symlinks=True, copy_function=os.link)
     shutil.copystat(snapshot.folder, target)
+    _inherit(snapshot, target, store, record)
     return Fork(target, "links", why)
+
+
+def _inherit(snapshot: Snapshot, fork: str, store: str, record: str | None) -> None:
+    """The snapshot's private-file marks, marked for the fork (before any command runs)."""
+    marks.give(f"{snapshot.folder}.private", os.path.realpath(fork), store=store, record=record)
 
 
 def _layer(store: str, fork: str) -> str:
@@ -453,6 +468,7 @@ def discard(snapshot: Snapshot, *, store: str) -> None:
     remove_tree(snapshot.folder)
     sweep(store)  # the layers of a fork still busy wait for a later sweep
     remove_tree(snapshot.folder)
-    note = os.path.join(os.path.dirname(snapshot.folder), f"{snapshot.id}.source")
-    if os.path.lexists(note) and not stat.S_ISDIR(os.lstat(note).st_mode):
-        os.unlink(note)
+    for suffix in ("source", "private"):
+        note = os.path.join(os.path.dirname(snapshot.folder), f"{snapshot.id}.{suffix}")
+        if os.path.lexists(note) and not stat.S_ISDIR(os.lstat(note).st_mode):
+            os.unlink(note)
