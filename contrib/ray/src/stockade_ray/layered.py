@@ -17,7 +17,9 @@ copy, under a lock so two workers of a node never both do), and every fork is
   directly (``SandboxUnavailable``) rather than spoil its siblings;
 - else a copy. :class:`~stockade_ray.forks.Forked` says which, and why not the one before.
 
-A pool's workers hold a shared lock on ``ray-snapshots/POOL.live`` while they live; a pool
+A pool's workers hold a shared lock on ``ray-snapshots/POOL.live`` while they live (the file
+at that path when locked: one another pool unlinked meanwhile is let go and the new one
+locked, and a pool that locks a file unlinked meanwhile discards nothing by it); a pool
 that shut down cleanly and kept forks (episodes closed with ``close()``) leaves
 ``POOL.closed``. When a worker starts (:func:`start_pool`), every other pool of the node's
 store with neither, whose workers were killed with their driver, has its snapshots and
@@ -140,8 +142,7 @@ def start_pool(store: str, pool: str) -> int:
     worker lives), then discard what dead pools left here (see the module)."""
     base = os.path.join(store, INDEX)
     os.makedirs(base, mode=0o700, exist_ok=True)
-    live = _open_live(base, pool)
-    fcntl.flock(live, fcntl.LOCK_SH)
+    live = _lock_live(base, pool)
     for name in sorted(os.listdir(base)):
         folder = os.path.join(base, name)
         if name == pool or not os.path.isdir(folder) or os.path.exists(folder + ".closed"):
@@ -152,6 +153,9 @@ def start_pool(store: str, pool: str) -> int:
         except BlockingIOError:
             os.close(other)
             continue  # its workers live
+        if not _current(other, base, name):
+            os.close(other)
+            continue  # unlinked by another pool meanwhile: a worker may hold the new one
         try:
             _discard_pool(store, folder)
             with contextlib.suppress(FileNotFoundError):
@@ -160,6 +164,28 @@ def start_pool(store: str, pool: str) -> int:
             os.close(other)
     layers.sweep(store)
     return live
+
+
+def _lock_live(base: str, pool: str) -> int:
+    """``pool``'s live file, opened and locked shared: the one at its path when locked
+    (a file another pool unlinked while this waited for its lock is closed, and the new
+    one taken), so no pool takes this one's forks for a dead pool's."""
+    while True:
+        live = _open_live(base, pool)
+        fcntl.flock(live, fcntl.LOCK_SH)
+        if _current(live, base, pool):
+            return live
+        os.close(live)
+
+
+def _current(fd: int, base: str, pool: str) -> bool:
+    """Whether ``fd`` is the file at ``pool``'s live path (not one unlinked meanwhile)."""
+    try:
+        named = os.stat(os.path.join(base, f"{pool}.live"), follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
 
 
 def _open_live(base: str, pool: str) -> int:
@@ -190,7 +216,9 @@ def layers_refusal(doer: Any, store: str, mode: str) -> str | None:  # noqa: ANN
         return "danger-full-access steps run unconfined, writing their folder directly"
     base = os.path.join(store, layers.FORKS)
     os.makedirs(base, mode=0o700, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix="probe-", dir=base)
+    probe = tempfile.mkdtemp(prefix="probe-", dir=base)
+    folder = os.path.join(probe, "fork")  # a fork's depth: the folder of forks is no root
+    os.mkdir(folder, 0o700)
     try:
         request = ExecRequest(("true",), folder, mode=mode, workspace=folder)  # type: ignore[arg-type]
         spec = resolve(request, doer.config, os.environ)
@@ -201,7 +229,7 @@ def layers_refusal(doer: Any, store: str, mode: str) -> str | None:  # noqa: ANN
     except StockadeError as error:
         return f"no sandbox here layers a fork: {error.message}"
     finally:
-        remove_tree(folder)
+        remove_tree(probe)
     if writes == "layered":
         return None
     name = plan.facts.provider

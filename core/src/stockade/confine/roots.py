@@ -18,7 +18,8 @@ working directory, or an agent's workspace) in ``workspace-write``, every one-sh
   store in one (``~/.ssh``, :data:`stockade.confine.stores.CREDENTIAL_STORES`) or anything in it.
   A home's other subfolders may be: that is where projects live;
 - Stockade's store never, nor a folder that holds it, nor a folder inside it other than
-  an agent's own workspace (``workspaces/NAME``);
+  an agent's own workspace (``workspaces/NAME``) or a fork (``workspaces/.forks/SNAP/N``:
+  the folder of forks and a snapshot's folder of forks never, rule ``forks``);
 - the warm server's folder (``$XDG_RUNTIME_DIR/stockade``, where its socket is) never, nor
   a folder that holds it, nor one inside it: a command that could move the socket would
   stop the server and every call it runs (its secret is in the store's folder).
@@ -76,6 +77,8 @@ themselves; a folder inside one may be."""
 
 OWN_WORKSPACES = "workspaces"
 """The folder of the store that holds the agents' own workspaces, which may be roots."""
+OWN_FORKS = ".forks"
+"""The folder of the workspaces holding forks (``SNAPSHOT/FORK``): only a fork may be a root."""
 
 
 @attrs.frozen
@@ -84,7 +87,7 @@ class RootRefusal:
 
     Attributes:
         rule: which rule it broke: ``root``, ``system``, ``shared``, ``home``,
-            ``holds_home``, ``credentials``, ``store``, ``holds_store``, ``server`` or
+            ``holds_home``, ``credentials``, ``store``, ``holds_store``, ``forks``, ``server`` or
             ``holds_server``.
         folder: the folder the rule is about (the system folder, the home, the store).
         reason: the rule in words, for the message.
@@ -219,6 +222,14 @@ class RootRules:
                     "store",
                     store,
                     f"it lies inside Stockade's store ({store}), outside {own}/",
+                )
+            forks = os.path.join(own, OWN_FORKS)
+            if _at_or_beneath(real, forks) and real[len(forks) :].count("/") < 2:
+                return RootRefusal(
+                    "forks",
+                    forks,
+                    f"it is or holds forks ({forks}/SNAPSHOT/FORK): a command there could "
+                    "change or move every fork in it; only one fork may be a root",
                 )
         return None
 

@@ -6,7 +6,8 @@ the fork, so a command's layer there lives under the store, on another one
 (:mod:`~stockade.layers.place`). Each entry it brings is then copied into a new name in the
 same folder of the root (made with ``O_EXCL | O_NOFOLLOW`` through that folder's descriptor:
 never through a link), given the entry's mode, owner (where this user may) and times, and
-renamed over the name: other programs see the old entry or the new, never half of one. The
+renamed over the name: other programs see the old entry or the new, never half of one.
+A setuid or setgid bit never lands (:data:`SAFE`), here or by a rename (:func:`drop_setid`). The
 cost is one copy of each file the command changed, never of the workspace. Hard links
 within the layer land as separate files. Only files and symbolic links are carried; a
 fifo, socket or device is refused (``OSError``), named in the commit's ``failed``.
@@ -25,6 +26,9 @@ import stat
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAKE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+SAFE = 0o1777
+"""The mode bits a file keeps when it lands: a command's setuid or setgid bit never does
+(root's sandboxed ``chmod 4755`` would land a setuid-root program in the workspace)."""
 PREFIX = ".stockade-landing-"
 """The name a carried entry has in the root until its rename."""
 
@@ -48,7 +52,7 @@ def carry(up: int, dst: int, name: str) -> None:
         with contextlib.suppress(PermissionError):  # another user's file, not as root
             os.chown(temp, info.st_uid, info.st_gid, dir_fd=dst, follow_symlinks=False)
         if not stat.S_ISLNK(info.st_mode):
-            os.chmod(temp, stat.S_IMODE(info.st_mode), dir_fd=dst)  # after chown: it clears suid
+            os.chmod(temp, stat.S_IMODE(info.st_mode) & SAFE, dir_fd=dst)  # never setuid/setgid
         os.utime(temp, ns=(info.st_atime_ns, info.st_mtime_ns), dir_fd=dst, follow_symlinks=False)
         os.rename(temp, name, src_dir_fd=dst, dst_dir_fd=dst)
     except BaseException:
@@ -56,6 +60,18 @@ def carry(up: int, dst: int, name: str) -> None:
             os.unlink(temp, dir_fd=dst)
         raise
     os.unlink(name, dir_fd=up)
+
+
+def drop_setid(folder: int, name: str) -> None:
+    """Clear the setuid and setgid bits of file ``name`` of ``folder`` (a descriptor),
+    reached without following a link; anything else is left as it is."""
+    fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) & SAFE)  # this very inode
+    finally:
+        os.close(fd)
 
 
 def _copy(up: int, dst: int, name: str, temp: str, info: os.stat_result) -> None:

@@ -396,6 +396,7 @@ def _entry(
         tally.deleted.append(target + "/")
         below = None
     try:
+        across.drop_setid(up, name)
         os.rename(name, name, src_dir_fd=up, dst_dir_fd=dst)
     except OSError as error:
         if error.errno != errno.EXDEV:

@@ -32,13 +32,15 @@ import threading
 
 from attrs import frozen
 
+from ..confine.roots import OWN_FORKS, OWN_WORKSPACES
+
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MNT_DETACH = 0x2
 UMOUNT_NOFOLLOW = 0x8
 OPTIONS = "redirect_dir=off,metacopy=off,index=off"
 """Fixed, whatever the kernel's defaults: a landing refuses redirects and metacopies."""
-FORKS = os.path.join("workspaces", ".forks")
+FORKS = os.path.join(OWN_WORKSPACES, OWN_FORKS)
 """Where forks live: among the workspaces of the store, which may be writable roots."""
 LAYERS = "forks"
 """The store's folder of forks' own layers (``SNAP/N/{upper,work}``)."""
@@ -98,8 +100,10 @@ def mounts() -> list[Mount]:
 
 
 def overlays_beneath(folder: str) -> list[str]:
-    """The overlay mount points strictly beneath ``folder`` (resolved), deepest first."""
-    base = os.path.realpath(folder).rstrip("/") + "/"
+    """The overlay mount points strictly beneath ``folder``, deepest first. ``folder`` is
+    taken as given, never resolved: a link in it would name another tree's mounts, so a
+    caller resolves (or refuses) its links itself."""
+    base = os.path.normpath(folder).rstrip("/") + "/"
     points = {m.point for m in mounts() if m.fstype == "overlay" and m.point.startswith(base)}
     return sorted(points, key=lambda p: (-p.count("/"), p))
 
@@ -221,27 +225,52 @@ def mount(lower: str, upper: str, work: str, point: str) -> None:
             os.close(fd)
 
 
-def unmount(point: str) -> None:
+def unmount(point: str) -> bool:
     """Unmount ``point``, lazily when it is busy (a process still in it: detached at once,
-    gone when the last one leaves); a folder not mounted is fine.
+    gone when the last one leaves); a folder not mounted is fine. Whether it was detached
+    lazily (its layers may still be written: :func:`in_use` says until when).
 
     Raises:
         OSError: the kernel refused (not ``EINVAL``, a folder that is no mount point).
     """
     for flags in (UMOUNT_NOFOLLOW, UMOUNT_NOFOLLOW | MNT_DETACH):
         if _c().umount2(os.fsencode(point), flags) == 0:
-            return
+            return bool(flags & MNT_DETACH)
         code = ctypes.get_errno()
         if code in (errno.EINVAL, errno.ENOENT):
-            return
+            return False
         if code != errno.EBUSY:
             raise OSError(code, os.strerror(code), point)
+    return False
+
+
+def in_use(device: int) -> bool:
+    """Whether a process still holds a file of the file system ``device`` (a detached
+    overlay's): a working or root folder, an open file or a mapped one, as ``fuser -m``
+    finds them (root may look at every process's: only root mounts forks)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        links = [f"/proc/{pid}/{n}" for n in ("cwd", "root")]
+        for folder in ("fd", "map_files"):
+            with contextlib.suppress(OSError):
+                links += [f"/proc/{pid}/{folder}/{n}" for n in os.listdir(f"/proc/{pid}/{folder}")]
+        for link in links:
+            try:
+                if os.stat(link).st_dev == device:
+                    return True
+            except FileNotFoundError:
+                continue  # gone meanwhile
+            except OSError:
+                continue  # a socket, a pipe, another user's
+    return False
 
 
 __all__ = [
     "Mount",
     "holding",
     "in_fork",
+    "in_use",
     "is_overlay",
     "mount",
     "mounts",

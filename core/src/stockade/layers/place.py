@@ -150,13 +150,47 @@ def discard(layers: list[Layer] | tuple[Layer, ...]) -> None:
 
 def remove_tree(folder: str) -> None:
     """Remove ``folder`` whatever it holds (a command may have left folders it took its own
-    rights away from); a folder that was never made is fine."""
-    if not os.path.lexists(folder):
+    rights away from); a folder that was never made is fine, and a link there is removed,
+    never followed.
+
+    By descriptors only (:func:`os.fwalk`, each folder given back its rights through a
+    descriptor opened without following a link, then :func:`shutil.rmtree`, which unlinks
+    relative to folder descriptors): a command still writing in the tree (a fork's upper
+    whose mount was detached while busy) that swaps a folder for a link mid-walk makes
+    this skip it, never change or remove what the link names.
+    """
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
         return
-    for directory, folders, _ in os.walk(folder):
+    if not stat.S_ISDIR(info.st_mode):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder)
+        return
+    with contextlib.suppress(OSError):
+        _own(os.path.dirname(os.path.abspath(folder)), os.path.basename(folder))
+    for _, folders, _, directory in os.fwalk(folder, follow_symlinks=False):
         for name in folders:
             with contextlib.suppress(OSError):
-                path = os.path.join(directory, name)
-                if not os.path.islink(path):
-                    os.chmod(path, 0o700)
+                _own(directory, name)
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def _own(parent: str | int, name: str) -> None:
+    """Give folder ``name`` of ``parent`` (a path or a folder's descriptor) back its owner's
+    rights (0700), through a descriptor of it opened without following a link.
+
+    Raises:
+        OSError: it is gone, or not a folder (a link put in its place).
+    """
+    if isinstance(parent, str):
+        fd = os.open(os.path.join(parent, name), _FOLDER)
+    else:
+        fd = os.open(name, _FOLDER, dir_fd=parent)
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", 0o700)  # an O_PATH descriptor: by its inode
+    finally:
+        os.close(fd)
+
+
+_FOLDER = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

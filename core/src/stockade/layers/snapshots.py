@@ -43,8 +43,8 @@ from typing import BinaryIO, Literal
 
 from attrs import frozen
 
-from ..errors import SandboxUnavailable, UsageError
-from . import mounts
+from ..errors import SandboxUnavailable, UnsafeRoot, UsageError
+from . import across, marks, mounts
 from .place import remove_tree
 
 SNAPSHOTS = "snapshots"
@@ -75,8 +75,11 @@ def _tree(store: str, snapshot_id: str) -> str:
     return os.path.join(store, SNAPSHOTS, snapshot_id)
 
 
-def take(folder: str, *, store: str) -> Snapshot:
-    """Copy ``folder`` (its committed state: take it between commands) into a new snapshot.
+def take(folder: str, *, store: str, record: str | None = None) -> Snapshot:
+    """Copy ``folder`` (its committed state: take it between commands) into a new snapshot;
+    its files lose their setuid and setgid bits, and the files the breaker marked private in
+    it stay marked in every fork (:mod:`~stockade.layers.marks`; ``record``: the record's
+    file when the store's ``store.path`` names one other than ``store.db``).
 
     Raises:
         UsageError: ``folder`` is not a folder.
@@ -89,8 +92,12 @@ def take(folder: str, *, store: str) -> Snapshot:
     os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
     partial = target + ".partial"
     shutil.copytree(source, partial, symlinks=True)
+    for _, _, files, fd in os.fwalk(partial):
+        for name in files:
+            across.drop_setid(fd, name)  # no fork gets a setuid program from its source
     with open(os.path.join(os.path.dirname(target), f"{snapshot_id}.source"), "w") as note:
         note.write(source)
+    marks.keep(source, f"{target}.private", store=store, record=record)
     os.rename(partial, target)  # whole, or not there at all
     return Snapshot(snapshot_id, target, source, time.time())
 
@@ -133,7 +140,12 @@ def fork(snapshot: Snapshot, count: int, *, store: str) -> tuple[str, ...]:
 
 
 def fork_one(
-    snapshot: Snapshot, *, store: str, overlay: bool = True, at: str | None = None
+    snapshot: Snapshot,
+    *,
+    store: str,
+    overlay: bool = True,
+    at: str | None = None,
+    record: str | None = None,
 ) -> Fork:
     """A new workspace holding the snapshot's files: an overlay where this process may
     mount one (and ``overlay``), else hard links (:class:`Fork` says which, and why).
@@ -151,7 +163,7 @@ def fork_one(
         target = os.path.join(base, os.path.basename(at))
         if _root(at, store) != os.path.realpath(target) or os.path.lexists(target):
             raise UsageError(f"{at} is not a gone fork of {snapshot.id}", hint="fork anew")
-        remove_tree(_layer(store, target) + ".gone")
+        _clear(_layer(store, target))
     why = mounts.refusal(store) if overlay else "hard links were asked for"
     if why is None:
         layer = _layer(store, target)
@@ -168,10 +180,17 @@ def fork_one(
             os.rmdir(target)
             remove_tree(layer)
         else:
+            _inherit(snapshot, target, store, record)
             return Fork(target, "overlay")
     shutil.copytree(snapshot.folder, target, symlinks=True, copy_function=os.link)
     shutil.copystat(snapshot.folder, target)
+    _inherit(snapshot, target, store, record)
     return Fork(target, "links", why)
+
+
+def _inherit(snapshot: Snapshot, fork: str, store: str, record: str | None) -> None:
+    """The snapshot's private-file marks, marked for the fork (before any command runs)."""
+    marks.give(f"{snapshot.folder}.private", os.path.realpath(fork), store=store, record=record)
 
 
 def _layer(store: str, fork: str) -> str:
@@ -184,9 +203,14 @@ def _parts(layer: str) -> tuple[str, str]:
     return os.path.join(layer, "upper"), os.path.join(layer, "work")
 
 
+def _base(store: str) -> str:
+    """``<store>/workspaces/.forks`` with the store resolved, never a link at ``.forks``."""
+    return os.path.join(os.path.realpath(os.path.dirname(os.path.join(store, FORKS))), ".forks")
+
+
 def _root(folder: str, store: str) -> str | None:
     """The fork ``folder`` is (or lies in), resolved; ``None`` when it is in none."""
-    base = os.path.join(os.path.realpath(store), FORKS)
+    base = _base(store)
     rel = os.path.relpath(os.path.realpath(folder), base).split("/")
     if rel[0] in (".", "..") or len(rel) < 2:
         return None
@@ -229,6 +253,8 @@ def forks(snapshot: Snapshot, *, store: str) -> tuple[str, ...]:
     """The forks of ``snapshot`` that exist."""
     base = os.path.join(store, FORKS, snapshot.id)
     try:
+        if not stat.S_ISDIR(os.lstat(base).st_mode):
+            return ()  # a link put in its place: nothing of it is a fork
         return tuple(sorted(os.path.join(base, n) for n in os.listdir(base)))
     except FileNotFoundError:
         return ()
@@ -236,8 +262,45 @@ def forks(snapshot: Snapshot, *, store: str) -> tuple[str, ...]:
 
 def is_fork(folder: str, *, store: str) -> bool:
     """Whether ``folder`` is (or lies in) a fork."""
-    base = os.path.realpath(os.path.join(store, FORKS)) + "/"
-    return os.path.realpath(folder).startswith(base)
+    return os.path.realpath(folder).startswith(_base(store) + "/")
+
+
+def holds_forks(folder: str, *, store: str) -> bool:
+    """Whether writing in ``folder`` could move or change forks from outside them: it is
+    (or holds) ``<store>/workspaces/.forks`` or a snapshot's folder of forks in it, or is,
+    holds or lies in the store's snapshots or the forks' own layers. A fork's root and what
+    is in it are not: what is written there stays in the fork (or is refused, for links)."""
+    real = os.path.realpath(folder).rstrip("/") or "/"
+    above = real.rstrip("/") + "/"
+    store_real = os.path.realpath(store)
+    for kept in (os.path.join(store_real, SNAPSHOTS), os.path.join(store_real, mounts.LAYERS)):
+        if real == kept or real.startswith(kept + "/") or kept.startswith(above):
+            return True
+    base = _base(store)
+    if real == base or base.startswith(above):
+        return True
+    rel = os.path.relpath(real, base).split("/")
+    return rel[0] != ".." and len(rel) == 1
+
+
+def refuse_holders(roots: tuple[str, ...], store: str) -> None:
+    """Refuse writable roots that hold forks (:func:`holds_forks`), whatever the sandbox:
+    a direct writer there would write a fork's shared files in place or move a fork's
+    mounts, and a landing would rename over them.
+
+    Raises:
+        UnsafeRoot: one does (named, with the store's folder it is about).
+    """
+    for root in roots:
+        if holds_forks(root, store=store):
+            raise UnsafeRoot(
+                f"refusing {root} as a writable root: it is or holds Stockade's forks, "
+                f"snapshots or their layers (in {store}), which a command there could change "
+                "or move for every fork",
+                hint="run the command in one fork (a folder snapshots.fork made), never in "
+                "the folder of forks or the store's snapshots",
+                details={"path": root, "rule": "forks", "folder": store},
+            )
 
 
 def refuse_direct(workspace: str, store: str, provider: str) -> None:
@@ -257,54 +320,104 @@ def refuse_direct(workspace: str, store: str, provider: str) -> None:
 
 def export(snapshot: Snapshot, out: BinaryIO) -> None:
     """Write the snapshot to ``out`` as a tar stream (paths relative to its root; symlinks
-    as links, never followed)."""
+    as links, never followed; no file setuid or setgid)."""
     with tarfile.open(fileobj=out, mode="w|") as tar:
         for name in sorted(os.listdir(snapshot.folder)):
-            tar.add(os.path.join(snapshot.folder, name), arcname=name, recursive=True)
+            tar.add(os.path.join(snapshot.folder, name), arcname=name, filter=_plain)
+
+
+def _plain(entry: tarfile.TarInfo) -> tarfile.TarInfo:
+    """An entry with no setuid or setgid bit (a file's: see :data:`.across.SAFE`)."""
+    if entry.isfile():
+        entry.mode &= across.SAFE  # (TarInfo.replace is Python 3.12's)
+    return entry
 
 
 def discard_fork(folder: str, *, store: str) -> None:
     """Remove a fork: its layer's folder first (what marks it gone), then its mount (lazily
-    when busy), then its folder.
+    when busy), then its folder; its layer then, unless the mount was busy (a process still
+    writes in it: the sweep removes it once none does).
 
     Raises:
-        UsageError: ``folder`` is not a fork.
+        UsageError: ``folder`` is not a fork (a link to one is not either).
         OSError: its mount could not be removed (nothing of its folder was).
     """
-    real = os.path.realpath(folder)
-    if _root(real, store) != real:
+    real = _folder(folder)
+    if real is None or _root(real, store) != real:
         raise UsageError(f"{folder} is not a fork", hint="pass a folder snapshots.fork made")
     layer = _layer(store, real)
+    gone = f"{layer}.gone"
     if os.path.lexists(layer):
-        gone = f"{layer}.gone"
         remove_tree(gone)
         os.rename(layer, gone)
-    _drop(real)
-    remove_tree(f"{layer}.gone")
+    device = os.stat(real).st_dev if mounts.is_overlay(real) else None
+    if _drop(real, store) and device is not None:
+        with open(f"{layer}.busy", "w") as note:
+            note.write(str(device))
+    else:
+        remove_tree(gone)
     sweep(store)
 
 
-def _drop(point: str) -> None:
-    """Unmount ``point`` and whatever is mounted beneath it, then remove its folder."""
-    for inner in (*mounts.overlays_beneath(point), *([point] * mounts.is_overlay(point))):
-        mounts.unmount(inner)
-    if mounts.is_overlay(point) or mounts.overlays_beneath(point):
-        raise OSError(f"{point} is still mounted")  # never remove through a mount
-    remove_tree(point)
+def _folder(path: str) -> str | None:
+    """``path`` with its folders above resolved and itself not (``None``: it is missing).
+
+    Raises:
+        UsageError: it is not a real folder (a link or a file put in its place).
+    """
+    path = os.path.normpath(os.path.abspath(path))
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISDIR(info.st_mode):
+        raise UsageError(
+            f"{path} is not a folder (a link, or a file, was put in its place): refused, "
+            "nothing it names was followed",
+            hint="look at what it is and remove it by hand; then discard again",
+            details={"path": path},
+        )
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+def _drop(point: str, store: str) -> bool:
+    """Unmount ``point`` (a fork, or a snapshot's folder of forks) and whatever is mounted
+    beneath it, then remove its folder; whether a mount was busy (detached lazily).
+
+    Raises:
+        UsageError: ``point`` is not a real folder, or a mount beneath it is not a fork's.
+        OSError: a mount could not be removed (nothing of the folder was).
+    """
+    real = _folder(point)
+    if real is None:
+        return False
+    lazily = False
+    for inner in (*mounts.overlays_beneath(real), *([real] * mounts.is_overlay(real))):
+        if _root(inner, store) is None:
+            raise UsageError(f"{inner} is mounted, and not as a fork", hint="unmount it by hand")
+        lazily |= mounts.unmount(inner)
+    if mounts.is_overlay(real) or mounts.overlays_beneath(real):
+        raise OSError(f"{real} is still mounted")  # never remove through a mount
+    remove_tree(real)
+    return lazily
 
 
 def sweep(store: str) -> list[str]:
     """Unmount and remove the forks left mounted with no layer of their own any more (a
-    process killed while it discarded them, or their snapshot's discard); the folders
-    removed. A fork whole (its layer there) is a workspace in use, and stays."""
-    base = os.path.join(os.path.realpath(store), FORKS)
+    process killed while it discarded them, or their snapshot's discard), and the layers of
+    forks gone whose detached mount no process uses any more; the folders removed. A fork
+    whole (its layer there) is a workspace in use, and stays.
+
+    Call it after a process that forked was killed (see ``docs/workspaces.md``): nothing
+    else finds what it left mounted until the next discard in the same store."""
+    base = _base(store)
     swept = []
     for point in mounts.overlays_beneath(base):
         root = _root(point, store)
         if root is None or os.path.isdir(_layer(store, root)):
             continue
-        with contextlib.suppress(OSError):
-            _drop(root)
+        with contextlib.suppress(OSError, UsageError):
+            _drop(root, store)
             swept.append(root)
     layers = os.path.join(store, mounts.LAYERS)
     for directory, folders, _ in os.walk(layers):
@@ -312,10 +425,33 @@ def sweep(store: str) -> list[str]:
             if name.endswith(".gone") and not os.path.lexists(
                 os.path.join(base, os.path.basename(directory), name[:-5])
             ):
-                remove_tree(os.path.join(directory, name))
+                _clear(os.path.join(directory, name[:-5]))
         if directory != layers:
             folders[:] = []
+            if not os.path.isdir(os.path.join(store, SNAPSHOTS, os.path.basename(directory))):
+                with contextlib.suppress(OSError):
+                    os.rmdir(directory)  # its snapshot discarded, its last layer gone
     return swept
+
+
+def mounted(store: str) -> tuple[str, ...]:
+    """The forks of ``store`` mounted now, whole or not: after a process that forked was
+    killed, what it left (discard each with :func:`discard_fork`, or their snapshots with
+    :func:`discard`; a reboot unmounts them, and a fork is mounted again before its next
+    command)."""
+    roots = (_root(point, store) for point in mounts.overlays_beneath(_base(store)))
+    return tuple(sorted({root for root in roots if root is not None}))
+
+
+def _clear(layer: str) -> None:
+    """Remove a gone fork's layer (``LAYER.gone``), unless its detached mount is in use."""
+    note = f"{layer}.busy"
+    with contextlib.suppress(FileNotFoundError, ValueError), open(note) as busy:
+        if mounts.in_use(int(busy.read())):
+            return
+    remove_tree(f"{layer}.gone")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(note)
 
 
 def discard(snapshot: Snapshot, *, store: str) -> None:
@@ -323,10 +459,16 @@ def discard(snapshot: Snapshot, *, store: str) -> None:
     for fork_folder in forks(snapshot, store=store):
         with contextlib.suppress(UsageError):
             discard_fork(fork_folder, store=store)
-    _drop(os.path.join(store, FORKS, snapshot.id))
-    remove_tree(os.path.join(store, mounts.LAYERS, snapshot.id))
+    _drop(os.path.join(store, FORKS, snapshot.id), store)
+    own = os.path.join(store, mounts.LAYERS, snapshot.id)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(own):  # a fork's whose discard failed: gone with its mount
+            if not name.endswith((".gone", ".busy")):
+                os.rename(os.path.join(own, name), os.path.join(own, f"{name}.gone"))
     remove_tree(snapshot.folder)
-    sweep(store)
-    note = os.path.join(os.path.dirname(snapshot.folder), f"{snapshot.id}.source")
-    if os.path.lexists(note) and not stat.S_ISDIR(os.lstat(note).st_mode):
-        os.unlink(note)
+    sweep(store)  # the layers of a fork still busy wait for a later sweep
+    remove_tree(snapshot.folder)
+    for suffix in ("source", "private"):
+        note = os.path.join(os.path.dirname(snapshot.folder), f"{snapshot.id}.{suffix}")
+        if os.path.lexists(note) and not stat.S_ISDIR(os.lstat(note).st_mode):
+            os.unlink(note)

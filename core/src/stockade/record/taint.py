@@ -96,6 +96,15 @@ class PrivateFiles:
                     (workspace, path, _under(path)),
                 )
 
+    def rows(self, workspace: str) -> list[tuple[str, str, int]]:
+        """Every mark of ``workspace``: its path, and the run and step that wrote it."""
+        with _errors("read"), self.store.locked():
+            found = self.store.connection.execute(
+                "SELECT path, run_id, step FROM private_files WHERE workspace=? ORDER BY path",
+                (workspace,),
+            ).fetchall()
+        return [(str(p), str(r), int(s)) for p, r, s in found]
+
     def named(self, workspace: str, paths: Iterable[str]) -> list[str]:
         """The marked files among ``paths`` (relative to ``workspace``; ``""`` is the
         workspace itself) or under one of them, sorted."""

@@ -61,10 +61,13 @@ class Observation:
         self.landing: Landing | None = None
         if spec.mode == "read-only":
             return
-        if spec.layer_store is not None and not (plan is not None and plan.layers):
-            from ..layers.snapshots import refuse_direct
+        if spec.layer_store is not None:
+            from ..layers.snapshots import refuse_direct, refuse_holders
 
-            refuse_direct(spec.workspace, spec.layer_store, plan.facts.provider if plan else "")
+            if spec.mode != "danger-full-access":  # unconfined: no writable root at all
+                refuse_holders((spec.workspace, *spec.grant_writable), spec.layer_store)
+            if not (plan is not None and plan.layers):
+                refuse_direct(spec.workspace, spec.layer_store, plan.facts.provider if plan else "")
         if spec.commit in ("never", "ask") and not (plan is not None and plan.layers):
             from ..errors import SandboxUnavailable
 

@@ -1,0 +1,43 @@
+"""The breaker's private-file marks reach a snapshot's forks (issue 37's review): a file a
+run wrote while it held private data is marked in the sidecar by the workspace's real path;
+a fork is another path, so without the carry a command in a fork read the file the source
+refused, untainted. The canary is the fork's mark, which the breaker looks up when a
+command reads there (``Breaker._private``); the control takes the carry away and sees the
+fork unmarked."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from stockade.config.schema import Config, store_folder
+from stockade.layers import marks, mounts, snapshots
+
+
+@pytest.mark.parametrize("method", ["links", "overlay"])
+@pytest.mark.parametrize("carry", ["carried", "control"])
+def test_a_forks_files_stay_marked_private(tmp_path, make_host, monkeypatch, method, carry):
+    if method == "overlay" and os.geteuid() != 0:
+        pytest.skip("an overlay fork is root's")
+    store = store_folder(Config())
+    (tmp_path / "derived.txt").write_text("made from a private file\n")
+    (tmp_path / "plain.txt").write_text("nothing\n")
+    host = make_host(allow_all=True)
+    files = host.breaker.files()
+    files.mark(os.path.realpath(tmp_path), ["derived.txt"], run_id="r-private", step=3)
+    if carry == "control":
+        monkeypatch.setattr(marks, "give", lambda *args, **kwargs: 0)
+    snap = snapshots.take(str(tmp_path), store=store)
+    made = snapshots.fork_one(snap, store=store, overlay=method == "overlay")
+    assert made.method == method or (method == "overlay" and mounts.refusal(store))
+    try:
+        found = files.named(os.path.realpath(made.folder), [""])
+        if carry == "carried":
+            assert found == ["derived.txt"]  # the canary
+            assert files.rows(os.path.realpath(made.folder)) == [("derived.txt", "r-private", 3)]
+        else:
+            assert found == []  # the breach: the fork's copy reads untainted
+    finally:
+        snapshots.discard(snap, store=store)
+    assert not os.path.exists(f"{snap.folder}.private")
