@@ -27,17 +27,21 @@ class Providers:
         self.config = config
         self.sandboxes = sandboxes
         self._lock = threading.Lock()
+        self._probing = threading.Lock()
         self._providers: dict[str, SandboxProvider] = {}
         self._probes: dict[str, Probe] = {}
 
     def probe(self, cls: type[SandboxProvider]) -> Probe:
         """``cls.probe()``, asked once."""
         name = cls.PLUGIN_NAME
-        if name not in self._probes:
-            try:
-                self._probes[name] = cls.probe()
-            except Exception as error:  # noqa: BLE001 - a broken probe means unusable, not a crash
-                self._probes[name] = Probe(False, f"probe failed: {error}")
+        if name in self._probes:
+            return self._probes[name]
+        with self._probing:  # one probe at a time: a warm server's first calls come at once
+            if name not in self._probes:
+                try:
+                    self._probes[name] = cls.probe()
+                except Exception as error:  # noqa: BLE001 - broken means unusable, not a crash
+                    self._probes[name] = Probe(False, f"probe failed: {error}")
         return self._probes[name]
 
     def close(self) -> None:

