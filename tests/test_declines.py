@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,17 +97,6 @@ def test_an_approval_records_no_decline(make_host, tmp_path):
 
 
 # --- the run page and MCP ---------------------------------------------------------------
-
-
-@pytest.fixture
-def ui(tmp_path: Path) -> Iterator[Any]:
-    from helpers.ui import Ui  # the same server helper as the page's HTTP tests
-
-    server = Ui(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_the_run_page_declines_into_the_record_and_counts_only_its_run(ui):

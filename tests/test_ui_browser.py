@@ -49,15 +49,6 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def ui(tmp_path: Path) -> Iterator[Ui]:
-    server = Ui(tmp_path)
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
 def page(browser: Browser, ui: Ui) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1200, "height": 900})
     opened = context.new_page()
