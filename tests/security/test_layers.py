@@ -88,6 +88,19 @@ def test_two_commands_on_one_root_the_later_commit_keeps_its_version_aside(box, 
 
 
 @pytest.mark.sandboxes("bubblewrap")
+def test_a_file_written_just_before_a_run_is_not_a_conflict(box, make_host, sandbox):
+    """A harness writes a file and runs a step on it at once, over and over: the step's
+    version lands every time (the layers begin on the filesystem's own stamps,
+    :mod:`stockade.layers.clock`); a fixed margin under the fine clock kept it aside."""
+    host = make_host(allow_all=True, config=Config(sandbox=sandbox))
+    for round_ in range(25):
+        (box.ws / "step.txt").write_text(f"harness {round_}")
+        result = host.run(box.py("open('step.txt', 'a').write(' step')"))
+        assert result.landed == "landed" and not result.conflicts, round_
+        assert (box.ws / "step.txt").read_text() == f"harness {round_} step"
+
+
+@pytest.mark.sandboxes("bubblewrap")
 def test_every_writable_root_is_layered_and_checked(box, make_host, sandbox):
     second = box.root / "second"
     second.mkdir()

@@ -15,22 +15,18 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import Literal
 
 import attrs
 from attrs import frozen
 
 from ..request.result import Changes, Guarded
-from . import journal
+from . import clock, journal
 from .commit import Rules, Tally, land
 from .place import Layer, aside, discard
 from .survey import survey
 
 Kept = Literal["landed", "discarded", "over-quota", "waiting"]
-RACY_NS = 10_000_000
-"""A clock tick and more: file times come from a coarse clock, so a change this soon before
-a command started may carry a later time (it counts as a conflict: kept aside, not lost)."""
 
 _landed: dict[str, str] = {}
 """Path -> the command whose landing last changed it, in this process (names a conflict's
@@ -78,7 +74,7 @@ class Session:
         limit: int = 1000,
     ) -> None:
         self.layers = layers
-        self.rules = attrs.evolve(rules, since=time.time_ns() - RACY_NS)
+        self.rules = attrs.evolve(rules, since=clock.begin(layer.folder for layer in layers))
         self.store = store
         self.action_id = action_id
         self.workspace = workspace

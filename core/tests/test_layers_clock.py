@@ -1,0 +1,32 @@
+"""The time a command's layers begin splits file changes cleanly on the kernel's own stamps:
+every change made before :func:`stockade.layers.clock.begin` is stamped at most its time,
+every change made after it returns is stamped later, however close to it either is."""
+
+from __future__ import annotations
+
+import os
+
+from stockade.layers import clock
+
+
+def test_changes_just_before_and_just_after_fall_on_their_side(tmp_path):
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    before = tmp_path / "before"
+    for round_ in range(300):
+        after = tmp_path / f"after-{round_}"  # new: its time was never queried
+        before.write_text(str(round_))
+        if round_ % 2:
+            os.stat(before)  # a queried time: the next change may get a fine stamp
+            before.write_text(f"{round_}!")
+        began = clock.begin([str(layer)])
+        after.write_text(str(round_))
+        assert os.stat(before).st_ctime_ns <= began < os.stat(after).st_ctime_ns, round_
+
+
+def test_where_no_folder_can_be_stamped_it_begins_under_the_fine_clock(tmp_path):
+    before = tmp_path / "before"
+    before.write_text("x")
+    began = clock.begin([str(tmp_path / "missing")])
+    assert began < os.stat(before).st_ctime_ns  # earlier: a change that soon is a conflict
+    assert clock.begin([]) < os.stat(before).st_ctime_ns
