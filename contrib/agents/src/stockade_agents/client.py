@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Literal, cast
 
@@ -14,6 +13,7 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 
+from stockade import resolved
 from stockade.config.schema import store_folder
 from stockade.errors import UsageError
 from stockade.host import Host
@@ -72,7 +72,7 @@ class StockadeSandboxClient(BaseSandboxClient[StockadeSandboxClientOptions | Non
                 )
             return own
         if manifest.root != _DEFAULT_ROOT:
-            return os.path.realpath(manifest.root)
+            return resolved.realpath(manifest.root)
         raise UsageError(
             "the default profile has no workspace: name a folder for the session",
             hint="set Manifest(root=FOLDER), or use a profile with a workspace "

@@ -36,6 +36,7 @@ from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, safe_extract_tarfile
 from pydantic import BaseModel, ConfigDict
 
+from stockade import resolved
 from stockade.errors import PolicyHeld, StockadeError, UsageError
 from stockade.host import Host
 from stockade.request.result import RunResult
@@ -344,7 +345,7 @@ class StockadeSandboxSession(BaseSandboxSession):
     ) -> None:
         # The SDK makes the root before every manifest; the session made it already. Any
         # other folder is a command like the agent's own (classified, decided, confined).
-        if os.path.realpath(self.normalize_path(path, for_write=True)) == os.path.realpath(
+        if resolved.realpath(self.normalize_path(path, for_write=True)) == resolved.realpath(
             self.root
         ):
             return

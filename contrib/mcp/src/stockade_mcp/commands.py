@@ -16,6 +16,7 @@ import stat
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from stockade import resolved
 from stockade.confine.protected import inside
 from stockade.errors import BadCwd, PolicyHeld, UsageError
 from stockade.request.spec import ExecRequest
@@ -53,7 +54,7 @@ def cwd_inside(service: Service, cwd: object) -> str:
         return root
     if not isinstance(cwd, str) or "\0" in cwd:
         raise UsageError("cwd must be a string (a folder inside the workspace)")
-    real = os.path.realpath(os.path.join(root, cwd))
+    real = resolved.realpath(os.path.join(root, cwd))
     details = {"cwd": cwd, "resolved": real, "workspace": root}
     if not inside(real, (root,)):
         raise BadCwd(

@@ -36,7 +36,7 @@ from mcp import types
 from mcp.server.lowlevel.server import Server
 from mcp.server.stdio import stdio_server
 
-from stockade import __version__
+from stockade import __version__, resolved
 from stockade.errors import StockadeError, UsageError
 from stockade.frontends import McpSession, McpTool
 from stockade.run.executor import AbortToken
@@ -198,7 +198,7 @@ class Service(Approvals):
 
                 profile = self.host.config.profile(self.agent)
                 named = workspace_of(self.host.config, profile)
-                self._root = os.path.realpath(named or os.getcwd())
+                self._root = resolved.realpath(named or os.getcwd())
             return self._root
 
     def workspace(self) -> Workspace:

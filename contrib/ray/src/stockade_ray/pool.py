@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 
+from stockade import resolved
 from stockade.config.schema import Config
 from stockade.errors import PolicyHeld, RecorderFailed, StockadeError, UsageError
 from stockade.host import Host
@@ -172,7 +173,7 @@ class StockadePool:
 
     def snapshot(self, folder: str, *, cap: int = 1024 * 1024 * 1024) -> Snapshot:
         """``folder`` (on the driver's node) as it is now, for :meth:`fork`."""
-        return self.snapshots.take(os.path.realpath(folder), cap=cap)
+        return self.snapshots.take(resolved.realpath(folder), cap=cap)
 
     # --- shipping ------------------------------------------------------------------------
 

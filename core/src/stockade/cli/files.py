@@ -7,6 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from .. import resolved
 from ..errors import StockadeError
 from .common import report_error
 
@@ -46,7 +47,7 @@ def _refuse_private(config: Config, profile: Profile, root: str, path: str) -> N
     from ..record.store import open_store
     from ..record.taint import PrivateFiles
 
-    real = os.path.realpath(root)
+    real = resolved.realpath(root)
     store = open_store(config)
     try:
         marked = PrivateFiles(store).named(real, [""])

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 
 from attrs import frozen
 
+from .. import resolved
+
 DEPTH = 10
 """How deep includes are followed (git's own limit)."""
 
@@ -52,7 +54,7 @@ def references(gitdir: str, worktree: str) -> References:
         seen.add(path)
         for section, key, value in _entries(path):
             if section == "core" and key == "hookspath" and value:
-                hooks.append(os.path.realpath(os.path.join(worktree, os.path.expanduser(value))))
+                hooks.append(resolved.realpath(os.path.join(worktree, os.path.expanduser(value))))
             elif (
                 key == "path"
                 and value

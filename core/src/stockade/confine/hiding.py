@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import attrs
 from attrs import frozen
 
+from .. import resolved
 from ..errors import SpawnFailed
 from ..request.literals import HiddenKind
 from ..request.plan import HiddenPath, SandboxFacts
@@ -79,7 +80,7 @@ class Hiding:
         if not os.path.isabs(path):
             return None
         named = "/" + os.path.normpath(path).lstrip("/")
-        for form in dict.fromkeys((named, os.path.realpath(named))):
+        for form in dict.fromkeys((named, resolved.realpath(named))):
             veil = self._veil(form)
             if veil is not None:
                 return HiddenPath(path, veil[0], veil[1])
@@ -213,7 +214,7 @@ def _grantable(found: HiddenPath) -> str | None:
     if found.kind != "private":
         return None
     named = "/" + os.path.normpath(found.path).lstrip("/")
-    for form in (named, os.path.realpath(named)):
+    for form in (named, resolved.realpath(named)):
         rest = form[len(found.folder.rstrip("/")) + 1 :] if _inside(form, found.folder) else ""
         if "/" in rest:
             return os.path.join(found.folder, rest.split("/", 1)[0])

@@ -30,6 +30,7 @@ from typing import Literal
 
 from attrs import field, frozen
 
+from .. import resolved
 from ..errors import SandboxUnavailable, UsageError
 from ..request.literals import DOTFILES
 from . import gitconfig
@@ -141,7 +142,7 @@ def homes(env: Mapping[str, str], host_env: Mapping[str, str]) -> list[str]:
     out: list[str] = []
     for home in found:
         if home and os.path.isabs(home):
-            real = os.path.realpath(home)
+            real = resolved.realpath(home)
             if real != "/" and real not in out:
                 out.append(real)
     return out
@@ -171,7 +172,7 @@ def writable_roots(roots: Iterable[str], system: rules.RootRules | None = None) 
     """
     writable: list[str] = []
     for root in roots:
-        real = os.path.realpath(root)
+        real = resolved.realpath(root)
         system = system or rules.RootRules.of(None, os.environ)  # the homes read once
         rules.check_system(real, system)
         if os.path.isdir(real) and real not in writable:
@@ -411,7 +412,7 @@ def _named_by_config(gitdir: str, worktree: str, roots: list[str], found: dict[s
     for path in named.included:
         if not inside(path, roots) or path in roots:
             continue
-        if os.path.realpath(path) != path or not os.path.isfile(path):
+        if resolved.realpath(path) != path or not os.path.isfile(path):
             raise SandboxUnavailable(
                 f"{gitdir}/config includes {path}, which is missing or reached through a "
                 "symlink in a writable root: a command could write the config it adds",
@@ -427,7 +428,7 @@ def real(path: str) -> str:
     :func:`os.path.realpath`'s ``lstat`` of every component); ``os.path.realpath`` where the
     path does not lead anywhere (or ``/proc`` is missing)."""
     found = existing(path)
-    return found[0] if found is not None else os.path.realpath(path)
+    return found[0] if found is not None else resolved.realpath(path)
 
 
 def existing(path: str) -> tuple[str, bool] | None:
@@ -447,7 +448,7 @@ def existing(path: str) -> tuple[str, bool] | None:
         os.close(fd)
     if found.startswith("/") and not found.endswith(" (deleted)"):
         return found, is_dir
-    found = os.path.realpath(path)  # no /proc: resolved as before
+    found = resolved.realpath(path)  # no /proc: resolved as before
     return (found, os.path.isdir(found)) if os.path.exists(found) else None
 
 
@@ -490,7 +491,7 @@ def _gitdir(path: str) -> str | None:
     if not first.startswith("gitdir:"):
         return None
     target = os.path.normpath(os.path.join(os.path.dirname(path), first[7:].strip()))
-    if os.path.realpath(target) != target:
+    if resolved.realpath(target) != target:
         raise SandboxUnavailable(
             f"the gitdir of {path} ({target}) is reached through a symlink; refusing to "
             "guess which repository to protect",

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .. import resolved
 from ..errors import UnsafeRoot
 from .stores import CREDENTIAL_STORES
 
@@ -309,7 +310,7 @@ def resolve_path(path: str, base: str | None = None, *, role: str = "grant") -> 
     """
     expanded = os.path.expanduser(path)
     try:
-        return os.path.realpath(os.path.join(base or os.getcwd(), expanded))
+        return resolved.realpath(os.path.join(base or os.getcwd(), expanded))
     except (OSError, ValueError) as error:
         why = error.strerror if isinstance(error, OSError) else str(error)
         raise UnsafeRoot(
@@ -410,7 +411,7 @@ def _resolved(paths: Iterable[str | None]) -> Iterator[str]:
     """The absolute paths among ``paths``, resolved; ``/`` left out (it holds no home)."""
     for path in paths:
         if path and os.path.isabs(path):
-            real = os.path.realpath(path)
+            real = resolved.realpath(path)
             if real != "/":
                 yield real
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from .. import resolved
 from .protected import inside
 
 __all__ = ["HOME_SCRATCH", "SCRATCH_DIRS", "private_folders"]
@@ -35,7 +36,7 @@ def private_folders(
     :data:`HOME_SCRATCH` under each of ``homes`` (see :func:`stockade.confine.protected.homes`)
     unless it lies in one of ``writable`` or in a folder already listed.
     """
-    roots = [os.path.realpath(w) for w in writable]
+    roots = [resolved.realpath(w) for w in writable]
     found: list[str] = []
     for path in dirs:
         if os.path.isdir(path) and not os.path.islink(path) and path not in found:

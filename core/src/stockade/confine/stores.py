@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
+from .. import resolved
+
 __all__ = ["CREDENTIAL_STORES", "stores_under"]
 
 # Credential stores: masked (unreadable and unwritable) in every mode, under every home and
@@ -39,7 +41,7 @@ def stores_under(homes: Iterable[str]) -> list[str]:
         for name in CREDENTIAL_STORES:
             path = os.path.join(home, name)
             if os.path.lexists(path) and os.path.exists(path):
-                real = os.path.realpath(path)
+                real = resolved.realpath(path)
                 if real not in found:
                     found.append(real)
     return found

@@ -13,6 +13,7 @@ import glob
 import os
 from collections.abc import Iterable
 
+from .. import resolved
 from ..errors import SandboxUnavailable
 from . import protected
 from .protected import inside
@@ -87,7 +88,7 @@ def refuse_bound_secrets(bound: Iterable[str], secrets: Iterable[str]) -> None:
     """
     found = list(secrets)
     for folder in bound:
-        real = os.path.realpath(folder)
+        real = resolved.realpath(folder)
         for secret in found:
             if inside(real, [secret]):
                 raise SandboxUnavailable(

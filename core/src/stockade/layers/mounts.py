@@ -32,6 +32,7 @@ import threading
 
 from attrs import frozen
 
+from .. import resolved
 from ..confine.roots import OWN_FORKS, OWN_WORKSPACES
 
 MS_NOSUID = 0x2
@@ -110,13 +111,13 @@ def overlays_beneath(folder: str) -> list[str]:
 
 def is_overlay(folder: str) -> bool:
     """Whether ``folder`` (resolved) is itself an overlay's mount point."""
-    real = os.path.realpath(folder)
+    real = resolved.realpath(folder)
     return any(m.point == real and m.fstype == "overlay" for m in reversed(mounts()))
 
 
 def holding(path: str) -> Mount | None:
     """The mount ``path`` (resolved) lies on."""
-    real, best, found = os.path.realpath(path), -1, None
+    real, best, found = resolved.realpath(path), -1, None
     for m in mounts():
         inside = real == m.point or real.startswith(m.point.rstrip("/") + "/")
         if inside and len(m.point) >= best:
@@ -127,7 +128,7 @@ def holding(path: str) -> Mount | None:
 def in_fork(path: str, store: str) -> bool:
     """Whether ``path`` lies in a fork of ``store`` mounted as an overlay."""
     found = holding(path)
-    base = os.path.join(os.path.realpath(store), FORKS) + "/"
+    base = os.path.join(resolved.realpath(store), FORKS) + "/"
     return found is not None and found.fstype == "overlay" and found.point.startswith(base)
 
 

@@ -43,6 +43,7 @@ from typing import BinaryIO, Literal
 
 from attrs import frozen
 
+from .. import resolved
 from ..errors import SandboxUnavailable, UnsafeRoot, UsageError
 from . import across, marks, mounts
 from .place import remove_tree
@@ -84,7 +85,7 @@ def take(folder: str, *, store: str, record: str | None = None) -> Snapshot:
     Raises:
         UsageError: ``folder`` is not a folder.
     """
-    source = os.path.realpath(folder)
+    source = resolved.realpath(folder)
     if not os.path.isdir(source):
         raise UsageError(f"{folder} is not a folder", hint="snapshot a workspace folder")
     snapshot_id = "snap-" + secrets.token_hex(8)
@@ -161,7 +162,7 @@ def fork_one(
     target = os.path.join(base, secrets.token_hex(4))
     if at is not None:
         target = os.path.join(base, os.path.basename(at))
-        if _root(at, store) != os.path.realpath(target) or os.path.lexists(target):
+        if _root(at, store) != resolved.realpath(target) or os.path.lexists(target):
             raise UsageError(f"{at} is not a gone fork of {snapshot.id}", hint="fork anew")
         _clear(_layer(store, target))
     why = mounts.refusal(store) if overlay else "hard links were asked for"
@@ -190,7 +191,7 @@ def fork_one(
 
 def _inherit(snapshot: Snapshot, fork: str, store: str, record: str | None) -> None:
     """The snapshot's private-file marks, marked for the fork (before any command runs)."""
-    marks.give(f"{snapshot.folder}.private", os.path.realpath(fork), store=store, record=record)
+    marks.give(f"{snapshot.folder}.private", resolved.realpath(fork), store=store, record=record)
 
 
 def _layer(store: str, fork: str) -> str:
@@ -205,13 +206,13 @@ def _parts(layer: str) -> tuple[str, str]:
 
 def _base(store: str) -> str:
     """``<store>/workspaces/.forks`` with the store resolved, never a link at ``.forks``."""
-    return os.path.join(os.path.realpath(os.path.dirname(os.path.join(store, FORKS))), ".forks")
+    return os.path.join(resolved.realpath(os.path.dirname(os.path.join(store, FORKS))), ".forks")
 
 
 def _root(folder: str, store: str) -> str | None:
     """The fork ``folder`` is (or lies in), resolved; ``None`` when it is in none."""
     base = _base(store)
-    rel = os.path.relpath(os.path.realpath(folder), base).split("/")
+    rel = os.path.relpath(resolved.realpath(folder), base).split("/")
     if rel[0] in (".", "..") or len(rel) < 2:
         return None
     return os.path.join(base, rel[0], rel[1])
@@ -262,7 +263,7 @@ def forks(snapshot: Snapshot, *, store: str) -> tuple[str, ...]:
 
 def is_fork(folder: str, *, store: str) -> bool:
     """Whether ``folder`` is (or lies in) a fork."""
-    return os.path.realpath(folder).startswith(_base(store) + "/")
+    return resolved.realpath(folder).startswith(_base(store) + "/")
 
 
 def holds_forks(folder: str, *, store: str) -> bool:
@@ -270,9 +271,9 @@ def holds_forks(folder: str, *, store: str) -> bool:
     (or holds) ``<store>/workspaces/.forks`` or a snapshot's folder of forks in it, or is,
     holds or lies in the store's snapshots or the forks' own layers. A fork's root and what
     is in it are not: what is written there stays in the fork (or is refused, for links)."""
-    real = os.path.realpath(folder).rstrip("/") or "/"
+    real = resolved.realpath(folder).rstrip("/") or "/"
     above = real.rstrip("/") + "/"
-    store_real = os.path.realpath(store)
+    store_real = resolved.realpath(store)
     for kept in (os.path.join(store_real, SNAPSHOTS), os.path.join(store_real, mounts.LAYERS)):
         if real == kept or real.startswith(kept + "/") or kept.startswith(above):
             return True
@@ -377,7 +378,7 @@ def _folder(path: str) -> str | None:
             hint="look at what it is and remove it by hand; then discard again",
             details={"path": path},
         )
-    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+    return os.path.join(resolved.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
 def _drop(point: str, store: str) -> bool:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from .. import resolved
 from ..errors import UsageError
 from ..request import wire
 from ..workspace.file_types import LIST_LIMIT, READ_LIMIT, Entry, Listing, ReadResult
@@ -61,7 +62,7 @@ def of_command(store: str, action_id: str, root: str) -> View:
     entry = None
     with contextlib.suppress(OSError, ValueError), open(path, "rb") as journal_file:
         entry = wire.from_json(journal_file.read(), journal.Entry)
-    real = os.path.realpath(root)
+    real = resolved.realpath(root)
     if entry is not None and entry.state == "running":
         for layer in entry.layers:
             if layer.root == real:

@@ -13,6 +13,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .. import resolved
 from ..errors import ConfigError
 
 Check = Callable[[str, object, list[str]], object]
@@ -98,4 +99,4 @@ def paths(key: str, value: object, problems: list[str]) -> tuple[str, ...]:
 
 def real_dirs(key: str, value: object, problems: list[str]) -> tuple[str, ...]:
     """A list of absolute paths, resolved (``realpath``): what writable roots really are."""
-    return tuple(os.path.realpath(p) for p in paths(key, value, problems))
+    return tuple(resolved.realpath(p) for p in paths(key, value, problems))

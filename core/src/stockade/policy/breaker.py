@@ -37,6 +37,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Literal
 
+from .. import resolved
 from ..errors import RecorderFailed
 from ..request.verdict import Decision
 from .named import matches, named, relative_to
@@ -359,7 +360,7 @@ class Breaker:
             return
         taints = [Taint("untrusted", f"file_{tool}", shown)]
         if tool == "read":  # the path read, and where its symlinks lead
-            taints += self._private(dict.fromkeys((full, os.path.realpath(full))), root, profile)
+            taints += self._private(dict.fromkeys((full, resolved.realpath(full))), root, profile)
         self._add(taints, f"file-{new_action_id()}", self.run_id, self._last_step())
 
     def _wrote(self, root: str, name: str, written: WriteResult | None) -> None:
@@ -430,7 +431,7 @@ class Breaker:
         """The workspace's real path, the sidecar's key for it (resolved once a run)."""
         found = self._real.get(workspace)
         if found is None:
-            found = self._real[workspace] = os.path.realpath(workspace)
+            found = self._real[workspace] = resolved.realpath(workspace)
         return found
 
     @contextlib.contextmanager

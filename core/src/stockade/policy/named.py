@@ -19,6 +19,8 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 
+from .. import resolved
+
 _WILD = "*?["
 
 
@@ -33,7 +35,7 @@ def named(argv: Iterable[str], cwd: str) -> list[str]:
             path = os.path.normpath(os.path.join(cwd, text))
             found.setdefault(path, None)
             if os.path.lexists(path):
-                found.setdefault(os.path.realpath(path), None)
+                found.setdefault(resolved.realpath(path), None)
     return list(found)
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import attrs
 from attrs import frozen
 
+from .. import resolved
 from ..errors import UsageError
 from .walk import walk
 
@@ -71,7 +72,7 @@ def find(
         walk(workspace, "", relative, found, hits, memory=memory)
     for glob in absolute:
         start = _literal_folder(glob)
-        if os.path.isdir(start) and start == os.path.realpath(start):
+        if os.path.isdir(start) and start == resolved.realpath(start):
             walk(start, start.rstrip("/") + "/" if start != "/" else "/", [glob], found, hits)
         elif os.path.lexists(start) and fnmatch.fnmatchcase(start, glob):
             hits.setdefault(start, None)
@@ -116,7 +117,7 @@ def for_step(
     if why is not None:
         more = f" and {len(found.shown) - SHOWN} more" if len(found.shown) > SHOWN else ""
         return spec, f"{why}: {', '.join(found.shown[:SHOWN])}{more}"
-    cwd = os.path.realpath(spec.cwd)
+    cwd = resolved.realpath(spec.cwd)
     inside = [p for p in found.paths if cwd == p or cwd.startswith(p.rstrip("/") + "/")]
     if inside:
         raise UsageError(
@@ -138,7 +139,7 @@ def refuse_read(root: str, path: str, found: Found) -> None:
     """
     from ..errors import PolicyDenied
 
-    target = os.path.realpath(os.path.join(root, path.lstrip("/")))
+    target = resolved.realpath(os.path.join(root, path.lstrip("/")))
     hit = next(
         (p for p in found.paths if target == p or target.startswith(p.rstrip("/") + "/")), None
     )
@@ -199,7 +200,7 @@ def _resolved(hits: Iterable[str]) -> list[str]:
     """Each path resolved (the data a symlink names is what is private), if it exists."""
     found: dict[str, None] = {}
     for path in hits:
-        real = os.path.realpath(path)
+        real = resolved.realpath(path)
         if os.path.exists(real):
             found.setdefault(real, None)
     return list(found)

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 
 import attrs
 
+from .. import resolved
 from ..config.dirs import state_dir
 from ..config.schema import Config, store_folder
 from ..confine.protected import inside
@@ -250,8 +251,8 @@ def _workspace(
     """
     base = here or os.getcwd()  # relative paths are the caller's, not this process's
     if request.workspace is not None:
-        named = os.path.realpath(os.path.join(base, request.workspace))
-        if workspace is not None and named != os.path.realpath(workspace):
+        named = resolved.realpath(os.path.join(base, request.workspace))
+        if workspace is not None and named != resolved.realpath(workspace):
             raise UsageError(
                 f"agent {profile.name!r} works in {workspace}; a request cannot name {named}",
                 hint="leave the workspace out: the profile's own is used",
@@ -269,14 +270,14 @@ def _workspace(
         )
     if workspace is None:
         # Resolved once, here: the root the rule checks is the root the sandbox binds.
-        return os.path.realpath(cwd), cwd
+        return resolved.realpath(cwd), cwd
     if not os.path.isdir(workspace):
         raise BadCwd(
             f"the workspace of agent {profile.name!r}, {workspace}, is not a directory",
             hint=f"create it, or fix agents.{profile.name}.workspace",
             details={"workspace": workspace},
         )
-    real, real_cwd = os.path.realpath(workspace), os.path.realpath(cwd)
+    real, real_cwd = resolved.realpath(workspace), resolved.realpath(cwd)
     if not inside(real_cwd, (real,)):
         raise BadCwd(
             f"working directory {cwd} is outside the workspace of agent {profile.name!r} "

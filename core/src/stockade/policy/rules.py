@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .. import hookimpl
+from .. import hookimpl, resolved
 from ..request.spec import ExecSpec, Profile
 from ..request.verdict import Classification, Decision
 
@@ -117,7 +117,7 @@ def _where(profile: Profile) -> str:
 def _inside(path: str, folder: str) -> bool:
     from ..confine.protected import inside
 
-    return inside(os.path.realpath(path), (os.path.realpath(folder),))
+    return inside(resolved.realpath(path), (resolved.realpath(folder),))
 
 
 def _deny(reason: str) -> Decision:

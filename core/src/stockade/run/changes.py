@@ -53,6 +53,7 @@ import time
 from itertools import islice
 from typing import Any
 
+from .. import resolved
 from ..request.literals import ChangeMethod
 from ..request.result import Changes
 
@@ -76,7 +77,7 @@ class Watch:
     """The before state of ``root`` and an inotify watch on it; :meth:`finish` says what changed."""
 
     def __init__(self, root: str, *, limit: int = 1000, max_entries: int = 100_000) -> None:
-        self._root = os.path.realpath(root)  # a symlink naming the root is the caller's own
+        self._root = resolved.realpath(root)  # a symlink naming the root is the caller's own
         self._limit = limit
         self._max = max_entries
         self._stamp = time.time_ns() - int(time.clock_getres(_CLOCK_REALTIME_COARSE) * 1e9)

@@ -38,6 +38,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from .. import resolved
 from .changes import _CLOCK_REALTIME_COARSE, _MOVED, _NEW, TooLarge, Watch, _listing
 
 if TYPE_CHECKING:
@@ -237,7 +238,7 @@ class Watches:
 
     def track(self, folder: str) -> Tracker | None:
         """Start watching ``folder`` for one command (``None``: it is too large to)."""
-        root = os.path.realpath(folder)
+        root = resolved.realpath(folder)
         now = _clock()
         with self._lock:
             if self._too_large.get(root, 0.0) > now:

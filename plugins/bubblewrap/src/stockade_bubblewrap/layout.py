@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from attrs import frozen
 
+from stockade import resolved
 from stockade.confine import protected as paths
 from stockade.confine import scratch, stores, system_secrets
 from stockade.confine.hiding import Hiding
@@ -115,8 +116,8 @@ def build(
             reached through one, or the scan limit was hit, or the working directory is
             masked, or a bound folder lies in a system secret.
     """
-    workspace = os.path.realpath(workspace or cwd)
-    shared = [os.path.realpath(p) for p in shared if os.path.isdir(p)]
+    workspace = resolved.realpath(workspace or cwd)
+    shared = [resolved.realpath(p) for p in shared if os.path.isdir(p)]
     writing = mode == "workspace-write"
     writable = paths.writable_roots(
         (*((workspace, *extra_writable, *shared) if writing else ()), *scratch), system
@@ -126,7 +127,7 @@ def build(
         env, host_env, deny_read, writable, secrets, bound=(*writable, *read_only), store=store
     )
     # The run's home and the caches are the agent's own scratch, outside the person's reach.
-    own = {os.path.realpath(p) for p in (*scratch, *shared)}
+    own = {resolved.realpath(p) for p in (*scratch, *shared)}
     survey = _survey([r for r in writable if r not in own], scan_limit, writable_dotfiles)
     protected = list(survey.read_only) if survey is not None else []
     stores = survey.masked if survey is not None else ()
@@ -152,7 +153,7 @@ def build(
             kind = MASK_DIR if os.path.isdir(path) else MASK_FILE
             mounts.append(_Mount(path, kind, "credential-store"))
     laid = _ordered(mounts)
-    chdir = os.path.realpath(cwd)
+    chdir = resolved.realpath(cwd)
     _reachable(chdir, laid)
     args: list[str] = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for mount in laid:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import attrs
 
+from stockade import resolved
 from stockade.confine import protected as paths
 from stockade.confine import seccomp
 from stockade.confine.hiding import Recent
@@ -106,7 +107,7 @@ class BubblewrapSandbox(SandboxProvider):
                 hint="danger-full-access runs unconfined, without this provider",
             )
         settings = self.settings
-        roots = (os.path.realpath(spec.workspace), *settings.writable_roots, *spec.grant_writable)
+        roots = (resolved.realpath(spec.workspace), *settings.writable_roots, *spec.grant_writable)
         layers: tuple[Layer, ...] = ()
         bwrap = discover.select(roots if spec.mode == "workspace-write" else ())
         if not bwrap.usable:
@@ -317,7 +318,7 @@ def _stale(outcome: ProcessOutcome) -> bool:
 def _resolved(*paths: str) -> tuple[str, ...]:
     """The host's own paths, resolved once per process: no command can move them (each is
     kept read-only inside every sandbox that could reach it)."""
-    return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
+    return tuple(dict.fromkeys(resolved.realpath(p) for p in paths))
 
 
 _FUTURE = "from __future__ import annotations\n"
@@ -348,7 +349,11 @@ def _inside_python() -> str:
     """An interpreter the sandbox can run: this one's real file unless it lies in a folder
     the sandbox replaces (a virtualenv under ``/tmp``), else the system's ``python3``."""
     base = getattr(sys, "_base_executable", sys.executable)
-    for candidate in (os.path.realpath(sys.executable), os.path.realpath(base), "/usr/bin/python3"):
+    for candidate in (
+        resolved.realpath(sys.executable),
+        resolved.realpath(base),
+        "/usr/bin/python3",
+    ):
         if os.path.isfile(candidate) and not paths.inside(candidate, layout.PRIVATE_DIRS):
             return candidate
     raise SandboxUnavailable(

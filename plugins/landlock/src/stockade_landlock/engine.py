@@ -35,6 +35,7 @@ from typing import Any
 import attrs
 from attrs import frozen
 
+from stockade import resolved
 from stockade.confine import protected, seccomp, stores, system_secrets
 from stockade.confine.hiding import Hiding, Recent
 from stockade.confine.provider import looks_denied, proxy_env
@@ -250,7 +251,7 @@ class Engine:
         agent's own scratch), looked for on every run. Landlock cannot keep them read-only
         without closing the folders above them to new entries, so it does not: the host
         snapshots them and puts them back after the run (``held`` false)."""
-        own = {os.path.realpath(p) for p in (*spec.caches, *((spec.home,) if spec.home else ()))}
+        own = {resolved.realpath(p) for p in (*spec.caches, *((spec.home,) if spec.home else ()))}
         roots = [r for r in writable if r not in own]
         if spec.mode != "workspace-write" or not roots:
             return None
@@ -313,8 +314,8 @@ class Engine:
             rules = expand(grants, carveouts, listed)
             stamps = tuple((d, _mtime(d)) for d in listed)
             hiding = Hiding(
-                [(os.path.realpath(p), kind) for p, kind in veils if os.path.lexists(p)],
-                [os.path.realpath(g) for g, _ in grants[1:]],  # all but "/"
+                [(resolved.realpath(p), kind) for p, kind in veils if os.path.lexists(p)],
+                [resolved.realpath(g) for g, _ in grants[1:]],  # all but "/"
             )
             base = _Base(tuple(rules), stamps, hiding)
             if cached is not None:

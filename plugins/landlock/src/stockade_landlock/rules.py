@@ -27,6 +27,7 @@ from collections.abc import Iterable
 
 from attrs import frozen
 
+from stockade import resolved
 from stockade.confine import protected
 from stockade.errors import SandboxUnavailable
 
@@ -64,11 +65,11 @@ def expand(
     Returns:
         One rule per path that needs one, in a stable order.
     """
-    cuts = [(os.path.realpath(p), r) for p, r in carveouts if os.path.lexists(p)]
+    cuts = [(resolved.realpath(p), r) for p, r in carveouts if os.path.lexists(p)]
     rules: dict[str, int] = {}
     walk = _Walk(rules, listed)
     for path, rights in grants:
-        real = os.path.realpath(path)
+        real = resolved.realpath(path)
         try:
             info = os.lstat(real)
         except OSError:

@@ -26,6 +26,8 @@ from typing import Any, Literal
 
 from attrs import field, frozen
 
+from stockade import resolved
+
 NAME_MAX = 64
 DESCRIPTION_MAX = 1024
 COMPATIBILITY_MAX = 500
@@ -169,7 +171,7 @@ def load_skill(folder: str, level: Level) -> tuple[Skill | None, list[Problem]]:
     skill = Skill(
         name,
         description,
-        root=os.path.realpath(folder),
+        root=resolved.realpath(folder),
         level=level,
         body=body,
         license=_text(data, "license", None, warn),

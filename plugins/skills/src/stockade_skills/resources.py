@@ -17,6 +17,8 @@ import shutil
 import stat
 from typing import Literal
 
+from stockade import resolved
+
 from .errors import BadResource
 from .model import Skill
 
@@ -56,7 +58,7 @@ def resolve(skill: Skill, resource: str) -> str:
             details=details,
         )
     path = os.path.join(skill.root, *parts)
-    real = os.path.realpath(path)
+    real = resolved.realpath(path)
     if os.path.commonpath((real, skill.root)) != skill.root:
         raise BadResource(
             f"resource {resource!r} of skill {skill.name!r} leads outside the skill ({real})",
@@ -142,7 +144,7 @@ def materialize(skill: Skill, into: str) -> tuple[str, list[str]]:
                     details={"skill": skill.name},
                 )
             if stat.S_ISLNK(info.st_mode):
-                real = os.path.realpath(source)
+                real = resolved.realpath(source)
                 if os.path.commonpath((real, skill.root)) == skill.root:
                     os.symlink(os.readlink(source), target)
                 else:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from attrs import field, frozen
 
+from ... import resolved
 from ...display import command
 from ...request.literals import Kind
 from ...request.spec import ExecSpec
@@ -96,7 +97,7 @@ def context_of(spec: ExecSpec) -> Context:
         roots += [spec.workspace, *spec.caches]
     if spec.mode != "danger-full-access":  # the sandbox's /tmp is the run's own
         roots += list(SCRATCH_DIRS)
-    writable = tuple(dict.fromkeys(os.path.realpath(r) for r in roots if r))
+    writable = tuple(dict.fromkeys(resolved.realpath(r) for r in roots if r))
     env = tuple(sorted(name for name in spec.env if dangerous(name)))
     return Context(spec.cwd, writable, env, path=spec.env.get("PATH", ""))
 
@@ -235,7 +236,7 @@ def _outside(target: str, folders: set[str | None], writable: Sequence[str]) -> 
     for folder in folders:
         if folder is None and not os.path.isabs(target):
             return f"{target} (from a folder the reader does not know)"
-        real = os.path.realpath(os.path.join(folder or "/", target))
+        real = resolved.realpath(os.path.join(folder or "/", target))
         if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in writable):
             return real
     return None
