@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import threading
 
+import pytest
+
 from stockade import resolved
 
 
@@ -49,11 +51,26 @@ def test_the_stdlib_race_is_resolved_again(tmp_path, monkeypatch):
     assert len(calls) == 3
 
 
-def test_a_race_that_always_wins_gives_the_name_unresolved(tmp_path, monkeypatch):
+def test_a_race_that_always_wins_raises_its_error(tmp_path, monkeypatch):
     os.symlink("elsewhere", tmp_path / "link")
 
     def gone(path, *args, **kwargs):
         raise FileNotFoundError(2, "No such file or directory", path)
 
     monkeypatch.setattr(os, "readlink", gone)
-    assert resolved.realpath(tmp_path / "link" / ".." / "f") == str(tmp_path / "f")
+    with pytest.raises(FileNotFoundError):  # never the name unresolved
+        resolved.realpath(tmp_path / "link" / ".." / "f")
+
+
+def test_an_unreadable_link_raises_at_once(tmp_path, monkeypatch):
+    os.symlink("elsewhere", tmp_path / "link")
+    calls = []
+
+    def denied(path, *args, **kwargs):
+        calls.append(path)
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(os, "readlink", denied)
+    with pytest.raises(PermissionError):  # "cannot be known", as the stdlib says it
+        resolved.realpath(tmp_path / "link")
+    assert len(calls) == 1

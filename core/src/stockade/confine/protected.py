@@ -7,9 +7,8 @@ repository's hooks and config, agent or editor configuration that a person's too
 or trust (:data:`AGENT_CONFIG`), dotfiles that shells and tools run (:data:`DOTFILES`)
 and folders whose entries run later (:data:`RUN_LATER`). Credential stores
 (:data:`CREDENTIAL_STORES`) must be unreadable, under every home and inside every
-writable root. Host sockets the environment names must be unreachable.
-System secrets (password hashes, host keys, sudoers: :mod:`stockade.confine.system_secrets`) must be
-unreadable in every confined mode, as root too.
+writable root. Host sockets the environment names must be unreachable. System secrets
+(:mod:`stockade.confine.system_secrets`) must be unreadable in every confined mode, as root too.
 
 This module finds them (:func:`survey`); each sandbox provider enforces the existing ones
 its own way (bubblewrap with read-only binds and masks; Landlock masks the credential

@@ -29,8 +29,6 @@ import os
 import platform
 from collections.abc import Callable, Iterable, Sequence
 
-from .. import resolved
-
 __all__ = ["install", "launcher", "main", "read_program", "source"]
 
 _PR_SET_NO_NEW_PRIVS = 38
@@ -137,11 +135,7 @@ def _python(hidden: Iterable[str] | None) -> str:
 
     folders = list(SCRATCH_DIRS if hidden is None else hidden)
     base = getattr(sys, "_base_executable", sys.executable)
-    for candidate in (
-        resolved.realpath(sys.executable),
-        resolved.realpath(base),
-        "/usr/bin/python3",
-    ):
+    for candidate in (os.path.realpath(sys.executable), os.path.realpath(base), "/usr/bin/python3"):
         if os.path.isfile(candidate) and not inside(candidate, folders):
             return candidate
     raise SandboxUnavailable(

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import os
 
-from .. import resolved
-
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -30,7 +28,7 @@ def identity() -> str:
     """A short digest of the installed code, as the files say now."""
     from .paths import _sha256
 
-    package = os.path.dirname(os.path.dirname(resolved.realpath(__file__)))
+    package = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     parent = os.path.dirname(package)
     root = os.path.dirname(os.path.dirname(parent))
     parts: list[str] = []

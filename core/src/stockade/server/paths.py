@@ -18,7 +18,6 @@ import os
 import stat
 import sys
 
-from .. import resolved
 from ..config.dirs import state_dir
 
 TYPE_CHECKING = False  # not typing's: the thin client imports this module
@@ -37,7 +36,7 @@ class Place:
     """The files of one user's server for one environment."""
 
     def __init__(self, environ: Mapping[str, str]) -> None:
-        state = resolved.realpath(state_dir(environ))
+        state = os.path.realpath(state_dir(environ))
         self.private = os.path.join(state, "server")
         runtime = environ.get("XDG_RUNTIME_DIR")
         # One server per user, state, home and installation (the interpreter's prefix and
@@ -48,7 +47,7 @@ class Place:
             runtime = None
         self.state = state  # the keys of the native client's card (stockade.server.card)
         self.runtime = runtime
-        code = os.path.dirname(os.path.dirname(resolved.realpath(__file__)))
+        code = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
         key = "\0".join(
             (str(os.getuid()), state, environ.get("HOME", ""), sys.prefix, code, runtime or "")
         )

@@ -23,7 +23,6 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .. import resolved
 from ..run.kept import Watches
 
 if TYPE_CHECKING:
@@ -183,7 +182,7 @@ def _key(path: str | None, environ: Mapping[str, str], cwd: str) -> tuple[object
         path = os.path.join(cwd, path)  # a relative --config is the caller's
         try:
             info = os.stat(path)
-            identity = (resolved.realpath(path), info.st_size, info.st_mtime_ns, info.st_ino)
+            identity = (os.path.realpath(path), info.st_size, info.st_mtime_ns, info.st_ino)
         except OSError:
             identity = (path, "missing")  # load_config says what is wrong
     digest = hashlib.sha256()
