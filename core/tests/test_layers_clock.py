@@ -5,6 +5,7 @@ every change made after it returns is stamped later, however close to it either 
 from __future__ import annotations
 
 import os
+import types
 
 from stockade.layers import clock
 
@@ -30,3 +31,20 @@ def test_where_no_folder_can_be_stamped_it_begins_under_the_fine_clock(tmp_path)
     began = clock.begin([str(tmp_path / "missing")])
     assert began < os.stat(before).st_ctime_ns  # earlier: a change that soon is a conflict
     assert clock.begin([]) < os.stat(before).st_ctime_ns
+
+
+def test_where_the_stamp_never_moves_every_change_of_its_time_is_a_conflict(tmp_path, monkeypatch):
+    # A filesystem that stores whole seconds: the stamp stays put within the wait.
+    layer = tmp_path / "layer"
+    layer.mkdir()
+    stamp = os.stat(tmp_path).st_ctime_ns
+    fstat = os.fstat
+
+    def frozen(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("/" + clock.STAMP):
+            return types.SimpleNamespace(st_ctime_ns=stamp)
+        return fstat(fd)
+
+    monkeypatch.setattr(os, "fstat", frozen)
+    began = clock.begin([str(layer)])
+    assert began == stamp - 1  # a change stamped with the same time is later: a conflict

@@ -1,4 +1,5 @@
-"""The host's ``realpath`` never raises on a tree a confined command changes under it."""
+"""The host's ``realpath`` resolves again when a confined command changes the tree under it,
+and raises what it cannot know."""
 
 from __future__ import annotations
 
@@ -74,3 +75,21 @@ def test_an_unreadable_link_raises_at_once(tmp_path, monkeypatch):
     with pytest.raises(PermissionError):  # "cannot be known", as the stdlib says it
         resolved.realpath(tmp_path / "link")
     assert len(calls) == 1
+
+
+def test_a_folder_above_swapped_for_a_file_is_resolved_again(tmp_path, monkeypatch):
+    (tmp_path / "target").mkdir()
+    os.symlink("target", tmp_path / "link")
+    calls = []
+    readlink = os.readlink
+
+    def swapped(path, *args, **kwargs):  # a folder of the prefix was a file, then a loop
+        calls.append(path)
+        if len(calls) == 1:
+            raise NotADirectoryError(20, "Not a directory", path)
+        if len(calls) == 2:
+            raise OSError(40, "Too many levels of symbolic links", path)
+        return readlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", swapped)
+    assert resolved.realpath(tmp_path / "link") == str(tmp_path / "target")

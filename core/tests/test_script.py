@@ -66,6 +66,19 @@ def test_the_reason_names_the_strongest_part():
     assert "part 2, rm -rf build: rm is listed as destroys" in why
 
 
+def test_a_target_that_cannot_be_resolved_counts_as_outside(monkeypatch):
+    from stockade import resolved
+
+    assert _class("echo x > out.txt") == "writes"  # the control: inside the root
+
+    def swapped(path):  # a link swapped back and forth that wins every try
+        raise NotADirectoryError(20, "Not a directory", path)
+
+    monkeypatch.setattr(resolved, "realpath", swapped)
+    got, why = classify_argv(["sh", "-c", "echo x > out.txt"], context=CONTEXT)
+    assert got == "destroys" and "cannot be resolved: Not a directory" in why, why
+
+
 def test_an_unread_script_says_what_and_where():
     why = classify_argv(["sh", "-c", "ls; echo $(id)"], context=CONTEXT)[1]
     assert "a command substitution at line 1, column 10" in why

@@ -1,10 +1,11 @@
 """A path's real name (``os.path.realpath``) that a concurrent rename cannot make raise.
 
-Before Python 3.13, ``os.path.realpath`` raises ``FileNotFoundError`` (or ``OSError`` with
-``EINVAL``) when a component it saw as a symbolic link is gone, or no longer a link, by the
-time it reads the link (it ``lstat``s, then ``readlink``s). The host resolves paths of
+Before Python 3.13, ``os.path.realpath`` raises when a component it saw as a symbolic link
+changed by the time it reads the link (it ``lstat``s, then ``readlink``s): gone
+(``ENOENT``), no longer a link (``EINVAL``), a folder above it swapped for a file
+(``ENOTDIR``) or for a link that loops (``ELOOP``). The host resolves paths of
 workspaces that confined commands write while it checks them: a background task swapping a
-folder for a link and back over and over made a classification raise mid-way. On those two
+folder for a link and back over and over made a classification raise mid-way. On those
 errors :func:`realpath` resolves again, the tree as it is then. Every other error is the
 answer (a magic link of another process's ``/proc`` entry that cannot be read:
 ``PermissionError``, which callers take for "cannot be known"), and so is the race's own
@@ -18,7 +19,7 @@ import errno
 import os
 
 _TRIES = 50
-_RACED = (errno.ENOENT, errno.EINVAL)
+_RACED = (errno.ENOENT, errno.EINVAL, errno.ENOTDIR, errno.ELOOP)
 
 
 def realpath(path: str | os.PathLike[str]) -> str:

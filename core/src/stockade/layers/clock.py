@@ -14,8 +14,10 @@ every change made before; then it stamps the file again until the stamp has move
 where multigrain times give a queried file a fine stamp, at the next tick where they do not),
 so every change made after it returns is stamped later. There is no window of doubt either
 way: a file a harness writes just before a run is not a conflict, and an edit made while the
-command runs always is. (A fixed margin of 10 ms under the fine clock made a file written
-less than 10 ms before the run a conflict: its new version kept aside instead of landing.)
+command runs always is (on a filesystem that stores whole seconds, so is every change of the
+second the layers began in: kept aside, never lost). A fixed margin of 10 ms under the fine
+clock made a file written less than 10 ms before the run a conflict: its new version kept
+aside instead of landing.
 """
 
 from __future__ import annotations
@@ -30,9 +32,13 @@ MARGIN_NS = 20_000_000
 """Where no layer's folder can be stamped, how far under the fine clock the layers begin
 (more than the ticks the coarse clock lags by): a change that soon before is a conflict,
 kept aside, never lost."""
-_LONGEST_NS = 50_000_000
+_LONGEST_NS = 20_000_000
 """How long a stamp is waited on to move (the coarse clock moves every tick, at most
-10 ms at ``HZ=100``; a clock set back further is not waited out)."""
+10 ms at ``HZ=100``: two ticks). A filesystem that stores coarser times (whole seconds: ext4 with
+128-byte inodes) is not waited out: the layers then begin just before the stamp, so every
+change stamped in the same second, before or after, is a conflict. A wall clock set back
+while the command runs can still hide an edit from the check, as it would any time-based
+one."""
 
 
 def begin(folders: Iterable[str]) -> int:
@@ -60,8 +66,10 @@ def _stamped(path: str) -> int:
         deadline = time.monotonic_ns() + _LONGEST_NS
         while True:
             os.utime(fd)
-            if os.fstat(fd).st_ctime_ns > began or time.monotonic_ns() > deadline:
+            if os.fstat(fd).st_ctime_ns > began:
                 return began
+            if time.monotonic_ns() > deadline:  # coarse stamps (whole seconds): a change in
+                return began - 1  # the same step is a conflict, kept aside, never lost
             time.sleep(0.0002)
     finally:
         os.close(fd)

@@ -236,7 +236,10 @@ def _outside(target: str, folders: set[str | None], writable: Sequence[str]) -> 
     for folder in folders:
         if folder is None and not os.path.isabs(target):
             return f"{target} (from a folder the reader does not know)"
-        real = resolved.realpath(os.path.join(folder or "/", target))
+        try:
+            real = resolved.realpath(os.path.join(folder or "/", target))
+        except OSError as error:  # a link swapped back and forth, or one that cannot be read
+            return f"{target} (cannot be resolved: {error.strerror})"
         if not any(real == root or real.startswith(root.rstrip("/") + "/") for root in writable):
             return real
     return None
