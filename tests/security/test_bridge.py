@@ -198,9 +198,26 @@ class Proxy:
         self._thread.join()
 
 
+BRIDGED = ("socket:", "pipe:", "anon_inode:", "/memfd:", os.devnull)
+"""What a descriptor the bridge could hold or leak refers to: its sockets and what it is
+sent (the kinds :func:`make` makes)."""
+
+
 def open_fds() -> set[str]:
+    """The process's open descriptors of the kinds the bridge handles. Not the listing's own
+    (closed once listed: where another part of the process holds a new descriptor below it,
+    its number moves up and looked like a leak), and not a file another test's thread left
+    open in this worker (a regular file is nothing the bridge is sent or opens)."""
     gc.collect()  # sockets left in cycles by earlier tests close now, not mid-count
-    return set(os.listdir("/proc/self/fd"))
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # the listing's own descriptor
+            continue
+        if target.startswith(BRIDGED):
+            found.add(fd)
+    return found
 
 
 def send(sock: socket.socket, data: bytes, fds: list[int]) -> None:
