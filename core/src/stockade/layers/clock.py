@@ -48,13 +48,11 @@ def begin(folders: Iterable[str]) -> int:
     Args:
         folders: the layers' own folders (each on its root's filesystem).
     """
-    began = 0
-    for folder in folders:
-        try:
-            began = max(began, _stamped(os.path.join(folder, STAMP)))
-        except OSError:
-            return time.time_ns() - MARGIN_NS
-    return began or time.time_ns() - MARGIN_NS
+    try:
+        stamps = [_stamped(os.path.join(folder, STAMP)) for folder in folders]
+    except OSError:
+        stamps = []
+    return max(stamps) if stamps else time.time_ns() - MARGIN_NS
 
 
 def _stamped(path: str) -> int:
