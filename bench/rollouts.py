@@ -201,7 +201,7 @@ def _shards(scratch: Path, count: int, window: int = WINDOW) -> dict[str, float]
     from stockade.record.chain import Chain
     from stockade.record.events import AnnotationEvent
     from stockade.record.store import Store
-    from stockade_ray.shards import ShardedRecord
+    from stockade_ray.shards import ShardedRecord, pack
 
     def events(run: int) -> list[Any]:
         return [
@@ -234,7 +234,7 @@ def _shards(scratch: Path, count: int, window: int = WINDOW) -> dict[str, float]
         start = time.perf_counter()
         pending: list[Any] = []
         for b in range(0, batches, shards):  # one batch to every shard at once
-            pending += [w.append.remote(events(b + i)) for i, w in enumerate(record.writers)]
+            pending += [w.append.remote(pack(events(b + i))) for i, w in enumerate(record.writers)]
             if len(pending) >= window * shards:  # the oldest round stored before the next
                 ray.get(pending[:shards])
                 pending = pending[shards:]

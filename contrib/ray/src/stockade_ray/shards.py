@@ -9,12 +9,20 @@ run's events to one shard (by its run id: an episode's events stay together, in 
 ``anchor`` event. ``stockade verify`` on the driver's store then checks every shard too.
 A writer that starts closes its shard's commands cut off by a killed driver
 (:meth:`ShardWriter.opened`), as the main chain's recorder does when it opens.
+
+A batch travels as one :func:`pickle.dumps` of its events (:func:`pack`), not as a list Ray
+pickles itself: Ray's pickler (cloudpickle) calls back into Python for every object, and
+the events are many small ones. Measured with batches of 64, the driver's CPU an event fell
+from about 20 to 11 µs and the writer's from 73 to 61 µs (``docs/scale-out.md``). Only the
+driver's own events are unpickled: the writer is the driver's actor, and Ray itself
+unpickles whatever the driver sends it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +31,11 @@ from stockade.record.events import AnchorEvent
 if TYPE_CHECKING:
     from stockade.record.chain import Chain
     from stockade.record.events import Event
+
+
+def pack(events: Sequence[Event]) -> bytes:
+    """A batch of events as :meth:`ShardWriter.append` takes it."""
+    return pickle.dumps(list(events), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 class ShardWriter:
@@ -42,8 +55,10 @@ class ShardWriter:
         chain's recorder does when it opens; how many were closed."""
         return len(self.chain.close_orphans())
 
-    def append(self, events: Sequence[Event]) -> int:
-        """Append ``events`` in one transaction; how many."""
+    def append(self, batch: bytes) -> int:
+        """Append the events packed in ``batch`` (:func:`pack`) in one transaction; how
+        many."""
+        events: list[Event] = pickle.loads(batch)  # noqa: S301 - the driver's own events
         self.chain.append_many(events)
         return len(events)
 
@@ -94,7 +109,8 @@ class ShardedRecord:
 
     def send(self, batches: dict[int, list[Event]]) -> list[Any]:
         """Send each shard its batch; the Ray references of their appends."""
-        return [self.writers[i].append.remote(events) for i, events in batches.items() if events]
+        writers = self.writers
+        return [writers[i].append.remote(pack(events)) for i, events in batches.items() if events]
 
     def append(self, events: Sequence[Event], run_id: str) -> None:
         """Append a run's events to its shard and wait until they are stored."""
