@@ -10,6 +10,7 @@ import stockade_bubblewrap.layout as bwrap_layout
 import stockade_bubblewrap.provider as bwrap_provider
 from stockade_bubblewrap.provider import BubblewrapSandbox
 
+from stockade.confine import seccomp
 from stockade.confine.promises import Promise
 from stockade.request.plan import HiddenPath, LaunchPlan
 from stockade.request.spec import ExecSpec, Limits
@@ -288,3 +289,21 @@ class BwrapDirect(Mutant, BubblewrapSandbox):
     def _layers(self, spec: ExecSpec, bwrap: str) -> tuple[Any, ...]:
         del spec, bwrap
         return ()
+
+
+class BwrapSetid(Mutant, BubblewrapSandbox):
+    """The filter of layered writes (setuid and setgid bits allowed: the landing clears
+    them) kept where the writes are direct, as when no layer can be made for a command."""
+
+    PLUGIN_NAME = "mutant-bwrap-setid"
+    BREAKS = Promise.NO_SETID
+    SELECT = "test_no_file_lands_setuid_or_setgid"
+
+    def patches(self) -> list[Patch]:
+        def required(**kw: Any) -> bytes:
+            return seccomp.required(**{**kw, "setid": True})
+
+        return [(bwrap_provider, "seccomp", Shim(seccomp, required=required))]
+
+    def mutate_spec(self, spec: ExecSpec) -> ExecSpec:
+        return attrs.evolve(spec, layer_store=None)  # no layers: the writes are direct

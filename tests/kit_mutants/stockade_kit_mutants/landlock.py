@@ -222,3 +222,24 @@ class _KeepCapabilities(ll_engine.Prepared):
     def restrict(self) -> None:
         abi.restrict_self(self.ruleset)
         ll_engine._load_filter(self.program)
+
+
+class LandlockSetid(Mutant, LandlockSandbox):
+    """The filter of a command whose supervisor judges its ``chmod`` calls, where none runs:
+    a setuid or setgid bit set on a file of the workspace stays."""
+
+    PLUGIN_NAME = "mutant-landlock-setid"
+    BREAKS = Promise.NO_SETID
+    SELECT = "test_no_file_lands_setuid_or_setgid"
+
+    def patches(self) -> list[Patch]:
+        def required(**kw: Any) -> bytes:
+            return seccomp.required(**{**kw, "setid": True})
+
+        # Where the supervisor runs it refuses the bits itself and hides the mistake; judged,
+        # as the truncate mutant is, as on a kernel without it.
+        unsupervised = Shim(ll_engine.supervisor, unavailable=lambda: "a mutant without it")
+        return [
+            (ll_engine, "seccomp", Shim(seccomp, required=required)),
+            (ll_engine, "supervisor", unsupervised),
+        ]

@@ -117,6 +117,12 @@ class Promise(enum.StrEnum):
     """The command runs in a session of its own: it cannot take the caller's terminal
     (``/dev/tty``) to read what the person types or to write to it."""
 
+    NO_SETID = "no-setid"
+    """No file a command writes reaches a writable root setuid or setgid: a ``chmod`` that
+    sets either bit on a file is refused while the command runs, or the bits are cleared as
+    the file lands (a command run as root would otherwise leave a setuid-root program in the
+    person's folder). A folder may keep a setgid bit: it only names a group."""
+
     HOST_INSTALLATION = "host-installation"
     """The host's own installation (the Python prefix that runs Stockade, the seccomp
     filter's cache) stays read-only even when a writable root holds it: a ``.pth`` planted
@@ -182,6 +188,7 @@ CORE: frozenset[Promise] = frozenset(
         Promise.CREDENTIALS_OFF_COMMAND_LINE,
         Promise.CALLER_SESSION,
         Promise.HOST_INSTALLATION,
+        Promise.NO_SETID,
     }
 )
 """What ``enforcement="full"`` certifies in ``read-only`` and ``workspace-write``."""

@@ -32,6 +32,7 @@ from ..errors import SandboxUnavailable
 from .provider import sealed_memfd
 
 __all__ = [
+    "CHMODS",
     "CLONE_NAMESPACE_FLAGS",
     "DENIED",
     "DENIED_IOCTLS",
@@ -140,7 +141,7 @@ SYSV_IPC: dict[str, str] = {
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
 
 _lock = threading.Lock()
-_compiled: dict[tuple[bool, bool, bool, str | None], bytes] = {}
+_compiled: dict[tuple[bool, bool, bool, bool, str | None], bytes] = {}
 
 
 def allowed_families(*, network: bool, unix: bool = False) -> tuple[int, ...]:
@@ -159,13 +160,26 @@ def allowed_families(*, network: bool, unix: bool = False) -> tuple[int, ...]:
     return tuple(sorted(families))
 
 
+# chmod calls -> the index of their mode argument. Where a command's writes are direct (no
+# layer whose landing clears the bits), one that sets a setuid or setgid bit is refused: a
+# command run as root would otherwise leave a setuid-root program in the person's folder.
+# (A new file's own mode needs no rule: the kernel drops the bits at its first write by a
+# process without CAP_FSETID, which no sandboxed command holds.)
+CHMODS: dict[str, int] = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}
+NUMBERS: dict[str, int] = {"chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452}
+SETID_BITS = (0o4000, 0o2000)  # S_ISUID, S_ISGID
+
+
 @functools.cache
-def policy_digest(*, network: bool, unix: bool = False, sysv_ipc: bool = False) -> str:
+def policy_digest(
+    *, network: bool, unix: bool = False, sysv_ipc: bool = False, setid: bool = True
+) -> str:
     """A digest of the policy as data, with the machine and this module's version."""
     text = repr(
         (
             sorted(DENIED),
             [] if sysv_ipc else sorted(SYSV_IPC),
+            [] if setid else sorted(CHMODS.items()),
             sorted(DENIED_IOCTLS),
             sorted(CLONE_NAMESPACE_FLAGS.values()),
             sorted(PERSONA_FLAGS.values()),
@@ -173,17 +187,20 @@ def policy_digest(*, network: bool, unix: bool = False, sysv_ipc: bool = False) 
             platform.machine(),
             TCP_PROTOCOLS,
             "prlimit64 on others",
-            7,  # bump when the compiler below changes
+            8,  # bump when the compiler below changes
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def compile_bpf(*, network: bool, unix: bool = False, sysv_ipc: bool = False) -> bytes:
+def compile_bpf(
+    *, network: bool, unix: bool = False, sysv_ipc: bool = False, setid: bool = True
+) -> bytes:
     """Compile the policy with libseccomp; the raw BPF program.
 
     ``sysv_ipc`` lets the SysV IPC calls (:data:`SYSV_IPC`) through: only for a provider
-    that gives each command an IPC namespace of its own (bubblewrap).
+    that gives each command an IPC namespace of its own (bubblewrap). Without ``setid``, a
+    ``chmod`` that sets a setuid or setgid bit is refused (:data:`CHMODS`).
     """
     import pyseccomp as sc  # type: ignore[import-untyped]
 
@@ -206,6 +223,8 @@ def compile_bpf(*, network: bool, unix: bool = False, sysv_ipc: bool = False) ->
         f.add_rule(eperm, "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
     f.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
     _deny_personas(f, sc)
+    if not setid:
+        _deny_setid(f, sc, eperm)
     # prlimit64 on another process with a new limit: RLIMIT_CPU 0 would kill the host.
     f.add_rule(eperm, "prlimit64", sc.Arg(0, sc.GT, 0), sc.Arg(2, sc.NE, 0))
     _deny_families(f, sc, allowed_families(network=network, unix=unix))
@@ -226,6 +245,17 @@ def compile_bpf(*, network: bool, unix: bool = False, sysv_ipc: bool = False) ->
         os.close(reader)
         if writer >= 0:
             os.close(writer)
+
+
+def _deny_setid(f: Any, sc: Any, eperm: Any) -> None:  # noqa: ANN401 - pyseccomp is untyped
+    """Refuse each of :data:`CHMODS` whose mode sets a setuid or setgid bit."""
+    for name, arg in CHMODS.items():
+        for bit in SETID_BITS:
+            rule = sc.Arg(arg, sc.MASKED_EQ, bit, bit)
+            try:
+                f.add_rule(eperm, name, rule)
+            except (OSError, RuntimeError, ValueError):  # older than the call: by its number
+                f.add_rule(eperm, NUMBERS[name], rule)
 
 
 def _deny_families(f: Any, sc: Any, allowed: tuple[int, ...], call: str = "socket") -> None:  # noqa: ANN401 - untyped
@@ -286,7 +316,12 @@ def _deny_personas(f: Any, sc: Any) -> None:  # noqa: ANN401 - pyseccomp is unty
 
 
 def bpf_program(
-    *, network: bool, unix: bool = False, sysv_ipc: bool = False, cache_dir: str | None = None
+    *,
+    network: bool,
+    unix: bool = False,
+    sysv_ipc: bool = False,
+    setid: bool = True,
+    cache_dir: str | None = None,
 ) -> bytes:
     """The compiled policy: from memory, then the disk cache, then libseccomp.
 
@@ -294,15 +329,17 @@ def bpf_program(
         ImportError: pyseccomp is not installed (and nothing is cached).
         OSError: libseccomp cannot be loaded.
     """
-    path = cache_path(network=network, unix=unix, sysv_ipc=sysv_ipc, cache_dir=cache_dir)
-    key = (network, unix, sysv_ipc, path)
+    path = cache_path(
+        network=network, unix=unix, sysv_ipc=sysv_ipc, setid=setid, cache_dir=cache_dir
+    )
+    key = (network, unix, sysv_ipc, setid, path)
     with _lock:
         program = _compiled.get(key)
         if program is not None:
             return program
         program = _read_cache(path) if path else None
         if program is None:
-            program = compile_bpf(network=network, unix=unix, sysv_ipc=sysv_ipc)
+            program = compile_bpf(network=network, unix=unix, sysv_ipc=sysv_ipc, setid=setid)
             if path:
                 _write_cache(path, program)
         _compiled[key] = program
@@ -324,11 +361,18 @@ def unavailable(cache_dir: str | None = None) -> str | None:
 
 
 def required(
-    *, network: bool, unix: bool = False, sysv_ipc: bool = False, cache_dir: str | None = None
+    *,
+    network: bool,
+    unix: bool = False,
+    sysv_ipc: bool = False,
+    setid: bool = True,
+    cache_dir: str | None = None,
 ) -> bytes:
     """:func:`bpf_program`, or ``SandboxUnavailable`` saying what is missing."""
     try:
-        return bpf_program(network=network, unix=unix, sysv_ipc=sysv_ipc, cache_dir=cache_dir)
+        return bpf_program(
+            network=network, unix=unix, sysv_ipc=sysv_ipc, setid=setid, cache_dir=cache_dir
+        )
     except (ImportError, OSError) as error:
         raise SandboxUnavailable(
             f"the seccomp filter cannot be built: {_missing(error)}",
@@ -359,7 +403,12 @@ def default_cache_dir() -> str:
 
 
 def cache_path(
-    *, network: bool, unix: bool = False, sysv_ipc: bool = False, cache_dir: str | None = None
+    *,
+    network: bool,
+    unix: bool = False,
+    sysv_ipc: bool = False,
+    setid: bool = True,
+    cache_dir: str | None = None,
 ) -> str | None:
     """Where the program for this policy is cached (``None``: ``cache_dir`` is ``""``).
 
@@ -370,7 +419,7 @@ def cache_path(
     directory = cache_dir if cache_dir is not None else default_cache_dir()
     if not directory:
         return None
-    digest = policy_digest(network=network, unix=unix, sysv_ipc=sysv_ipc)
+    digest = policy_digest(network=network, unix=unix, sysv_ipc=sysv_ipc, setid=setid)
     return os.path.join(os.path.abspath(directory), f"{digest}.bpf")
 
 

@@ -119,29 +119,16 @@ class BubblewrapSandbox(SandboxProvider):
         # forwarder there hands its connections to the host's egress proxy.
         network = spec.egress is not None
         # The filter first: its cache directory then exists, and is kept read-only below.
-        # SysV IPC stays: the command's IPC namespace holds only its own segments.
-        program = seccomp.required(
-            network=network,
-            unix=settings.unix_sockets,
-            sysv_ipc=True,
-            cache_dir=settings.seccomp_cache,
-        )
-        filter_fd = sealed_memfd("stockade-seccomp", program)
-        bridge = None
+        # Where the writes are direct (no layer clears them as it lands), setuid and setgid
+        # bits are refused; the layers are known once laid, so the filter is chosen again.
+        setid = spec.mode != "workspace-write" or (settings.layers and bool(spec.layer_store))
+        program, keep = self._filter(network, bwrap.path, setid=setid)
+        layers, plan_layout = self._laid(spec, keep, bwrap.path)
+        filter_fd, bridge = -1, None
         try:
-            cache = seccomp.cache_path(
-                network=network,
-                unix=settings.unix_sockets,
-                sysv_ipc=True,
-                cache_dir=settings.seccomp_cache,
-            )
-            keep = _resolved(
-                sys.prefix,
-                sys.base_prefix,
-                os.path.dirname(bwrap.path),
-                os.path.dirname(cache) if cache is not None else sys.prefix,
-            )
-            layers, plan_layout = self._laid(spec, keep, bwrap.path)
+            direct = spec.mode == "workspace-write" and not layers
+            program = self._filter(network, bwrap.path, setid=False)[0] if direct else program
+            filter_fd = sealed_memfd("stockade-seccomp", program)
             self._recent.remember(spec, plan_layout.hiding)
             env = dict(spec.env)
             command: tuple[str, ...] = (spec.program, *spec.argv[1:])
@@ -176,14 +163,14 @@ class BubblewrapSandbox(SandboxProvider):
                 "stockade-bwrap-args", b"".join(a.encode() + b"\0" for a in args)
             )
         except BaseException:
-            os.close(filter_fd)
+            if filter_fd >= 0:
+                os.close(filter_fd)
             place.discard(layers)
             if bridge is not None:
                 bridge.close()
             raise
-        writes: Writes | None = None
-        if spec.mode == "workspace-write":
-            writes = "layered" if layers else "direct"
+        write_mode = spec.mode == "workspace-write"
+        writes: Writes | None = ("layered" if layers else "direct") if write_mode else None
         facts = SandboxFacts(self.PLUGIN_NAME, spec.mode, enforcement="full", writes=writes)
         fds = (
             (args_fd, filter_fd) if bridge is None else (args_fd, filter_fd, bridge.inside.fileno())
@@ -205,6 +192,32 @@ class BubblewrapSandbox(SandboxProvider):
         if bridge is not None:
             self._bridges[id(plan)] = bridge
         return plan
+
+    def _filter(
+        self,
+        network: bool,  # noqa: FBT001
+        bwrap: str,
+        *,
+        setid: bool,
+    ) -> tuple[bytes, tuple[str, ...]]:
+        """The seccomp program for a command, and the folders its layout keeps read-only
+        (this Python's, bwrap's, the program's cache). SysV IPC stays (the command's IPC
+        namespace holds only its own segments); ``setid``: whether a ``chmod`` may set a
+        setuid or setgid bit (:data:`stockade.confine.seccomp.CHMODS`)."""
+        unix, cache_dir = self.settings.unix_sockets, self.settings.seccomp_cache
+        program = seccomp.required(
+            network=network, unix=unix, sysv_ipc=True, setid=setid, cache_dir=cache_dir
+        )
+        cache = seccomp.cache_path(
+            network=network, unix=unix, sysv_ipc=True, setid=setid, cache_dir=cache_dir
+        )
+        keep = _resolved(
+            sys.prefix,
+            sys.base_prefix,
+            os.path.dirname(bwrap),
+            os.path.dirname(cache) if cache is not None else sys.prefix,
+        )
+        return program, keep
 
     def _laid(
         self, spec: ExecSpec, keep: tuple[str, ...], bwrap: str

@@ -176,9 +176,12 @@ class Engine:
                 hint="run network commands under bubblewrap, or on a kernel with Landlock ABI 4",
                 details={"abi": level},
             )
+        # The writes are direct: a setuid or setgid bit is refused, by the supervisor (which
+        # tells a folder from a file) or, without one, by the filter.
         program = seccomp.required(
             network=port is not None,
             unix=self.settings.unix_sockets,
+            setid=self._supervised(),
             cache_dir=self.settings.seccomp_cache,
         )
         writable = self._writable(spec)
@@ -289,7 +292,10 @@ class Engine:
         every = abi.FS_ALL
         keep: list[str] = []
         cache = seccomp.cache_path(
-            network=port is not None, unix=settings.unix_sockets, cache_dir=settings.seccomp_cache
+            network=port is not None,
+            unix=settings.unix_sockets,
+            setid=self._supervised(),
+            cache_dir=settings.seccomp_cache,
         )
         keep += [sys.prefix, sys.base_prefix]
         if cache is not None:

@@ -51,6 +51,25 @@ class Answer(Exception):
 
 
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | O_TMPFILE_BIT
+SETID = stat.S_ISUID | stat.S_ISGID
+"""Mode bits no file the supervisor makes or changes gets: the command's writes are direct,
+so a setuid-root program it made (``cp /bin/sh s; chmod 4755 s`` as root) would stay in the
+person's folder. A folder keeps its setgid bit (it only names the group of what is made in
+it); the kernel drops the bits at the first write of a file (:func:`made_mode`)."""
+
+
+def made_mode(mode: int, umask: int) -> int:
+    """The mode a file (not a folder) the command makes gets: ``mode`` less the umask, and
+    never setuid or setgid (:data:`SETID`)."""
+    return mode & 0o7777 & ~umask & ~SETID
+
+
+def chmod_mode(target: str, mode: int) -> int:
+    """``mode`` for ``chmod`` of ``target`` (the supervisor's own ``/proc/self/fd/N``);
+    ``EPERM`` for a setuid or setgid bit on anything but a folder (:data:`SETID`)."""
+    if mode & SETID and not stat.S_ISDIR(os.stat(target).st_mode):
+        raise PermissionError(errno.EPERM, "a setuid or setgid bit on a file", target)
+    return mode & 0o7777
 
 
 def writes(flags: int) -> bool:
@@ -149,7 +168,7 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
                 raise OSError(errno.ELOOP, "a symlink, not followed")
             if flags & os.O_DIRECTORY and not stat.S_ISDIR(os.fstat(found).st_mode):
                 raise NotADirectoryError(errno.ENOTDIR, "not a folder")
-            return Answer(fd=_reopen(rules, found, flags, caller), cloexec=cloexec)
+            return Answer(fd=_reopen(rules, found, flags, caller, mode), cloexec=cloexec)
         if not flags & os.O_CREAT:
             raise FileNotFoundError(errno.ENOENT, "no such file")
         if resolve & kernel.RESOLVE_CACHED:
@@ -173,7 +192,7 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
             raise OSError(REFUSED, "a new protected name", target)
         made = flags | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            wanted = mode & 0o7777 & ~caller.umask()
+            wanted = made_mode(mode, caller.umask())
             fd = os.open(last, made, wanted, dir_fd=folder)
         except FileExistsError:
             if exclusive:
@@ -188,9 +207,12 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
     raise OSError(errno.ELOOP, "too many symlinks")
 
 
-def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) -> int:
+def _reopen(
+    rules: Rules, found: int, flags: int, caller: Caller | None = None, mode: int = 0o600
+) -> int:
     """Open the object of the ``O_PATH`` descriptor ``found`` with ``flags``, once checked:
-    its own path is judged, never a name that could since lead elsewhere."""
+    its own path is judged, never a name that could since lead elsewhere. An ``O_TMPFILE``
+    made in the folder ``found`` gets ``mode`` as a create would (:func:`made_mode`)."""
     info = os.fstat(found)
     device = where(found) if stat.S_ISCHR(info.st_mode) else None
     processes.check(found)  # another process's /proc entry: EACCES
@@ -201,10 +223,10 @@ def _reopen(rules: Rules, found: int, flags: int, caller: Caller | None = None) 
     if stat.S_ISDIR(info.st_mode) and flags & os.O_CREAT:
         raise IsADirectoryError(errno.EISDIR, "a folder")
     if flags & O_TMPFILE_BIT:
-        mode = 0o600 if caller is None else 0o666 & ~caller.umask()
-        made = os.open(".", flags | os.O_CLOEXEC, mode, dir_fd=found)
+        wanted = made_mode(mode, 0o077 if caller is None else caller.umask())
+        made = os.open(".", flags | os.O_CLOEXEC, wanted, dir_fd=found)
         if caller is not None:
-            caller.settle(made, mode)
+            caller.settle(made, wanted)
         return made
     reopen = flags & ~(os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_NOFOLLOW) | os.O_CLOEXEC
     fifo = stat.S_ISFIFO(info.st_mode) and not flags & os.O_NONBLOCK

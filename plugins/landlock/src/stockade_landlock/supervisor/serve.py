@@ -274,7 +274,7 @@ class Supervisor:
             return calls.make(caller, rules, (dirfd, path(p)), mkdir, "mkdir")
         if name in ("mknod", "mknodat"):
             dirfd, p, mode, dev = (at, *a[:3]) if name == "mknod" else tuple(a[:4])
-            node = mode & 0o7777 & ~caller.umask()
+            node = calls.made_mode(mode, caller.umask())
 
             def mknod(d: int, n: bytes) -> None:
                 os.mknod(n, mode & 0o170000 | node, dev, dir_fd=d)
@@ -334,7 +334,7 @@ class Supervisor:
                 flags = a[3] & 0xFFFFFFFF if name == "fchmodat2" else 0
                 where, mode = (a[0], caller.read_path(a[1])), a[2]
             return calls.attributes(
-                caller, self.rules, where, flags, lambda p: os.chmod(p, mode & 0o7777)
+                caller, self.rules, where, flags, lambda p: os.chmod(p, calls.chmod_mode(p, mode))
             )
         if name in ("chown", "lchown", "fchown", "fchownat"):
             if name == "fchown":

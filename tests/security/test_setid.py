@@ -1,0 +1,67 @@
+"""The kit's setuid and setgid attacks of :mod:`stockade.conformance.suite.test_setid`, on
+both providers, and where each one's writes are direct (bubblewrap with ``layers = false``,
+Landlock without its supervisor), with the controls that let the bits through."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from stockade.config.schema import Config, PluginsConfig
+from stockade.confine import seccomp
+from stockade.conformance.suite.test_setid import *  # noqa: F403
+from stockade.conformance.suite.test_setid import ATTACK, _plant, _setid
+
+DIRECT = {
+    "bubblewrap": {"bubblewrap": {"layers": False}},
+    "landlock": {"landlock": {"supervise": False}},
+}
+"""Each provider's settings under which a command's writes are direct and nothing of the
+supervisor's judges them: only the filter stands between the command and the bits."""
+
+
+def _run(make_host, box, sandbox: str):
+    _plant(box.ws)
+    config = Config(sandbox=sandbox, plugins=PluginsConfig(settings=DIRECT[sandbox]))
+    result = make_host(allow_all=True, config=config).run(box.py(ATTACK))
+    assert result.exit_code == 0, result.stderr.text
+    assert result.sandbox.writes in (None, "direct"), result.sandbox  # nothing lands later
+    return json.loads(result.stdout.text.splitlines()[-1])
+
+
+@pytest.mark.parametrize("control", [False, True], ids=["refused", "control"])
+def test_direct_writes_cannot_set_the_bits(make_host, box, sandbox, monkeypatch, control):
+    if control:  # the filter as it was: the chmods go through, and the bits stay
+        real = seccomp.required
+        monkeypatch.setattr(seccomp, "required", lambda **kw: real(**{**kw, "setid": True}))
+    out = _run(make_host, box, sandbox)
+    assert out["control-chmod"] == "done", out
+    found = _setid(box.ws)
+    if control:
+        assert {"new0o4755", "old0o6755", "fchmod0o2755", "at0o4755"} <= set(found), found
+    else:
+        assert not found, (found, out)
+        for way in ("chmod-new", "chmod-old", "fchmod", "fd-path", "fchmodat", "symlink"):
+            assert out[f"{way}-0o4755"] == "Operation not permitted", (way, out)
+
+
+def test_a_folder_keeps_its_setgid_bit(host, box):
+    """Under the defaults (bubblewrap's layers, Landlock's supervisor) a folder made setgid
+    keeps the bit: it only names the group of what is made in it."""
+    script = "import os; os.mkdir('shared'); os.chmod('shared', 0o2775); print('ok')"
+    result = host.run(box.py(script))
+    assert result.stdout.text == "ok\n", result.stderr.text
+    assert (box.ws / "shared").stat().st_mode & 0o7777 == 0o2775
+
+
+def test_a_supervised_o_tmpfile_gets_the_mode_asked_for(host, box):
+    """The supervisor made an ``O_TMPFILE`` with ``0666`` less the umask, whatever mode
+    the command asked for: a file meant to be private (``0600``) came out ``0644``."""
+    script = """import os
+for mode in (0o600, 0o640, 0o4755):
+    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, mode)
+    os.write(fd, b"x")  # (the kernel drops a setuid bit at a file's first write)
+    print(oct(os.fstat(fd).st_mode & 0o7777))"""
+    result = host.run(box.py(script))
+    assert result.stdout.text.split() == ["0o600", "0o640", "0o755"], result.stderr.text
