@@ -1,8 +1,9 @@
 """No setuid or setgid bit lands (issue 37's review): a command run as root that makes a
 setuid-root program in its workspace (``cp /bin/true s; chmod 4755 s``), or gives one to a
 file there, leaves it without the bit, whether it lands by a rename (a folder), by a copy
-(a fork mounted as an overlay); a snapshot and its export drop the bits too. (A direct
-writer, Landlock, is not covered: its files never land; see docs/workspaces.md.)
+(a fork mounted as an overlay); a snapshot and its export drop the bits too. The filter is
+given no setuid rule, so the landing is judged alone. (A direct writer, Landlock, never
+lands: its supervisor and filter refuse the bits, tests/security/test_setid.py.)
 The canaries are the files' modes; the control lets the bit land."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from stockade.config.schema import Config, store_folder
+from stockade.confine import seccomp
 from stockade.layers import across, snapshots
 from stockade.request.spec import ExecRequest
 
@@ -46,9 +48,13 @@ def test_no_setid_bit_lands(  # noqa: PLR0917 - parameters
     if where == "overlay fork":
         snap = snapshots.take(str(source), store=store)
         folder = snapshots.fork_one(snap, store=store).folder
+    # The landing alone is judged here, whatever the filter says of the bits (it refuses
+    # them where the writes are direct: tests/security/test_setid.py).
+    real = seccomp.required
+    monkeypatch.setattr(seccomp, "required", lambda **kw: real(**{**kw, "setid": True}))
     if landing == "control":
         monkeypatch.setattr(across, "SAFE", 0o7777)
-        monkeypatch.setattr(across, "drop_setid", lambda *args: None)
+        monkeypatch.setattr(across, "drop_privileges", lambda *args: None)
     host = make_host(allow_all=True, config=Config(sandbox="bubblewrap"))
     try:
         result = host.run(ExecRequest(["sh", "-c", SETID], folder, workspace=folder))
@@ -64,7 +70,7 @@ def test_no_setid_bit_lands(  # noqa: PLR0917 - parameters
             snapshots.discard(snap, store=store)
 
 
-def test_a_snapshot_and_its_export_drop_setid_bits(tmp_path, store):
+def test_a_snapshot_and_its_export_drop_privileges_bits(tmp_path, store):
     (tmp_path / "s").write_bytes(b"#!/bin/sh\n")
     os.chmod(tmp_path / "s", 0o6755)  # noqa: S103 - the attack
     assert os.stat(tmp_path / "s").st_mode & 0o6000  # the control: the source has them

@@ -160,13 +160,26 @@ def allowed_families(*, network: bool, unix: bool = False) -> tuple[int, ...]:
     return tuple(sorted(families))
 
 
-# chmod calls -> the index of their mode argument. Where a command's writes are direct (no
-# layer whose landing clears the bits), one that sets a setuid or setgid bit is refused: a
-# command run as root would otherwise leave a setuid-root program in the person's folder.
-# (A new file's own mode needs no rule: the kernel drops the bits at its first write by a
-# process without CAP_FSETID, which no sandboxed command holds.)
-CHMODS: dict[str, int] = {"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}
+# Calls that set a file's mode -> the index of their mode argument, and of their flags where
+# only some flags make a file (``open`` and ``openat``: ``O_CREAT`` or ``O_TMPFILE``). Where
+# nothing else judges them (a command's writes direct: no layer whose landing clears the
+# bits, no supervisor), one that sets a setuid or setgid bit is refused: a command run
+# as root would otherwise leave a setuid-root program behind. A setgid file
+# made without group-execute keeps its bit through its writes, and an access ACL can then
+# make it executable without any chmod, so the creating calls are judged too.
+CHMODS: dict[str, tuple[int, int | None]] = {
+    "chmod": (1, None),
+    "fchmod": (1, None),
+    "fchmodat": (2, None),
+    "fchmodat2": (2, None),
+    "creat": (1, None),
+    "mknod": (1, None),
+    "mknodat": (2, None),
+    "open": (2, 1),
+    "openat": (3, 2),
+}
 NUMBERS: dict[str, int] = {"chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452}
+MAKES = (0o100, 0o20000000)  # O_CREAT, __O_TMPFILE: the flags with which open uses a mode
 SETID_BITS = (0o4000, 0o2000)  # S_ISUID, S_ISGID
 
 
@@ -187,7 +200,7 @@ def policy_digest(
             platform.machine(),
             TCP_PROTOCOLS,
             "prlimit64 on others",
-            8,  # bump when the compiler below changes
+            9,  # bump when the compiler below changes
         )
     )
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -248,14 +261,21 @@ def compile_bpf(
 
 
 def _deny_setid(f: Any, sc: Any, eperm: Any) -> None:  # noqa: ANN401 - pyseccomp is untyped
-    """Refuse each of :data:`CHMODS` whose mode sets a setuid or setgid bit."""
-    for name, arg in CHMODS.items():
+    """Refuse each of :data:`CHMODS` whose mode sets a setuid or setgid bit (an ``open``
+    only with a flag that makes a file). ``openat2`` passes its mode in memory, out of a
+    filter's sight, so it answers ``ENOSYS`` (as ``clone3`` does): callers fall back to
+    ``openat``, as on a kernel before 5.6. An empty file made setuid would keep its bits
+    when a writer with ``CAP_FSETID`` (the person, as root) later fills it in place."""
+    f.add_rule(sc.ERRNO(errno.ENOSYS), "openat2")
+    for name, (arg, flags) in CHMODS.items():
         for bit in SETID_BITS:
             rule = sc.Arg(arg, sc.MASKED_EQ, bit, bit)
-            try:
-                f.add_rule(eperm, name, rule)
-            except (OSError, RuntimeError, ValueError):  # older than the call: by its number
-                f.add_rule(eperm, NUMBERS[name], rule)
+            for made in (None,) if flags is None else MAKES:
+                more = () if made is None else (sc.Arg(flags, sc.MASKED_EQ, made, made),)
+                try:
+                    f.add_rule(eperm, name, rule, *more)
+                except (OSError, RuntimeError, ValueError):  # older than the call: its number
+                    f.add_rule(eperm, NUMBERS[name], rule, *more)
 
 
 def _deny_families(f: Any, sc: Any, allowed: tuple[int, ...], call: str = "socket") -> None:  # noqa: ANN401 - untyped

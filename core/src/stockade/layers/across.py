@@ -7,7 +7,8 @@ the fork, so a command's layer there lives under the store, on another one
 same folder of the root (made with ``O_EXCL | O_NOFOLLOW`` through that folder's descriptor:
 never through a link), given the entry's mode, owner (where this user may) and times, and
 renamed over the name: other programs see the old entry or the new, never half of one.
-A setuid or setgid bit never lands (:data:`SAFE`), here or by a rename (:func:`drop_setid`). The
+A setuid or setgid bit never lands (:data:`SAFE`), nor do file capabilities, here or by a
+rename (:func:`drop_privileges`). The
 cost is one copy of each file the command changed, never of the workspace. Hard links
 within the layer land as separate files. Only files and symbolic links are carried; a
 fifo, socket or device is refused (``OSError``), named in the commit's ``failed``.
@@ -29,6 +30,8 @@ _MAKE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 SAFE = 0o1777
 """The mode bits a file keeps when it lands: a command's setuid or setgid bit never does
 (root's sandboxed ``chmod 4755`` would land a setuid-root program in the workspace)."""
+CAPABILITY = "security.capability"
+"""File capabilities: they never land either (a copy carries no extended attribute)."""
 PREFIX = ".stockade-landing-"
 """The name a carried entry has in the root until its rename."""
 
@@ -62,14 +65,30 @@ def carry(up: int, dst: int, name: str) -> None:
     os.unlink(name, dir_fd=up)
 
 
-def drop_setid(folder: int, name: str) -> None:
-    """Clear the setuid and setgid bits of file ``name`` of ``folder`` (a descriptor),
-    reached without following a link; anything else is left as it is."""
+def drop_privileges(folder: int, name: str) -> None:
+    """Clear the setuid and setgid bits and the file capabilities (``security.capability``)
+    of file ``name`` of ``folder`` (a descriptor), reached without following a link;
+    anything else is left as it is. A command can keep a privileged program's bits and
+    capabilities while it rewrites it through a shared memory map (``write`` would drop
+    them); what lands is never privileged.
+
+    Raises:
+        OSError: the capabilities could not be removed (the file must not land).
+    """
     fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
     try:
         mode = os.fstat(fd).st_mode
-        if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+        if not stat.S_ISREG(mode):
+            return
+        if mode & (stat.S_ISUID | stat.S_ISGID):
             os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) & SAFE)  # this very inode
+        try:  # looked for first: removing one needs CAP_SETFCAP even where there is none
+            os.getxattr(f"/proc/self/fd/{fd}", CAPABILITY)
+        except OSError as error:
+            if error.errno not in (errno.ENODATA, errno.ENOTSUP):
+                raise
+            return
+        os.removexattr(f"/proc/self/fd/{fd}", CAPABILITY)
     finally:
         os.close(fd)
 

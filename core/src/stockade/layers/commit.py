@@ -396,7 +396,11 @@ def _entry(
         tally.deleted.append(target + "/")
         below = None
     try:
-        across.drop_setid(up, name)
+        across.drop_privileges(up, name)  # (capabilities it cannot remove: not landed)
+    except OSError as failed:
+        tally.failed.append(f"{target}: not landed: {failed.strerror}")
+        return
+    try:
         os.rename(name, name, src_dir_fd=up, dst_dir_fd=dst)
     except OSError as error:
         if error.errno != errno.EXDEV:

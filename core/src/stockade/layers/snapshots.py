@@ -95,7 +95,7 @@ def take(folder: str, *, store: str, record: str | None = None) -> Snapshot:
     shutil.copytree(source, partial, symlinks=True)
     for _, _, files, fd in os.fwalk(partial):
         for name in files:
-            across.drop_setid(fd, name)  # no fork gets a setuid program from its source
+            across.drop_privileges(fd, name)  # no fork gets a setuid program from its source
     with open(os.path.join(os.path.dirname(target), f"{snapshot_id}.source"), "w") as note:
         note.write(source)
     marks.keep(source, f"{target}.private", store=store, record=record)

@@ -56,6 +56,18 @@ class LandlockSandbox(SandboxProvider):
             "protected names are refused, but a .git it makes itself (git init), or a repository "
             "under another name (git init --bare), is visible while it runs and quarantined after",
         ),
+        *(
+            ()
+            if supervisor.declared()
+            else (
+                Gap(
+                    Promise.NO_SETID,
+                    "no supervisor: the filter refuses the bits, but a privileged program already "
+                    "there (the person's, or one a bubblewrap step left in the agent's cache or "
+                    "run home) can be rewritten through a shared memory map, moved or linked",
+                ),
+            )
+        ),
     )
 
     def __init__(self, options: Mapping[str, Any] | None = None) -> None:

@@ -52,6 +52,7 @@ class Answer(Exception):
 
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | O_TMPFILE_BIT
 SETID = stat.S_ISUID | stat.S_ISGID
+CAPABILITY = "security.capability"
 """Mode bits no file the supervisor makes or changes gets: the command's writes are direct,
 so a setuid-root program it made (``cp /bin/sh s; chmod 4755 s`` as root) would stay in the
 person's folder. A folder keeps its setgid bit (it only names the group of what is made in
@@ -62,6 +63,26 @@ def made_mode(mode: int, umask: int) -> int:
     """The mode a file (not a folder) the command makes gets: ``mode`` less the umask, and
     never setuid or setgid (:data:`SETID`)."""
     return mode & 0o7777 & ~umask & ~SETID
+
+
+def refuse_privileged(info: os.stat_result, path: str) -> None:
+    """``EPERM`` for a privileged program (a file setuid, setgid or with file capabilities):
+    the command may not rewrite it (a write through a shared memory map keeps the bits and
+    the capabilities, where ``write`` drops them), give it a new name or move it, nor change
+    its access ACL (which can make a setgid file executable without a ``chmod``). ``path``
+    is the supervisor's own ``/proc/self/fd/N`` of the object, ``info`` its ``stat``."""
+    if not stat.S_ISREG(info.st_mode):
+        return
+    privileged = bool(info.st_mode & SETID)
+    if not privileged:
+        try:
+            os.getxattr(path, CAPABILITY)  # (a /proc/self/fd/N link: followed to the file)
+            privileged = True
+        except OSError as error:
+            if error.errno not in (errno.ENODATA, errno.ENOTSUP):
+                raise
+    if privileged:
+        raise PermissionError(errno.EPERM, "a setuid, setgid or capable program", path)
 
 
 def chmod_mode(target: str, mode: int) -> int:
@@ -218,6 +239,7 @@ def _reopen(
     processes.check(found)  # another process's /proc entry: EACCES
     if (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)) and writes(flags):
         refuse_if(rules, where(found))
+        refuse_privileged(info, f"/proc/self/fd/{found}")
     elif device is not None:
         rules.terminals.check(device)  # another's /dev/pts/N: EACCES
     if stat.S_ISDIR(info.st_mode) and flags & os.O_CREAT:
@@ -291,6 +313,10 @@ def link(
         folder, last, target = caller.parent(*caller.start(olddir, oldpath))
         refuse_if(rules, target)
         source = (folder, last)
+    if source is not None:
+        _refuse_privileged_at(*source)
+    elif own is not None:
+        refuse_privileged(os.fstat(own), f"/proc/self/fd/{own}")
     folder, last, target = caller.parent(*caller.start(newdir, newpath))
     refuse_new(rules, target, "link", (folder, last))
     if source is None:
@@ -314,12 +340,28 @@ def rename(
     if exchange:
         refuse_new(rules, otarget, "rename", (ofolder, olast))
     _brought_in(rules, (ofolder, olast, otarget), ntarget)
+    _refuse_privileged_at(ofolder, olast)
     if exchange:
         _brought_in(rules, (nfolder, nlast, ntarget), otarget)
+        _refuse_privileged_at(nfolder, nlast)
     if _libc.renameat2(ofolder, olast, nfolder, nlast, ctypes.c_uint(flags)) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
     return Answer()
+
+
+def _refuse_privileged_at(folder: int, last: bytes) -> None:
+    """:func:`refuse_privileged` for the name ``last`` of ``folder`` (not followed)."""
+    try:
+        info = os.lstat(last, dir_fd=folder)
+    except FileNotFoundError:
+        return  # the call itself says so
+    if stat.S_ISREG(info.st_mode):
+        fd = os.open(last, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        try:
+            refuse_privileged(os.fstat(fd), f"/proc/self/fd/{fd}")
+        finally:
+            os.close(fd)
 
 
 def truncate(caller: Caller, rules: Rules, path: bytes, length: int) -> Answer:

@@ -19,7 +19,7 @@ import stat
 import struct
 from collections.abc import Callable, Sequence
 
-from .calls import AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, Answer, attributes
+from .calls import AT_EMPTY_PATH, AT_SYMLINK_NOFOLLOW, Answer, attributes, refuse_privileged
 from .resolve import Caller
 from .rules import Rules
 
@@ -38,6 +38,7 @@ CALLS: dict[str, int] = {
     "futimesat": 261,
     "utimensat": 280,
 }
+ACCESS_ACL = b"system.posix_acl_access"
 XATTR_SIZE_MAX = 65536
 XATTR_NAME_MAX = 255
 _AT = -100
@@ -81,9 +82,13 @@ def _xattr(caller: Caller, rules: Rules, name: str, a: Sequence[int]) -> Answer:
     if size > XATTR_SIZE_MAX:
         raise OSError(errno.E2BIG, "attribute value too large")
     value = caller.read_struct(pointer, size) if size else b""
-    return attributes(
-        caller, rules, at, flags, _on_object(lambda p: os.setxattr(p, key, value, how))
-    )
+
+    def change(p: str) -> None:
+        if key == ACCESS_ACL:  # it sets the mode's group and other bits: execute, say
+            refuse_privileged(os.stat(p), p)
+        os.setxattr(p, key, value, how)
+
+    return attributes(caller, rules, at, flags, _on_object(change))
 
 
 def _times(caller: Caller, rules: Rules, name: str, a: Sequence[int]) -> Answer:
