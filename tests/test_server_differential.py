@@ -180,3 +180,18 @@ def test_relative_paths_in_a_config_file_are_the_files(sk: Stockade, how: str) -
         done = sk.run(*prefix, *argv, server=server, env=env, cwd=cwd)
         assert (done.returncode, done.stdout) == (0, DEMO_DIGEST), (server, done.stderr)
         assert b"running in-process" not in done.stderr
+
+
+def test_a_config_spelled_two_ways_is_named_as_each_call_spells_it(sk: Stockade) -> None:
+    """``--config ../proj/cfg.toml`` and ``STOCKADE_CONFIG=cfg.toml`` (one file, one folder,
+    one environment) shared one warm host, whose messages named the file as the first call
+    had spelled it: hypothesis met it. Each call's message names the config as that call
+    spelled it, as in-process."""
+    argv = ["run", "--yes", "--mode", FULL, "--secret", "GIVEN=demo", "--", "true"]
+    env = {"STOCKADE_CONFIG": "cfg.toml"}
+    for spelling in ("../proj/cfg.toml", "cfg.toml", "../proj/cfg.toml"):
+        prefix = ["--config", spelling] if spelling != "cfg.toml" else []
+        done = sk.run(*prefix, *argv, server=True, env=env, cwd=sk.root / "proj")
+        assert done.returncode == 125, done.stderr
+        assert f"in the config {spelling};".encode() in done.stderr, (spelling, done.stderr)
+        assert b"running in-process" not in done.stderr

@@ -97,13 +97,13 @@ class WarmHosts:
                 found = warm.host.for_run(environ=environ, cwd=cwd)
             else:
                 # A run is named per configuration, whatever environment a call comes from.
-                kept = self._runs.get((*key[:-1], run))
+                kept = self._runs.get((*key[1:-1], run))
                 if kept is None:
                     made = warm.host.for_run(environ=environ, run_id=run)
                     made.kept = True
                     made.resume_steps()
                     warm.runs += 1
-                    kept = self._runs[(*key[:-1], run)] = (made, warm)
+                    kept = self._runs[(*key[1:-1], run)] = (made, warm)
                 found, warm = kept
             if holds is not None:
                 warm.users += 1
@@ -177,6 +177,10 @@ def _close(hosts: list[Host]) -> None:
 
 
 def _key(path: str | None, environ: Mapping[str, str], cwd: str) -> tuple[object, ...]:
+    """A warm host's key: the configuration as the call spells it (its messages name it so,
+    as an in-process run's do), the file it is, and the environment's digest. A named run's
+    key leaves out the spelling and the environment (``key[1:-1]``): one run per file."""
+    spelling = path
     identity: tuple[object, ...] = (None,)
     if path is not None:
         path = os.path.join(cwd, path)  # a relative --config is the caller's
@@ -189,7 +193,7 @@ def _key(path: str | None, environ: Mapping[str, str], cwd: str) -> tuple[object
     for name in sorted(environ):
         if name not in VOLATILE:
             digest.update(f"{name}\0{environ[name]}\0".encode("utf-8", "surrogateescape"))
-    return (*identity, digest.hexdigest())
+    return (spelling, *identity, digest.hexdigest())
 
 
 VOLATILE = frozenset(
