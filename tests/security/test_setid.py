@@ -59,12 +59,34 @@ def test_a_supervised_o_tmpfile_gets_the_mode_asked_for(host, box):
     """The supervisor made an ``O_TMPFILE`` with ``0666`` less the umask, whatever mode
     the command asked for: a file meant to be private (``0600``) came out ``0644``."""
     script = """import os
-for mode in (0o600, 0o640, 0o4755):
-    fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, mode)
-    os.write(fd, b"x")  # (the kernel drops a setuid bit at a file's first write)
-    print(oct(os.fstat(fd).st_mode & 0o7777))"""
+here = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+for where in (".", f"/proc/self/fd/{here}"):  # (the second: the supervisor's own-fd path)
+    for mode in (0o600, 0o640, 0o4755):
+        fd = os.open(where, os.O_TMPFILE | os.O_WRONLY, mode)
+        os.write(fd, b"x")  # (the kernel drops a setuid bit at a file's first write)
+        print(oct(os.fstat(fd).st_mode & 0o7777))"""
     result = host.run(box.py(script))
-    assert result.stdout.text.split() == ["0o600", "0o640", "0o755"], result.stderr.text
+    assert result.stdout.text.split() == ["0o600", "0o640", "0o755"] * 2, result.stderr.text
+
+
+def test_the_persons_program_may_keep_or_lose_its_bits_never_gain_one(host, box, sandbox):
+    """``chmod go-w`` of the person's setuid program keeps its bit (the mode names it), and
+    ``chmod u-s`` drops it: both work. Adding setgid is refused under Landlock; under
+    bubblewrap it happens in the layer, and the landing clears every bit of what it brings
+    (a program the command touched lands without them)."""
+    (box.ws / "tool").write_bytes(b"#!/bin/sh\n")
+    (box.ws / "tool").chmod(0o4755)
+    script = """import os
+for mode in (0o4750, 0o6750, 0o750):
+    try:
+        os.chmod("tool", mode)
+        print("done")
+    except PermissionError:
+        print("refused")"""
+    result = host.run(box.py(script))
+    refused = "refused" if sandbox == "landlock" else "done"
+    assert result.stdout.text.split() == ["done", refused, "done"], result.stderr.text
+    assert (box.ws / "tool").stat().st_mode & 0o7777 == 0o750
 
 
 def test_every_planted_program_is_privileged():

@@ -52,10 +52,9 @@ def carry(up: int, dst: int, name: str) -> None:
     else:
         raise OSError(errno.EXDEV, "only files and links land across filesystems", name)
     try:
-        with contextlib.suppress(PermissionError):  # another user's file, not as root
-            os.chown(temp, info.st_uid, info.st_gid, dir_fd=dst, follow_symlinks=False)
-        if not stat.S_ISLNK(info.st_mode):
-            os.chmod(temp, stat.S_IMODE(info.st_mode) & SAFE, dir_fd=dst)  # never setuid/setgid
+        if stat.S_ISLNK(info.st_mode):  # (a file's owner and mode are set as it is copied)
+            with contextlib.suppress(PermissionError):  # another user's link, not as root
+                os.chown(temp, info.st_uid, info.st_gid, dir_fd=dst, follow_symlinks=False)
         os.utime(temp, ns=(info.st_atime_ns, info.st_mtime_ns), dir_fd=dst, follow_symlinks=False)
         os.rename(temp, name, src_dir_fd=dst, dst_dir_fd=dst)
     except BaseException:
@@ -104,6 +103,11 @@ def _copy(up: int, dst: int, name: str, temp: str, info: os.stat_result) -> None
                 if sent == 0:
                     break
                 left -= sent
+            # Owner, then mode (a chown clears setid bits), through its own descriptor: the
+            # name could be a link by now.
+            with contextlib.suppress(PermissionError):  # another user's file, not as root
+                os.fchown(target, info.st_uid, info.st_gid)
+            os.fchmod(target, stat.S_IMODE(info.st_mode) & SAFE)  # never setuid/setgid
         except BaseException:
             os.close(target)
             with contextlib.suppress(OSError):

@@ -64,7 +64,8 @@ class LandlockSandbox(SandboxProvider):
                     Promise.NO_SETID,
                     "no supervisor: the filter refuses the bits, but a privileged program already "
                     "there (the person's, or one a bubblewrap step left in the agent's cache or "
-                    "run home) can be rewritten through a shared memory map, moved or linked",
+                    "run home) can be rewritten through a shared memory map, moved or linked, "
+                    "and an access ACL can make a setgid file without group-execute executable",
                 ),
             )
         ),

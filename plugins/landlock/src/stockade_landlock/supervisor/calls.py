@@ -87,9 +87,13 @@ def refuse_privileged(info: os.stat_result, path: str) -> None:
 
 def chmod_mode(target: str, mode: int) -> int:
     """``mode`` for ``chmod`` of ``target`` (the supervisor's own ``/proc/self/fd/N``);
-    ``EPERM`` for a setuid or setgid bit on anything but a folder (:data:`SETID`)."""
-    if mode & SETID and not stat.S_ISDIR(os.stat(target).st_mode):
-        raise PermissionError(errno.EPERM, "a setuid or setgid bit on a file", target)
+    ``EPERM`` for a setuid or setgid bit it does not have already on anything but a folder
+    (:data:`SETID`): the person's own privileged program may keep its bits or lose them
+    (``chmod go-w``, ``chmod u-s``), never gain one."""
+    if mode & SETID:
+        info = os.stat(target)
+        if not stat.S_ISDIR(info.st_mode) and mode & SETID & ~info.st_mode:
+            raise PermissionError(errno.EPERM, "a setuid or setgid bit on a file", target)
     return mode & 0o7777
 
 
@@ -173,8 +177,8 @@ def open_path(  # noqa: PLR0912, PLR0915 - one branch per case of open(2)
             return Answer(fd=_reopen(rules, base, flags), cloexec=cloexec)
     else:
         own = caller.own_fd(path) if path.startswith(b"/") and not anchored else None
-        if own is not None:
-            return Answer(fd=_reopen(rules, own, flags), cloexec=cloexec)
+        if own is not None:  # (an O_TMPFILE in /proc/self/fd/N, a folder: made as asked)
+            return Answer(fd=_reopen(rules, own, flags, caller, mode), cloexec=cloexec)
         base, path = caller.start(dirfd, path, anchored=anchored)
     exclusive = flags & os.O_CREAT and flags & os.O_EXCL
     follow = not (flags & os.O_NOFOLLOW or exclusive or resolve & kernel.RESOLVE_NO_SYMLINKS)
