@@ -102,3 +102,75 @@ def test_a_shard_tampered_with_fails(record: Path, shard: str, how: str) -> None
     ran = _verify(record)
     assert ran.returncode == 1, ran.stdout
     assert f"shard {shard}" in ran.stderr
+
+
+def _main(record: Path) -> Chain:
+    return Chain(Store(str(record)))
+
+
+def test_every_anchor_is_checked_not_only_the_last(record: Path) -> None:
+    """An anchor at 5 then one at 2 (written out of order): the shard cut back to 2, its
+    head rebuilt from event 2's own columns, still fails on the anchor at 5."""
+    main = _main(record)
+    path = shard_path(main.store, "s0")
+    shard = Store(path)
+    with shard.locked():
+        seq, digest, sig = shard.connection.execute(
+            "SELECT seq, hash, sig FROM events WHERE seq=2"
+        ).fetchone()
+    key = head_of(shard)[2]
+    shard.close()
+    main.append(AnchorEvent("anchor-s0-2", shard="s0", seq=2, hash=digest, public_key=key))
+    main.close()
+    assert _verify(record).returncode == 0  # the control: both anchors hold
+    with sqlite3.connect(path) as db:
+        db.execute("DELETE FROM events WHERE seq > 2")
+    Path(path + ".head").write_text(f"{seq:020d} {digest} {sig.hex()}\n")
+    ran = _verify(record)
+    assert ran.returncode == 1, ran.stdout
+    assert "shard s0 was cut: its anchored event 5 is gone" in ran.stderr
+    assert "stockade: the record does not verify: 1 problem in its shards" in ran.stderr
+
+
+@pytest.mark.parametrize("name", ["../../victim", "/abs/victim", "", 7, None])
+def test_an_anchor_naming_no_shard_is_reported_and_nothing_is_opened(
+    record: Path, name: object
+) -> None:
+    victim = record.parent.parent / "victim"
+    victim.mkdir()
+    (victim / "store.db").write_bytes(b"not a store of ours")
+    main = _main(record)
+    main.append(AnchorEvent("anchor-x", shard=name, seq=1, hash="0" * 64, public_key="k"))  # type: ignore[arg-type]
+    main.close()
+    ran = _verify(record)
+    assert ran.returncode == 1, ran.stdout
+    assert f"an anchor names {name!r}, which is no shard's name" in ran.stderr
+    assert (victim / "store.db").read_bytes() == b"not a store of ours"  # never opened
+
+
+@pytest.mark.parametrize("how", ["not sqlite", "a folder", "fifo head", "fifo key", "bad anchor"])
+def test_a_shard_that_cannot_be_read_is_its_own_problem(record: Path, how: str) -> None:
+    """One unreadable shard is reported as that shard's problem, in bounded time; the other
+    shard and the main chain are still checked and named."""
+    import os
+
+    path = Path(shard_path(Store(str(record)), "s0"))
+    if how == "not sqlite":
+        path.write_bytes(b"garbage" * 100)
+    elif how == "a folder":
+        path.unlink()
+        path.mkdir()
+    elif how == "fifo head":
+        Path(f"{path}.head").unlink()
+        os.mkfifo(f"{path}.head")
+    elif how == "fifo key":
+        (path.parent / "signing.key").unlink()
+        os.mkfifo(path.parent / "signing.key")
+    else:
+        main = _main(record)
+        main.append(AnchorEvent("anchor-bad", shard="s0", seq="x", hash=3, public_key=""))  # type: ignore[arg-type]
+        main.close()
+    ran = _verify(record)  # (a fifo waited on would pass the 120 s timeout)
+    assert ran.returncode == 1, ran.stdout
+    assert "shard s0" in ran.stderr, ran.stderr
+    assert "ok: shard s1" in ran.stdout and "Traceback" not in ran.stderr, ran.stderr

@@ -161,20 +161,22 @@ def _write(stream: Any, handle: BinaryIO) -> None:  # noqa: ANN401 - a text stre
 
 def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
     """One run as a timeline: what was asked, what was decided, what came back."""
-    from ..record.chain import rows
+    from ..record.shards import all_rows
 
+    pairs: list[tuple[Row, Store]] = []
     try:
         store = _open(args)
         try:
-            found = list(rows(store, args.run))
-            if not found:
+            pairs = all_rows(store, args.run)  # a sharded pool's runs are in its shards
+            if not pairs:
                 raise UsageError(f"no events recorded for run {args.run}", hint="`stockade log`")
             shown = not args.json  # for a terminal: argv as shell words, escapes
-            timeline = [
-                _entry(row, found[0].time, redact=args.redact, shown=shown) for row in found
-            ]
-            refused = _check_outputs(store, timeline)
+            start = pairs[0][0].time
+            timeline = [_entry(row, start, redact=args.redact, shown=shown) for row, _ in pairs]
+            refused = _check_outputs([held for _, held in pairs], timeline)
         finally:
+            for held in {id(h): h for _, h in pairs if h is not store}.values():
+                held.close()
             store.close()
     except StockadeError as error:
         return report_error(error, as_json=args.json)
@@ -191,13 +193,14 @@ def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
     return 0
 
 
-def _check_outputs(store: Store, timeline: list[dict[str, Any]]) -> StockadeError | None:
-    """Re-hash the blobs of the run's results: a stream whose blob is missing or changed is
-    marked refused in its entry (its text never read); the first such error, if any."""
+def _check_outputs(stores: list[Store], timeline: list[dict[str, Any]]) -> StockadeError | None:
+    """Re-hash the blobs of the run's results (each in the store, main or shard, that holds
+    its event): a stream whose blob is missing or changed is marked refused in its entry
+    (its text never read); the first such error, if any."""
     from ..record.blobs import BlobError, check_blob
 
     first: StockadeError | None = None
-    for entry in timeline:
+    for store, entry in zip(stores, timeline, strict=True):
         if entry["kind"] != "result":
             continue
         result = entry["row_result"]
@@ -367,7 +370,12 @@ def verify_command(args: argparse.Namespace, _parser: object = None) -> int:
         )
         for text in shard.problems:
             print(f"  - {text}", file=sys.stderr)
-    if verdict.ok:
+    failed = sum(len(shard.problems) for shard in shards)
+    if verdict.ok and failed:  # the main chain holds, a shard does not: the record does not
+        print(f"main chain: {verdict.checked()}", file=sys.stderr)
+        counted = f"{failed} problem{'s' if failed != 1 else ''} in its shards"
+        print(f"stockade: the record does not verify: {counted}", file=sys.stderr)
+    elif verdict.ok:
         print(f"ok: {verdict.checked()}")
     else:
         problems = len(verdict.problems) + verdict.more

@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -87,8 +88,8 @@ def load_key(path: str, *, create: bool) -> Ed25519PrivateKey | None:
     """
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:  # never a fifo to wait on (O_NONBLOCK), never through a link
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         if not create:
             return None
@@ -105,14 +106,18 @@ def load_key(path: str, *, create: bool) -> Ed25519PrivateKey | None:
         finally:
             os.unlink(temp)
         return load_key(path, create=False)
+    except OSError as error:
+        raise StoreError(f"the signing key {path} cannot be read: {error.strerror}") from None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise StoreError(f"the signing key {path} is not a file")
         if info.st_mode & 0o077 or info.st_uid != os.getuid():
             raise StoreError(
                 f"the signing key {path} is readable by others or not yours",
                 hint=f"chmod 600 {path} (and check who wrote it)",
             )
-        raw = handle.read()
+        raw = handle.read(64)
     if len(raw) != 32:  # an Ed25519 private key is 32 bytes
         raise StoreError(f"{path} is not an Ed25519 key ({len(raw)} bytes)")
     return Ed25519PrivateKey.from_private_bytes(raw)

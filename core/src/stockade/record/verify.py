@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+from stat import S_ISREG
 from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
@@ -485,9 +486,12 @@ def _blobs(
 
 
 def _read_head(store: Store) -> tuple[int, str, str] | None:
-    try:
-        with open(head_path(store)) as handle:
-            seq, digest, signature = handle.read().split()
-        return int(seq), digest, signature
+    try:  # a fifo is never waited on, nor a device read without end: a file, 512 bytes
+        fd = os.open(head_path(store), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            seq, digest, signature = handle.read(
+                512 if S_ISREG(os.fstat(fd).st_mode) else 0
+            ).split()
+        return int(seq), digest.decode(), signature.decode()
     except (OSError, ValueError):
         return None
