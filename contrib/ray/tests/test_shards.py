@@ -176,3 +176,23 @@ def test_a_shards_commands_cut_off_are_closed_on_the_next_start(tmp_path: Path) 
     after.close()
     (check,) = verify_shards(Store(str(path)))
     assert check.ok and check.after == 0, check  # the closing is anchored at once
+
+
+def test_a_shard_is_named_from_its_opening_so_deleting_it_before_any_event_fails(
+    tmp_path: Path,
+) -> None:
+    """Each shard is anchored at event 0 as the record opens: a pool killed before a shard's
+    first anchor of events used to leave a folder whose deletion left no trace."""
+    store = tmp_path / "state" / "store.db"
+    main = Chain(Store(str(store)))
+    sharded = ShardedRecord(main, 2)
+    sharded.close()
+    main.close()
+    opened = Store(str(store))
+    anchored = [(r.body["shard"], r.body["seq"]) for r in rows(opened) if r.kind == "anchor"]
+    assert anchored == [("s0", 0), ("s1", 0)]
+    assert all(check.ok for check in verify_shards(opened)), verify_shards(opened)  # control
+    shutil.rmtree(Path(shard_path(opened, "s1")).parent)
+    (check,) = [c for c in verify_shards(opened) if c.name == "s1"]
+    opened.close()
+    assert not check.ok and "is missing" in check.problems[0], check

@@ -63,10 +63,12 @@ class ShardWriter:
         return len(events)
 
     def head(self) -> tuple[int, str, str]:
-        """The shard's last ``seq``, its hash, and the shard's public key."""
+        """The shard's last ``seq``, its hash, and the shard's public key (its signing key's,
+        before its first event pins it)."""
         from stockade.record.shards import head_of
 
-        return head_of(self.store)
+        seq, digest, key = head_of(self.store)
+        return seq, digest, key or self.chain.public
 
     def close(self) -> None:
         self.chain.close()
@@ -99,9 +101,11 @@ class ShardedRecord:
         writer = ray.remote(ShardWriter).options(**(placement or {"num_cpus": 0}))
         self.writers = [writer.remote(shard_path(main.store, n), redact) for n in self.names]
         # A shard's commands cut off by a killed driver (their writer went with it) are
-        # closed before anything new is appended, and anchored at once.
-        if sum(ray.get([w.opened.remote() for w in self.writers])):
-            self.anchor()
+        # closed before anything new is appended; then every shard is anchored at once, an
+        # empty one at event 0: from here on the main chain names it, and a shard deleted
+        # before its next anchor (a pool killed within its first second) is missed.
+        ray.get([w.opened.remote() for w in self.writers])
+        self.anchor(every=True)
 
     def shard_of(self, run_id: str) -> int:
         """The shard a run's events go to (always the same one)."""
@@ -118,15 +122,16 @@ class ShardedRecord:
 
         ray.get(self.send({self.shard_of(run_id): list(events)}))
 
-    def anchor(self) -> list[AnchorEvent]:
-        """Each shard's head, appended to the main chain as an ``anchor`` event."""
+    def anchor(self, *, every: bool = False) -> list[AnchorEvent]:
+        """Each shard's head, appended to the main chain as an ``anchor`` event (``every``:
+        an empty shard's too, at event 0)."""
         import ray
 
         heads = ray.get([w.head.remote() for w in self.writers])
         anchors = [
             AnchorEvent(f"anchor-{name}-{seq}", shard=name, seq=seq, hash=digest, public_key=key)
             for name, (seq, digest, key) in zip(self.names, heads, strict=True)
-            if seq
+            if seq or every
         ]
         if anchors:
             self.main.append_many(anchors)

@@ -197,8 +197,10 @@ def _held(shard: Store, name: str, at: int, anchor: dict[str, Any], key: str) ->
     if seq < 0 or not isinstance(digest, str) or not isinstance(anchor.get("public_key"), str):
         return [f"the anchor at main event {at} for shard {name} is malformed"]
     problems = []
-    if key != anchor["public_key"]:
+    if key != anchor["public_key"] and (key or seq):  # (no key is pinned before event 1)
         problems.append(f"shard {name} is signed with another key than the one anchored")
+    if seq == 0:  # anchored when it opened, before its first event: it must be there
+        return problems
     with shard.locked():
         found = shard.connection.execute("SELECT hash FROM events WHERE seq=?", (seq,)).fetchone()
     if found is None:
