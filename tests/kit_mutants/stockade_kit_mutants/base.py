@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from stockade.confine import protected, system_secrets
+from stockade.confine import protected, seccomp, system_secrets
 from stockade.confine.promises import Promise
 from stockade.confine.provider import SandboxProvider, sealed_memfd
 from stockade.request.plan import HiddenPath, LaunchPlan
@@ -101,6 +101,16 @@ def survey_without(name: str) -> Shim:
         return attrs.evolve(found, read_only=kept)
 
     return Shim(protected, survey=survey)
+
+
+def setid_allowed() -> Shim:
+    """:mod:`stockade.confine.seccomp` whose filter never has the setuid rule: every
+    ``required(...)`` as if asked with ``setid=True``."""
+
+    def required(**kw: Any) -> bytes:
+        return seccomp.required(**{**kw, "setid": True})
+
+    return Shim(seccomp, required=required)
 
 
 def bwrap_args(plan: LaunchPlan, change: Callable[[list[str]], list[str]]) -> LaunchPlan:

@@ -10,12 +10,21 @@ import stockade_bubblewrap.layout as bwrap_layout
 import stockade_bubblewrap.provider as bwrap_provider
 from stockade_bubblewrap.provider import BubblewrapSandbox
 
-from stockade.confine import seccomp
 from stockade.confine.promises import Promise
 from stockade.request.plan import HiddenPath, LaunchPlan
 from stockade.request.spec import ExecSpec, Limits
 
-from .base import Mutant, Patch, Shim, bwrap_args, drop, rebind, survey_without, without_secret
+from .base import (
+    Mutant,
+    Patch,
+    Shim,
+    bwrap_args,
+    drop,
+    rebind,
+    setid_allowed,
+    survey_without,
+    without_secret,
+)
 
 
 class BwrapBindRoot(Mutant, BubblewrapSandbox):
@@ -300,10 +309,7 @@ class BwrapSetid(Mutant, BubblewrapSandbox):
     SELECT = "test_no_file_lands_setuid_or_setgid"
 
     def patches(self) -> list[Patch]:
-        def required(**kw: Any) -> bytes:
-            return seccomp.required(**{**kw, "setid": True})
-
-        return [(bwrap_provider, "seccomp", Shim(seccomp, required=required))]
+        return [(bwrap_provider, "seccomp", setid_allowed())]
 
     def mutate_spec(self, spec: ExecSpec) -> ExecSpec:
         return attrs.evolve(spec, layer_store=None)  # no layers: the writes are direct

@@ -19,7 +19,7 @@ from stockade.confine.promises import Promise
 from stockade.request.plan import LaunchPlan
 from stockade.request.spec import ExecSpec
 
-from .base import Mutant, Patch, Shim, survey_without, without_secret
+from .base import Mutant, Patch, Shim, setid_allowed, survey_without, without_secret
 
 
 class LandlockSslPrivate(Mutant, LandlockSandbox):
@@ -233,13 +233,10 @@ class LandlockSetid(Mutant, LandlockSandbox):
     SELECT = "test_no_file_lands_setuid_or_setgid"
 
     def patches(self) -> list[Patch]:
-        def required(**kw: Any) -> bytes:
-            return seccomp.required(**{**kw, "setid": True})
-
         # Where the supervisor runs it refuses the bits itself and hides the mistake; judged,
         # as the truncate mutant is, as on a kernel without it.
         unsupervised = Shim(ll_engine.supervisor, unavailable=lambda: "a mutant without it")
         return [
-            (ll_engine, "seccomp", Shim(seccomp, required=required)),
+            (ll_engine, "seccomp", setid_allowed()),
             (ll_engine, "supervisor", unsupervised),
         ]
