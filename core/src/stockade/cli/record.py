@@ -161,13 +161,9 @@ def _write(stream: Any, handle: BinaryIO) -> None:  # noqa: ANN401 - a text stre
 
 def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
     """One run as a timeline: what was asked, what was decided, what came back."""
-    from ..record.shards import all_rows
-
-    pairs: list[tuple[Row, Store]] = []
     try:
-        store = _open(args)
+        pairs, stores = _rows(args)  # a sharded pool's runs are in its shards
         try:
-            pairs = all_rows(store, args.run)  # a sharded pool's runs are in its shards
             if not pairs:
                 raise UsageError(f"no events recorded for run {args.run}", hint="`stockade log`")
             shown = not args.json  # for a terminal: argv as shell words, escapes
@@ -175,9 +171,7 @@ def replay_command(args: argparse.Namespace, _parser: object = None) -> int:
             timeline = [_entry(row, start, redact=args.redact, shown=shown) for row, _ in pairs]
             refused = _check_outputs([held for _, held in pairs], timeline)
         finally:
-            for held in {id(h): h for _, h in pairs if h is not store}.values():
-                held.close()
-            store.close()
+            _close(stores)
     except StockadeError as error:
         return report_error(error, as_json=args.json)
     if args.json:

@@ -178,7 +178,8 @@ CHMODS: dict[str, tuple[int, int | None]] = {
     "open": (2, 1),
     "openat": (3, 2),
 }
-NUMBERS: dict[str, int] = {"chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452}
+NUMBERS: dict[str, int] = {"fchmodat2": 452}
+"""The one call of :data:`CHMODS` newer than some libseccomp: by its x86_64 number there."""
 MAKES = (0o100, 0o20000000)  # O_CREAT, __O_TMPFILE: the flags with which open uses a mode
 SETID_BITS = (0o4000, 0o2000)  # S_ISUID, S_ISGID
 
@@ -213,7 +214,8 @@ def compile_bpf(
 
     ``sysv_ipc`` lets the SysV IPC calls (:data:`SYSV_IPC`) through: only for a provider
     that gives each command an IPC namespace of its own (bubblewrap). Without ``setid``, a
-    ``chmod`` that sets a setuid or setgid bit is refused (:data:`CHMODS`).
+    ``chmod`` or a create that sets a setuid or setgid bit is refused (:data:`CHMODS`), and
+    ``openat2`` answers ``ENOSYS``.
     """
     import pyseccomp as sc  # type: ignore[import-untyped]
 
@@ -275,6 +277,8 @@ def _deny_setid(f: Any, sc: Any, eperm: Any) -> None:  # noqa: ANN401 - pyseccom
                 try:
                     f.add_rule(eperm, name, rule, *more)
                 except (OSError, RuntimeError, ValueError):  # older than the call: its number
+                    if name not in NUMBERS:
+                        raise
                     f.add_rule(eperm, NUMBERS[name], rule, *more)
 
 

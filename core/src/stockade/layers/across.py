@@ -81,15 +81,23 @@ def drop_privileges(folder: int, name: str) -> None:
             return
         if mode & (stat.S_ISUID | stat.S_ISGID):
             os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) & SAFE)  # this very inode
-        try:  # looked for first: removing one needs CAP_SETFCAP even where there is none
-            os.getxattr(f"/proc/self/fd/{fd}", CAPABILITY)
-        except OSError as error:
-            if error.errno not in (errno.ENODATA, errno.ENOTSUP):
-                raise
-            return
-        os.removexattr(f"/proc/self/fd/{fd}", CAPABILITY)
+        # Looked for first: removing one needs CAP_SETFCAP even where there is none.
+        if capable(f"/proc/self/fd/{fd}"):
+            os.removexattr(f"/proc/self/fd/{fd}", CAPABILITY)
     finally:
         os.close(fd)
+
+
+def capable(path: str) -> bool:
+    """Whether the file ``path`` leads to (followed: a ``/proc/self/fd/N``) has file
+    capabilities (:data:`CAPABILITY`)."""
+    try:
+        os.getxattr(path, CAPABILITY)
+    except OSError as error:
+        if error.errno in (errno.ENODATA, errno.ENOTSUP):
+            return False
+        raise
+    return True
 
 
 def _copy(up: int, dst: int, name: str, temp: str, info: os.stat_result) -> None:

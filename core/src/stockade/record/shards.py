@@ -151,16 +151,15 @@ def _guarded(store: Store, name: str, marks: list[tuple[int, dict[str, Any]]]) -
     problem: one bad shard never hides the others or the main chain's verdict."""
     from .store import StoreError
 
-    shown = name.removeprefix(BAD) if name.startswith(BAD) else name
-    shown = shown if NAME.match(shown) or name.startswith(BAD) else repr(name)
-    if not NAME.match(name):
+    if not NAME.match(name):  # an anchor's (already its repr, after BAD), or a folder's
+        shown = name.removeprefix(BAD) if name.startswith(BAD) else repr(name)
         what = "an anchor names" if marks else "a folder under shards/ is"
         return ShardCheck(shown, None, 0, 0, (f"{what} {shown}, which is no shard's name",))
     try:
         return _check(store, name, marks)
     except (StoreError, sqlite3.Error, OSError, ValueError) as error:
         text = error.message if isinstance(error, StoreError) else str(error)
-        return ShardCheck(shown, None, 0, 0, (f"shard {shown} cannot be read: {text}",))
+        return ShardCheck(name, None, 0, 0, (f"shard {name} cannot be read: {text}",))
 
 
 def _check(store: Store, name: str, marks: list[tuple[int, dict[str, Any]]]) -> ShardCheck:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 from stockade.confine import protected
 from stockade.confine.protected import GIT
+from stockade.layers.across import capable
 
 from . import kernel, processes
 from .resolve import AT_FDCWD, Caller, where
@@ -52,7 +53,6 @@ class Answer(Exception):
 
 WRITES = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | O_TMPFILE_BIT
 SETID = stat.S_ISUID | stat.S_ISGID
-CAPABILITY = "security.capability"
 """Mode bits no file the supervisor makes or changes gets: the command's writes are direct,
 so a setuid-root program it made (``cp /bin/sh s; chmod 4755 s`` as root) would stay in the
 person's folder. A folder keeps its setgid bit (it only names the group of what is made in
@@ -71,17 +71,7 @@ def refuse_privileged(info: os.stat_result, path: str) -> None:
     the capabilities, where ``write`` drops them), give it a new name or move it, nor change
     its access ACL (which can make a setgid file executable without a ``chmod``). ``path``
     is the supervisor's own ``/proc/self/fd/N`` of the object, ``info`` its ``stat``."""
-    if not stat.S_ISREG(info.st_mode):
-        return
-    privileged = bool(info.st_mode & SETID)
-    if not privileged:
-        try:
-            os.getxattr(path, CAPABILITY)  # (a /proc/self/fd/N link: followed to the file)
-            privileged = True
-        except OSError as error:
-            if error.errno not in (errno.ENODATA, errno.ENOTSUP):
-                raise
-    if privileged:
+    if stat.S_ISREG(info.st_mode) and (info.st_mode & SETID or capable(path)):
         raise PermissionError(errno.EPERM, "a setuid, setgid or capable program", path)
 
 
@@ -357,15 +347,13 @@ def rename(
 def _refuse_privileged_at(folder: int, last: bytes) -> None:
     """:func:`refuse_privileged` for the name ``last`` of ``folder`` (not followed)."""
     try:
-        info = os.lstat(last, dir_fd=folder)
+        fd = os.open(last, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
     except FileNotFoundError:
         return  # the call itself says so
-    if stat.S_ISREG(info.st_mode):
-        fd = os.open(last, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
-        try:
-            refuse_privileged(os.fstat(fd), f"/proc/self/fd/{fd}")
-        finally:
-            os.close(fd)
+    try:
+        refuse_privileged(os.fstat(fd), f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
 
 
 def truncate(caller: Caller, rules: Rules, path: bytes, length: int) -> Answer:
