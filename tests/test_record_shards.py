@@ -174,3 +174,34 @@ def test_a_shard_that_cannot_be_read_is_its_own_problem(record: Path, how: str) 
     assert ran.returncode == 1, ran.stdout
     assert "shard s0" in ran.stderr, ran.stderr
     assert "ok: shard s1" in ran.stdout and "Traceback" not in ran.stderr, ran.stderr
+
+
+def test_verify_changes_no_byte_of_any_shard(record: Path) -> None:
+    """``verify`` opens the main store and every shard read-only: not a byte of any changes,
+    and an older shard is reported, not migrated (the control: the writing open does)."""
+
+    def digests() -> dict[str, bytes]:
+        return {
+            str(p): p.read_bytes()
+            for p in sorted(record.parent.rglob("*"))
+            if p.is_file() and not p.name.endswith(("-shm", "-wal"))
+        }
+
+    before = digests()
+    assert _verify(record).returncode == 0
+    assert digests() == before
+    reader = Store(str(record), read_only=True)
+    older = shard_path(reader, "s1")
+    reader.close()
+    db = sqlite3.connect(older)
+    with db:
+        db.execute("UPDATE meta SET value='1' WHERE key='schema'")
+    db.close()
+    before = digests()
+    ran = _verify(record)
+    assert ran.returncode == 1
+    assert "shard s1 cannot be read" in ran.stderr and "older than this Stockade's" in ran.stderr
+    assert digests() == before
+    Store(older).close()  # the writing open migrates it
+    assert digests() != before
+    assert _verify(record).returncode == 0

@@ -27,7 +27,7 @@ def _open(args: argparse.Namespace) -> Store:
     from ..config.load import load_config
     from ..record.store import open_store
 
-    return open_store(load_config(args.config, environ=os.environ))
+    return open_store(load_config(args.config, environ=os.environ), read_only=True)
 
 
 def _rows(args: argparse.Namespace) -> tuple[list[tuple[Row, Store]], list[Store]]:

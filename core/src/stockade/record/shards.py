@@ -131,7 +131,7 @@ def all_rows(store: Store, run_id: str | None = None) -> list[tuple[Row, Store]]
     found = [(row, store) for row in rows(store, run_id)]
     for name in sorted(n for n in anchors(store) if NAME.match(n)):
         if os.path.isfile(shard_path(store, name)):
-            shard = Store(shard_path(store, name))
+            shard = Store(shard_path(store, name), read_only=True)
             found += [(row, shard) for row in rows(shard, run_id)]
     found.sort(key=lambda pair: pair[0].time)  # stable: each chain keeps its order
     return found
@@ -170,7 +170,7 @@ def _check(store: Store, name: str, marks: list[tuple[int, dict[str, Any]]]) -> 
     if not os.path.isfile(path):
         missing = f"shard {name}'s store {path} is missing"
         return ShardCheck(name, None, last, 0, (missing,))
-    shard = Store(path)
+    shard = Store(path, read_only=True)
     try:
         verdict = verify(shard)
         problems = [f"shard {name}: {p.text}" for p in verdict.problems]

@@ -119,9 +119,12 @@ def store_path(config: Config) -> str:
 class Store:
     """A connection to the store. Use :func:`open_store`."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
         self.path = path
         self._lock = threading.Lock()
+        if read_only:
+            self._db = _read_only(path)
+            return
         directory = os.path.dirname(path) or "."
         try:
             os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -314,13 +317,62 @@ def _write_ahead(db: sqlite3.Connection) -> None:
             time.sleep(0.005)
 
 
-def open_store(config: Config) -> Store:
-    """The store the config names (created, owner-only, on first use).
+def open_store(config: Config, *, read_only: bool = False) -> Store:
+    """The store the config names (created, owner-only, on first use; ``read_only``: as
+    it is, never created, migrated or written, for what only reads the record).
 
     Raises:
-        StoreError: it cannot be opened or is newer than this Stockade.
+        StoreError: it cannot be opened or is newer than this Stockade (``read_only``: or
+            there is none, or its schema is older).
     """
-    return Store(store_path(config))
+    return Store(store_path(config), read_only=read_only)
+
+
+def _read_only(path: str) -> sqlite3.Connection:
+    """A connection that reads the store at ``path`` and can write nothing to it: what
+    only reads the record (``verify``, ``log``, ``show``, ``replay``) must leave the
+    evidence as it found it, and must not make an empty store where the record should be
+    (a store removed whole would then pass ``verify`` as a record of no events). SQLite may
+    still make its shared-memory side files beside it to read a live write-ahead log."""
+    from urllib.request import pathname2url
+
+    if not os.path.isfile(path):
+        raise StoreError(
+            f"there is no record at {path}",
+            hint="nothing has been recorded with this config yet, or the store was moved or"
+            " removed: check store.path in the config",
+            details={"path": path},
+        )
+    try:
+        db = sqlite3.connect(
+            f"file:{pathname2url(os.path.abspath(path))}?mode=ro",
+            uri=True,
+            timeout=OPEN_TIMEOUT,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        db.execute("PRAGMA query_only=1")
+        row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+    except sqlite3.Error as error:
+        raise StoreError(
+            f"cannot read the store {path}: {error}",
+            hint="check that it is a Stockade store and that you may read it",
+            details={"path": path},
+        ) from None
+    version = int(row[0]) if row is not None else 0
+    if version != SCHEMA_VERSION:
+        db.close()
+        newer = version > SCHEMA_VERSION
+        raise StoreError(
+            f"the store {path}'s schema is version {version}, "
+            + ("newer than this Stockade knows" if newer else "older than this Stockade's")
+            + f" ({SCHEMA_VERSION})",
+            hint="upgrade Stockade"
+            if newer
+            else "run one command with this config (`stockade run -- true`) to upgrade it",
+            details={"path": path, "schema": version},
+        )
+    return db
 
 
 def _without_stdin(spec: ExecSpec) -> ExecSpec:
