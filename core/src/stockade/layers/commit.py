@@ -78,12 +78,17 @@ class Rules:
             the root changed after it (by another command's commit, by a person) and
             changed by this layer too is a conflict: this layer's version is kept aside
             (``<quarantine>/conflicts/``), never mixed in. ``0``: no such check.
+        offset: the wall clock less the boot clock when ``since`` was taken, and ``boot``
+            that boot's identity: whether the wall clock was set since
+            (:func:`~stockade.layers.clock.settled`). ``0``, ``""``: not kept.
     """
 
     quarantine: str
     writable_dotfiles: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
     bare: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
     since: int = 0
+    offset: int = 0
+    boot: str = ""
 
     @property
     def dotfiles(self) -> frozenset[str]:

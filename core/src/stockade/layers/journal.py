@@ -29,6 +29,7 @@ from attrs import field, frozen
 from ..errors import SandboxUnavailable
 from ..record.events import LayerEvent
 from ..request import wire
+from . import clock
 from .commit import Rules, Tally, land
 from .place import LAYERS, Layer, discard, remove_tree
 from .snapshots import remount
@@ -223,15 +224,18 @@ def recover_recorded(store: str, record: Callable[[LayerEvent], None]) -> list[L
 
 def _finish(entry: Entry, store: str) -> Recovery:
     tally = Tally()
+    rules, clocked = clock.settled(entry.rules)  # set since, or another boot: kept aside
     for layer in entry.layers:
         try:
             remount(layer.root, store=store)  # a fork a reboot unmounted: never its bare folder
-            land(layer, entry.rules, tally)
+            land(layer, rules, tally)
         except SandboxUnavailable as error:
             tally.failed.append(f"{layer.root}: {error.message}")
         except OSError as error:
             tally.failed.append(f"{layer.root}: {error.strerror}")
     discard(entry.layers)
+    if clocked and tally.conflicts:
+        tally.failed.append(clocked)
     return Recovery(
         entry.action_id,
         outcome="finished",

@@ -17,7 +17,6 @@ import os
 import threading
 from typing import Literal
 
-import attrs
 from attrs import frozen
 
 from ..request.result import Changes, Guarded
@@ -74,7 +73,8 @@ class Session:
         limit: int = 1000,
     ) -> None:
         self.layers = layers
-        self.rules = attrs.evolve(rules, since=clock.begin(layer.folder for layer in layers))
+        self._watch = clock.Watch()  # before the time they begin: no set is missed
+        self.rules = clock.kept(rules, (layer.folder for layer in layers))
         self.store = store
         self.action_id = action_id
         self.workspace = workspace
@@ -132,6 +132,8 @@ class Session:
             return Landing("discarded", Changes(method="layer"))
         self._open = False
         kept = False
+        self.rules, clocked = clock.settled(self.rules, self._watch)
+        self._watch.close()
         try:
             if room is not None and keep and self.growth() > room:
                 return self._discard("over-quota")
@@ -151,6 +153,8 @@ class Session:
                     land(layer, self.rules, tally)
                 except OSError as error:
                     tally.failed.append(f"{layer.root}: {error.strerror}; the rest of it stays out")
+            if clocked and tally.conflicts:
+                tally.failed.append(clocked)
             self._remember(tally)
             return Landing("landed", self._changes(tally), self._guarded(tally))
         finally:

@@ -21,7 +21,7 @@ from ..errors import UsageError
 from ..record.events import LayerEvent
 from ..request import wire
 from ..request.result import Changes
-from . import journal
+from . import clock, journal
 from .commit import Tally, land
 from .place import discard
 from .survey import survey
@@ -48,7 +48,7 @@ def entries(store: str) -> list[journal.Entry]:
 def preview(entry: journal.Entry) -> Changes:
     """What landing ``entry``'s layers would do now (:func:`~stockade.layers.survey.survey`),
     by absolute path."""
-    tally = survey(entry.layers, entry.rules)
+    tally = survey(entry.layers, clock.settled(entry.rules)[0])
     return Changes(
         tuple(tally.created),
         tuple(tally.modified),
@@ -96,11 +96,14 @@ def settle(
                     started=journal.start_time(pid),
                 ),
             )
+            rules, clocked = clock.settled(entry.rules)  # set while it waited: kept aside
             for layer in entry.layers:
                 try:
-                    land(layer, entry.rules, tally)
+                    land(layer, rules, tally)
                 except OSError as error:
                     tally.failed.append(f"{layer.root}: {error.strerror}; the rest stays out")
+            if clocked and tally.conflicts:
+                tally.failed.append(clocked)
         discard(entry.layers)
         journal.remove(store, action_id)
     event = LayerEvent(
