@@ -8,6 +8,7 @@ fork unmarked."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -41,3 +42,39 @@ def test_a_forks_files_stay_marked_private(tmp_path, make_host, monkeypatch, met
     finally:
         snapshots.discard(snap, store=store)
     assert not os.path.exists(f"{snap.folder}.private")
+
+
+@pytest.mark.parametrize(
+    ("method", "how"),  # a lost overlay fork keeps its layer: it is copied again, not made
+    [("links", "discarded"), ("overlay", "discarded"), ("links", "lost")],  # at its path
+)
+def test_a_gone_forks_marks_go_with_it(tmp_path, make_host, method, how):
+    """A fork discarded (or lost with its disk, then made again at its path) leaves none of
+    its own marks: the fork made again there starts with the snapshot's alone. The
+    control: the marks are there while the fork is."""
+    if method == "overlay" and os.geteuid() != 0:
+        pytest.skip("an overlay fork is root's")
+    store = store_folder(Config())
+    (tmp_path / "derived.txt").write_text("made from a private file\n")
+    (tmp_path / "plain.txt").write_text("nothing\n")
+    host = make_host(allow_all=True)
+    files = host.breaker.files()
+    files.mark(os.path.realpath(tmp_path), ["derived.txt"], run_id="r-private", step=3)
+    snap = snapshots.take(str(tmp_path), store=store)
+    try:
+        made = snapshots.fork_one(snap, store=store, overlay=method == "overlay")
+        fork = os.path.realpath(made.folder)
+        files.mark(fork, ["plain.txt"], run_id="r-fork", step=1)  # written there, privately
+        assert files.named(fork, [""]) == ["derived.txt", "plain.txt"]  # the control
+        if how == "discarded":
+            snapshots.discard_fork(made.folder, store=store)
+            assert files.rows(fork) == []
+            return
+        shutil.rmtree(made.folder)  # lost with its disk: nothing was discarded
+        assert files.named(fork, [""]) == ["derived.txt", "plain.txt"]
+        again = snapshots.fork_one(snap, store=store, overlay=method == "overlay", at=fork)
+        assert os.path.realpath(again.folder) == fork
+        assert files.rows(fork) == [("derived.txt", "r-private", 3)]  # the snapshot's alone
+        assert (tmp_path / "plain.txt").read_text() == "nothing\n"
+    finally:
+        snapshots.discard(snap, store=store)

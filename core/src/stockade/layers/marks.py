@@ -7,7 +7,8 @@ file the source refused, untainted. So :func:`keep` copies the source's marks wh
 snapshot is taken (``<store>/snapshots/ID.private``, beside the snapshot, masked from every
 sandbox like it), and :func:`give` marks them, with the run and step that made them, for
 each fork made of it. A mark a fork gets stays the fork's: it goes when a watched command
-there deletes the file, as in any workspace.
+there deletes the file, as in any workspace, and every one goes with the fork
+(:func:`drop`): a fork made again at its path starts with the snapshot's marks alone.
 
 The record is ``store.db`` in the store's folder unless told (``record``, for a store whose
 ``store.path`` names another file); with no record there, there are no marks to carry.
@@ -66,3 +67,16 @@ def give(note: str, fork: str, *, store: str, record: str | None = None) -> int:
     finally:
         opened.close()
     return len(rows)
+
+
+def drop(fork: str, *, store: str, record: str | None = None) -> None:
+    """Forget every mark of workspace ``fork`` (resolved): it was discarded, or is made
+    again at its path from its snapshot."""
+    path = _record(store, record)
+    if path is None:
+        return
+    opened = Store(path)
+    try:
+        PrivateFiles(opened).drop(fork)
+    finally:
+        opened.close()

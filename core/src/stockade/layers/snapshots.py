@@ -165,6 +165,7 @@ def fork_one(
         if _root(at, store) != resolved.realpath(target) or os.path.lexists(target):
             raise UsageError(f"{at} is not a gone fork of {snapshot.id}", hint="fork anew")
         _clear(_layer(store, target))
+        marks.drop(resolved.realpath(target), store=store, record=record)  # the gone one's
     why = mounts.refusal(store) if overlay else "hard links were asked for"
     if why is None:
         layer = _layer(store, target)
@@ -334,10 +335,11 @@ def _plain(entry: tarfile.TarInfo) -> tarfile.TarInfo:
     return entry
 
 
-def discard_fork(folder: str, *, store: str) -> None:
+def discard_fork(folder: str, *, store: str, record: str | None = None) -> None:
     """Remove a fork: its layer's folder first (what marks it gone), then its mount (lazily
-    when busy), then its folder; its layer then, unless the mount was busy (a process still
-    writes in it: the sweep removes it once none does).
+    when busy), then its folder and its private-file marks (in ``record``,
+    :mod:`~stockade.layers.marks`); its layer then, unless the mount was busy (a process
+    still writes in it: the sweep removes it once none does).
 
     Raises:
         UsageError: ``folder`` is not a fork (a link to one is not either).
@@ -352,7 +354,9 @@ def discard_fork(folder: str, *, store: str) -> None:
         remove_tree(gone)
         os.rename(layer, gone)
     device = os.stat(real).st_dev if mounts.is_overlay(real) else None
-    if _drop(real, store) and device is not None:
+    busy = _drop(real, store)
+    marks.drop(real, store=store, record=record)
+    if busy and device is not None:
         with open(f"{layer}.busy", "w") as note:
             note.write(str(device))
     else:

@@ -96,6 +96,11 @@ class PrivateFiles:
                     (workspace, path, _under(path)),
                 )
 
+    def drop(self, workspace: str) -> None:
+        """Drop every mark of ``workspace`` (a fork discarded: its files are gone)."""
+        with _errors("unmark files in"), self.store.locked(), self.store.connection as db:
+            db.execute("DELETE FROM private_files WHERE workspace=?", (workspace,))
+
     def rows(self, workspace: str) -> list[tuple[str, str, int]]:
         """Every mark of ``workspace``: its path, and the run and step that wrote it."""
         with _errors("read"), self.store.locked():
