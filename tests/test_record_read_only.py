@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
 from pathlib import Path
@@ -106,3 +107,38 @@ def test_a_read_only_store_refuses_a_write(recorded):
             reader.connection.execute("DELETE FROM events")
     finally:
         reader.close()
+
+
+def test_a_copy_in_a_folder_that_cannot_be_written_is_read(recorded, env, tmp_path):
+    """A record copied (store, key, head, blobs; no write-ahead log) into a folder no one
+    may write, as an auditor keeps it: read as an immutable file, where SQLite's read-only
+    open alone needs to make its shared-memory file there (the control)."""
+    import subprocess
+    from urllib.request import pathname2url
+
+    store, _run = recorded
+    assert cli("verify", env=env).returncode == 0
+    copy = tmp_path / "audit"
+    shutil.copytree(store.parent, copy, ignore=shutil.ignore_patterns("*-wal", "*-shm"))
+    config = tmp_path / "audit.toml"
+    config.write_text(f'[store]\npath = "{copy / "store.db"}"\n')
+    mounted = os.geteuid() == 0  # root writes any folder: a read-only mount instead
+    if mounted:
+        subprocess.run(["mount", "--bind", str(copy), str(copy)], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(copy)], check=True)
+    else:
+        copy.chmod(0o500)
+    try:
+        plain = sqlite3.connect(f"file:{pathname2url(str(copy / 'store.db'))}?mode=ro", uri=True)
+        with pytest.raises(sqlite3.OperationalError):  # the control: no -shm can be made
+            plain.execute("SELECT count(*) FROM events").fetchone()
+        plain.close()
+        said = cli("--config", str(config), "verify", env=env)
+        assert said.returncode == 0, said.stderr
+        assert said.stdout.startswith("ok: 9 events")
+        assert cli("--config", str(config), "log", env=env).returncode == 0
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(copy)], check=True)
+        else:
+            copy.chmod(0o700)

@@ -84,6 +84,10 @@ def test_a_failed_batch_leaves_nothing(tmp_path: Path) -> None:
         count = chain.store.connection.execute("SELECT count(*) FROM events").fetchone()[0]
     assert count == 3  # the three before; none of the batch
     assert chain.append_many(_three(3)) == [4, 5, 6]  # the chain goes on from where it was
+    planted = verify(chain.store)  # verify names the trigger put on the events table
+    assert [p.text for p in planted.problems if "trigger refuse" in p.text] != [], planted
+    with chain.store.locked():
+        chain.store.connection.execute("DROP TRIGGER refuse")
     assert verify(chain.store).ok
     chain.close()
 

@@ -363,13 +363,44 @@ class Row:
 
 
 def rows(store: Store, run_id: str | None = None) -> Iterator[Row]:
-    """The recorded events in order, of one run or of all."""
+    """The recorded events in order, of one run or of all. A store opened read-only (the
+    record's readers) is read past its indexes (``NOT INDEXED``): an index is not signed,
+    and one rebuilt by hand could answer a run's events with another's.
+
+    Raises:
+        StoreError: the events cannot be read, or one is not shaped as recorded.
+    """
     query = "SELECT seq, run_id, step, action_id, kind, time, body FROM events"
+    query += " NOT INDEXED" if store.read_only else ""
     args: tuple[object, ...] = ()
     if run_id is not None:
         query += " WHERE run_id=?"
         args = (run_id,)
-    with store.locked():
-        found = store.connection.execute(query + " ORDER BY seq", args).fetchall()
-    for seq, run, step, action, kind, time, body in found:
-        yield Row(seq, run, step, action, kind, time, json.loads(body))
+    try:
+        with store.locked():
+            found = store.connection.execute(query + " ORDER BY seq", args).fetchall()
+    except sqlite3.Error as error:
+        raise StoreError(
+            f"cannot read the record in {store.path}: {error}",
+            hint="the file is damaged or is not a Stockade store; `stockade verify` says more",
+            details={"path": store.path},
+        ) from None
+    for seq, run, step, action, kind, time, text in found:
+        body = _body(text)
+        if body is None or not isinstance(seq, int):
+            raise StoreError(
+                f"event {seq!r} of the record in {store.path} is not shaped as Stockade"
+                " records it: it was changed",
+                hint="`stockade verify` names what was changed",
+                details={"path": store.path, "seq": repr(seq)},
+            )
+        yield Row(seq, run, step, action, kind, time, body)
+
+
+def _body(text: object) -> dict[str, Any] | None:
+    """An event's body, or ``None`` when it is no JSON object."""
+    try:
+        body = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None

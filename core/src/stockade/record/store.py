@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import stat
 import threading
 import time
 from typing import Literal
@@ -32,7 +33,7 @@ from ..request.verdict import Classification, Decision
 SCHEMA_VERSION = 2
 StepState = Literal["held", "approved", "declined", "running", "done", "failed"]
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS held (
     run_id TEXT NOT NULL,
@@ -121,6 +122,7 @@ class Store:
 
     def __init__(self, path: str, *, read_only: bool = False) -> None:
         self.path = path
+        self.read_only = read_only  # its readers trust no index (:func:`~.chain.rows`)
         self._lock = threading.Lock()
         if read_only:
             self._db = _read_only(path)
@@ -151,7 +153,7 @@ class Store:
 
     def _migrate(self) -> None:
         with self._db:
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if row is not None and int(row[0]) > SCHEMA_VERSION:
                 raise sqlite3.DatabaseError(
@@ -333,9 +335,10 @@ def _read_only(path: str) -> sqlite3.Connection:
     only reads the record (``verify``, ``log``, ``show``, ``replay``) must leave the
     evidence as it found it, and must not make an empty store where the record should be
     (a store removed whole would then pass ``verify`` as a record of no events). SQLite may
-    still make its shared-memory side files beside it to read a live write-ahead log."""
-    from urllib.request import pathname2url
-
+    still make its shared-memory side files beside it to read a live write-ahead log, and
+    writes into an existing ``-shm``: one that is not a plain file of its own (a hard link
+    to the signing key, say) is refused first. A copy in a folder that cannot be written
+    (no ``-shm`` can be made) and with no write-ahead log is read as an immutable file."""
     if not os.path.isfile(path):
         raise StoreError(
             f"there is no record at {path}",
@@ -343,36 +346,81 @@ def _read_only(path: str) -> sqlite3.Connection:
             " removed: check store.path in the config",
             details={"path": path},
         )
+    _plain_sides(path)
     try:
-        db = sqlite3.connect(
-            f"file:{pathname2url(os.path.abspath(path))}?mode=ro",
-            uri=True,
-            timeout=OPEN_TIMEOUT,
-            isolation_level=None,
-            check_same_thread=False,
-        )
-        db.execute("PRAGMA query_only=1")
-        row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        try:
+            db, row = _connect(path, "mode=ro")
+        except sqlite3.OperationalError:
+            if os.path.lexists(f"{path}-wal") or os.access(os.path.dirname(path) or ".", os.W_OK):
+                raise
+            db, row = _connect(path, "immutable=1")  # nothing can be written here, or beside
     except sqlite3.Error as error:
         raise StoreError(
             f"cannot read the store {path}: {error}",
-            hint="check that it is a Stockade store and that you may read it",
+            hint="check that it is a Stockade store and that you may read it and its folder",
             details={"path": path},
         ) from None
-    version = int(row[0]) if row is not None else 0
+    try:
+        version = int(str(row[0])) if row is not None else 0
+    except ValueError:
+        version = -1
     if version != SCHEMA_VERSION:
         db.close()
         newer = version > SCHEMA_VERSION
+        shown = version if version >= 0 else repr(row[0] if row is not None else None)
         raise StoreError(
-            f"the store {path}'s schema is version {version}, "
+            f"the store {path}'s schema is version {shown}, "
             + ("newer than this Stockade knows" if newer else "older than this Stockade's")
             + f" ({SCHEMA_VERSION})",
             hint="upgrade Stockade"
             if newer
             else "run one command with this config (`stockade run -- true`) to upgrade it",
-            details={"path": path, "schema": version},
+            details={"path": path, "schema": shown},
         )
     return db
+
+
+def _connect(path: str, how: str) -> tuple[sqlite3.Connection, tuple[object, ...] | None]:
+    from urllib.request import pathname2url
+
+    db = sqlite3.connect(
+        f"file:{pathname2url(os.path.abspath(path))}?{how}",
+        uri=True,
+        timeout=OPEN_TIMEOUT,
+        isolation_level=None,
+        check_same_thread=False,
+    )
+    try:
+        db.execute("PRAGMA query_only=1")
+        row: tuple[object, ...] | None = db.execute(
+            "SELECT value FROM meta WHERE key='schema'"
+        ).fetchone()
+    except sqlite3.Error:
+        db.close()
+        raise
+    return db, row
+
+
+def _plain_sides(path: str) -> None:
+    """Refuse a store whose side files (write-ahead log, its index, a rollback journal)
+    are not plain files of their own: SQLite would write into them."""
+    for suffix in ("-wal", "-shm", "-journal"):
+        try:
+            info = os.lstat(path + suffix)
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            why = f"unreadable ({error.strerror})"
+        else:
+            if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+                continue
+            why = "a hard link" if stat.S_ISREG(info.st_mode) else "not a regular file"
+        raise StoreError(
+            f"the store {path}'s side file {path}{suffix} is {why}: refused, nothing was"
+            " read (SQLite writes into it, so a link to another file would change that file)",
+            hint="look at what it is; remove it if no Stockade process has the store open",
+            details={"path": path + suffix},
+        )
 
 
 def _without_stdin(spec: ExecSpec) -> ExecSpec:

@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from attrs import field, frozen
 
-from .blobs import BlobError, CheckedBlobs, open_blob_file
+from .blobs import CheckedBlobs
 from .chain import CHAIN_FORMAT, GENESIS, head_path, key_path, link, load_key, public_hex
-from .store import Store, StoreError
+from .integrity import schema_problems, shape_problems
+from .outputs import check_outputs
+from .store import SCHEMA, Store, StoreError
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -191,7 +193,9 @@ class _Found:
             self.more += 1
 
 
-def verify(store: Store, *, run: str | None = None, checked: Checked | None = None) -> Verdict:
+def verify(  # noqa: PLR0911 - a verdict for each way the record fails before its chain is read
+    store: Store, *, run: str | None = None, checked: Checked | None = None
+) -> Verdict:
     """Check the whole chain (links, every signature, the pinned key, the head) and re-hash
     every output blob (or only ``run``'s; ``checked`` skips what it saw checked before and
     unchanged since: blob files, leading signatures).
@@ -208,6 +212,7 @@ def verify(store: Store, *, run: str | None = None, checked: Checked | None = No
                 "SELECT seq, body, prev, hash, sig, run_id, step, action_id, kind, time"
                 " FROM events ORDER BY seq"
             ).fetchall()
+            damaged = schema_problems(db, SCHEMA)
     except sqlite3.Error as error:
         raise StoreError(
             f"cannot read the record in {store.path}: {error}",
@@ -216,13 +221,23 @@ def verify(store: Store, *, run: str | None = None, checked: Checked | None = No
         ) from None
     problems = _Found()
     count = len(found)
+    for text in damaged:
+        problems.add(text)
+    shapes = shape_problems(found)
+    if shapes:  # their values cannot be read as an event's
+        for text in shapes:
+            problems.add(text)
+        return _verdict(count, problems, run_id=run, run_events=0)
     head = _read_head(store)
     run_events = sum(1 for row in found if row[5] == run) if run is not None else 0
     base: dict[str, Any] = {"run_id": run, "run_events": run_events}
     if not found:
         if head is not None:
             problems.add("the record is empty, but its head names an event", seq=head[0])
-        return _verdict(0, problems, **base)
+        if pinned_row is not None:  # pinned with the first event: there were some
+            problems.add("the record holds no events, but its key was pinned by its first")
+        key_file = load_key(key_path(store), create=False) is not None
+        return _verdict(0, problems, key_file=key_file, **base)
     if pinned_row is None:
         problems.add("the store has events but no pinned key")
         return _verdict(count, problems, **base)
@@ -244,7 +259,7 @@ def verify(store: Store, *, run: str | None = None, checked: Checked | None = No
     links, signatures = _chain(found, public, problems, checked, pinned_row[0])
     head_seq, head_hash = _head(found, head, public, problems)
     memo = checked.blobs if checked is not None else CheckedBlobs()
-    blobs, held, size = _blobs(store, found, run, memo, problems)
+    blobs, held, size = check_outputs(store, found, run, memo, problems.add)
     return _verdict(
         count,
         problems,
@@ -426,63 +441,6 @@ def _head(
         problems.add(f"event {head_seq} is not the one the head names", seq=head_seq)
         return 0, ""
     return head_seq, head_hash
-
-
-def _blobs(
-    store: Store,
-    found: list[tuple[Any, ...]],
-    run: str | None,
-    memo: CheckedBlobs,
-    problems: _Found,
-) -> tuple[int, int, int]:
-    """Re-hash each blob the result events name (once each): how many, how many hold, and
-    the bytes read."""
-    named: dict[str, tuple[str, int, str, int]] = {}
-    for seq, body, *_rest in found:
-        run_id, step, kind = _rest[3], _rest[4], _rest[6]
-        if kind != "result" or (run is not None and run_id != run):
-            continue
-        try:
-            result = json.loads(body)["result"]
-            streams = [(name, result[name].get("blob")) for name in ("stdout", "stderr")]
-        except (ValueError, KeyError, TypeError, AttributeError):
-            continue  # a body that is not a result's: its link already failed
-        for name, digest in streams:
-            if digest and isinstance(digest, str):
-                named.setdefault(digest, (name, step, run_id, seq))
-    held = size = 0
-    for digest, (name, step, run_id, seq) in named.items():
-        try:
-            with open_blob_file(store, digest) as handle:
-                size += os.fstat(handle.fileno()).st_size
-                memo.check(handle, digest)
-            held += 1
-        except BlobError as error:
-            actual = error.details.get("actual")
-            if "error" in error.details:  # missing, or not a regular file
-                problems.add(
-                    f"the blob of the {name} of step {step} of run {run_id} (event {seq}) is"
-                    f" missing ({error.details['error']}): {digest}",
-                    blob=digest,
-                )
-                continue
-            text = (
-                f"the blob of the {name} of step {step} of run {run_id} (event {seq}) was"
-                f" changed: it now hashes to {actual}"
-            )
-            if actual is None:
-                text = (
-                    f"the {name} of step {step} of run {run_id} (event {seq}) names"
-                    f" {digest[:80]!r}, which is not a blob name"
-                )
-            problems.add(text, blob=digest)
-        except OSError as error:  # it went while it was read
-            problems.add(
-                f"the blob of the {name} of step {step} of run {run_id} (event {seq}) is missing"
-                f" ({error.strerror}): {digest}",
-                blob=digest,
-            )
-    return len(named), held, size
 
 
 def _read_head(store: Store) -> tuple[int, str, str] | None:
