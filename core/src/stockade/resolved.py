@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterable
 
 _TRIES = 50
 _RACED = (errno.ENOENT, errno.EINVAL, errno.ENOTDIR, errno.ELOOP)
@@ -37,3 +38,8 @@ def realpath(path: str | os.PathLike[str]) -> str:
             if error.errno not in _RACED:
                 raise
     return os.path.realpath(name)
+
+
+def inside(path: str, roots: Iterable[str]) -> bool:
+    """Whether ``path`` is one of ``roots`` or lies beneath one."""
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)

@@ -6,6 +6,13 @@ config too: they may set ``core.hooksPath`` or include more. A command that can 
 included file can set the hooks a person's next ``git commit`` runs, so the survey keeps
 every included file inside a writable root read-only, as it keeps ``core.hooksPath``.
 
+Git reads the person's own config too (``~/.gitconfig``, ``$XDG_CONFIG_HOME/git/config``,
+``/etc/gitconfig``, or what ``GIT_CONFIG_GLOBAL`` and ``GIT_CONFIG_SYSTEM`` name), and a
+``core.hooksPath`` set there, relative, names a folder in every repository
+(``.githooks``). So each repository's hook folders come from all of them, resolved against
+its worktree, and a folder named but not there yet is kept too (:func:`keep_named`): a
+command could make it, and the next ``git commit`` would run what it put there.
+
 Written by hand: git's own reader is the ``git config`` program, a process per repository
 per run; this reads only the two keys that matter, leniently (``key = value`` lines under a
 ``[section]`` header, comments after ``#`` or ``;``), and follows includes ten deep, as
@@ -15,11 +22,17 @@ git does.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from attrs import frozen
 
 from .. import resolved
+from ..errors import SandboxUnavailable
+from ..resolved import inside
+
+if TYPE_CHECKING:
+    from .protected import Kind
 
 DEPTH = 10
 """How deep includes are followed (git's own limit)."""
@@ -46,7 +59,7 @@ def references(gitdir: str, worktree: str) -> References:
     hooks: list[str] = []
     included: list[str] = []
     seen: set[str] = set()
-    stack = [(os.path.join(gitdir, "config"), 0)]
+    stack = [(os.path.join(gitdir, "config"), 0), *((path, 0) for path in personal())]
     while stack:
         path, depth = stack.pop()
         if path in seen or depth > DEPTH:
@@ -66,6 +79,51 @@ def references(gitdir: str, worktree: str) -> References:
                 included.append(target)
                 stack.append((target, depth + 1))
     return References(tuple(dict.fromkeys(hooks)), tuple(dict.fromkeys(included)))
+
+
+def personal(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The person's own config files git reads besides a repository's: global and system,
+    as ``environ`` names them."""
+    home = environ.get("HOME") or os.path.expanduser("~")
+    found = []
+    if environ.get("GIT_CONFIG_GLOBAL"):
+        found.append(environ["GIT_CONFIG_GLOBAL"])
+    else:
+        xdg = environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+        found += [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config")]
+    if environ.get("GIT_CONFIG_NOSYSTEM", "").lower() not in ("1", "true", "yes", "on"):
+        found.append(environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig")
+    return found
+
+
+def keep_named(
+    gitdir: str, worktree: str, roots: list[str], found: dict[str, Kind], hooks: list[str]
+) -> None:
+    """Keep what the repository's config (and the person's) names inside ``roots``: each
+    ``core.hooksPath`` folder in ``hooks`` (and read-only in ``found`` when it is there),
+    each included file read-only.
+
+    Raises:
+        SandboxUnavailable: an included file inside a root is missing (a command could
+            write it) or reached through a symlink.
+    """
+    named = references(gitdir, worktree)
+    for folder in named.hooks:
+        if inside(folder, roots) and folder not in roots:
+            hooks.append(folder)
+            if os.path.isdir(folder):
+                found.setdefault(folder, "read-only")  # hooks outside the .git
+    for path in named.included:
+        if not inside(path, roots) or path in roots:
+            continue
+        if resolved.realpath(path) != path or not os.path.isfile(path):
+            raise SandboxUnavailable(
+                f"{gitdir}/config includes {path}, which is missing or reached through a "
+                "symlink in a writable root: a command could write the config it adds",
+                hint=f"make {path} a plain file (even an empty one), or remove the include",
+                details={"path": path, "gitdir": gitdir},
+            )
+        found.setdefault(path, "read-only")
 
 
 def _entries(path: str) -> Iterator[tuple[str, str, str]]:

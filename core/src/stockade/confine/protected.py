@@ -32,6 +32,7 @@ from attrs import field, frozen
 from .. import resolved
 from ..errors import SandboxUnavailable, UsageError
 from ..request.literals import DOTFILES
+from ..resolved import inside
 from . import gitconfig
 from . import roots as rules
 from .stores import CREDENTIAL_STORES
@@ -179,11 +180,6 @@ def writable_roots(roots: Iterable[str], system: rules.RootRules | None = None) 
     return writable
 
 
-def inside(path: str, roots: Iterable[str]) -> bool:
-    """Whether ``path`` is one of ``roots`` or lies beneath one."""
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
-
-
 def opened(names: Iterable[str]) -> frozenset[str]:
     """The dotfiles a profile's ``writable_dotfiles`` opens (``*``: all of them).
 
@@ -266,6 +262,8 @@ class Survey:
             the folders whose stamp changed).
         bare: bare repositories (folders git takes for a git directory, not named ``.git``):
             their ``hooks``, ``config`` and ``info`` are among ``read_only``.
+        hooks: every folder a git config names as ``core.hooksPath`` inside the roots,
+            there or not yet: nothing lands at or beneath one.
         started: ``time.time_ns()`` when the survey began.
         writable_dotfiles: the dotfiles the profile opened.
         held: the provider keeps ``read_only`` read-only while the command runs; when
@@ -279,6 +277,7 @@ class Survey:
     masked: tuple[str, ...] = field(kw_only=True, default=())
     folders: tuple[Folder, ...] = field(kw_only=True, default=())
     bare: tuple[str, ...] = field(kw_only=True, default=())
+    hooks: tuple[str, ...] = field(kw_only=True, default=())
     started: int = field(kw_only=True, default=0)
     writable_dotfiles: frozenset[str] = field(kw_only=True, default=frozenset())
     held: bool = field(kw_only=True, default=False)
@@ -325,6 +324,7 @@ def survey(
     found: dict[str, Kind] = {}
     folders: list[Folder] = []
     bare: list[str] = []
+    hooks: list[str] = []
     stack = []
     for root in roots:
         kind = enclosing(root, writable_dotfiles)
@@ -351,15 +351,15 @@ def survey(
             bare.append(directory)
             for entry in entries:
                 if entry.name in BARE_KEPT:
-                    _check(entry, "read-only", roots, found)
-            _named_by_config(directory, directory, roots, found)
+                    _check(entry, "read-only", roots, found, hooks)
+            gitconfig.keep_named(directory, directory, roots, found, hooks)
             folders.append(Folder(directory, stamp(info), ()))
             continue
         children = []
         for entry in entries:
             kind = kind_of(entry.path, writable_dotfiles)
             if kind is not None:
-                _check(entry, kind, roots, found)
+                _check(entry, kind, roots, found, hooks)
                 continue
             if entry.is_dir(follow_symlinks=False):
                 stack.append(entry.path)
@@ -371,12 +371,15 @@ def survey(
         masked=tuple(p for p, k in found.items() if k == "masked"),
         folders=tuple(folders),
         bare=tuple(bare),
+        hooks=tuple(dict.fromkeys(hooks)),
         started=started,
         writable_dotfiles=writable_dotfiles,
     )
 
 
-def _check(entry: os.DirEntry[str], kind: Kind, roots: list[str], found: dict[str, Kind]) -> None:
+def _check(
+    entry: os.DirEntry[str], kind: Kind, roots: list[str], found: dict[str, Kind], hooks: list[str]
+) -> None:
     """Add a protected entry to ``found`` (with its ``gitdir:`` target); refuse a symlink."""
     if entry.is_symlink():
         raise SandboxUnavailable(
@@ -393,32 +396,7 @@ def _check(entry: os.DirEntry[str], kind: Kind, roots: list[str], found: dict[st
         if gitdir is not None and inside(gitdir, roots):
             found.setdefault(gitdir, "read-only")
     if gitdir is not None:
-        _named_by_config(gitdir, os.path.dirname(entry.path), roots, found)
-
-
-def _named_by_config(gitdir: str, worktree: str, roots: list[str], found: dict[str, Kind]) -> None:
-    """Keep what the repository's config names inside ``roots`` read-only: each
-    ``core.hooksPath`` folder and each included file (:mod:`.gitconfig`).
-
-    Raises:
-        SandboxUnavailable: an included file inside a root is missing (a command could
-            write it) or reached through a symlink.
-    """
-    named = gitconfig.references(gitdir, worktree)
-    for hooks in named.hooks:
-        if inside(hooks, roots) and hooks not in roots and os.path.isdir(hooks):
-            found.setdefault(hooks, "read-only")  # core.hooksPath: hooks outside the .git
-    for path in named.included:
-        if not inside(path, roots) or path in roots:
-            continue
-        if resolved.realpath(path) != path or not os.path.isfile(path):
-            raise SandboxUnavailable(
-                f"{gitdir}/config includes {path}, which is missing or reached through a "
-                "symlink in a writable root: a command could write the config it adds",
-                hint=f"make {path} a plain file (even an empty one), or remove the include",
-                details={"path": path, "gitdir": gitdir},
-            )
-        found.setdefault(path, "read-only")
+        gitconfig.keep_named(gitdir, os.path.dirname(entry.path), roots, found, hooks)
 
 
 def real(path: str) -> str:

@@ -43,6 +43,7 @@ from attrs import frozen
 
 from .. import owned
 from ..confine import protected
+from ..resolved import inside
 from . import across
 from .place import Layer
 
@@ -74,6 +75,8 @@ class Rules:
         quarantine: where protected names go: this folder plus their absolute path.
         writable_dotfiles: the dotfiles the profile opened (they land).
         bare: bare repositories known before the run (their hooks and config stay).
+        hooks: the folders a git config names as ``core.hooksPath`` (there or not): what
+            lands at or beneath one is quarantined, as a ``.git/hooks`` would be.
         since: when the command started (``time.time_ns()``, less a clock tick); a path of
             the root changed after it (by another command's commit, by a person) and
             changed by this layer too is a conflict: this layer's version is kept aside
@@ -86,6 +89,7 @@ class Rules:
     quarantine: str
     writable_dotfiles: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
     bare: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
+    hooks: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
     since: int = 0
     offset: int = 0
     boot: str = ""
@@ -206,7 +210,11 @@ def _merge(
         if info is not None and whiteout(info, marks):
             _delete(up, dst, name, target, rules=rules, tally=tally)
             continue
-        if name in kept or protected.kind_of(target, rules.dotfiles) is not None:
+        if (
+            name in kept
+            or protected.kind_of(target, rules.dotfiles) is not None
+            or inside(target, rules.hooks)
+        ):
             _quarantine(up, name, target, rules, tally)
             continue
         if folder and _new_repository(up, dst, name):

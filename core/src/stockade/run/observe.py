@@ -123,6 +123,7 @@ class Observation:
             quarantine,
             writable_dotfiles=tuple(survey.writable_dotfiles) if survey else (),
             bare=survey.bare if survey else (),
+            hooks=survey.hooks if survey else (),
         )
         assert spec.layer_store is not None  # noqa: S101 - a provider layers only then
         self._layers = Session(

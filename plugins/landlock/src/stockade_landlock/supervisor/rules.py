@@ -3,7 +3,7 @@
 Landlock only grants: a right on a folder holds for all beneath it, so it cannot keep a
 workspace writable and its ``.git`` not. The supervisor refuses, for every call it is sent,
 what lies at or beneath a protected path the survey found before the run (every ``.git``,
-``gitdir:`` target, ``core.hooksPath`` folder, a bare repository's hooks and config, agent
+``gitdir:`` target, ``core.hooksPath`` folder (there or not yet), a bare repository's hooks and config, agent
 and editor config, dotfiles, run-later folders, and the credential stores): bubblewrap's
 read-only binds, drawn by the same survey. It refuses a protected name made anew in a
 surveyed root too (:meth:`Rules.refuses_new`), with one exception, so that ``git init``
@@ -87,7 +87,7 @@ class Rules:
     def of(cls, survey: protected.Survey) -> Rules:
         """The rules of a survey."""
         return cls(
-            (*survey.read_only, *survey.masked),
+            (*survey.read_only, *survey.masked, *survey.hooks),  # hooks: there or not yet
             roots=survey.roots,
             writable_dotfiles=survey.writable_dotfiles,
             bare=frozenset(survey.bare),
