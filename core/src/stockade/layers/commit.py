@@ -36,68 +36,21 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Iterable, Iterator
-
-import attrs
-from attrs import frozen
 
 from .. import owned
 from ..confine import protected
 from ..resolved import inside
-from . import across
+from . import across, clearing
 from .place import Layer
+from .rules import Rules, Tally
 
+__all__ = ["Rules", "Tally", "land", "marks", "whiteout"]  # Rules, Tally: from .rules
+
+DEPTH = 256
+"""How deep a layer's folders land (the walk recurses; Linux paths reach 2,048 levels): a
+folder deeper is named in ``failed``, and what it holds stays out."""
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _PREFIXES = ("trusted.overlay.", "user.overlay.")
-
-
-@attrs.define
-class Tally:
-    """What landing did, filled in as it goes (paths absolute; folders end in ``/``)."""
-
-    created: list[str] = attrs.field(factory=list)
-    modified: list[str] = attrs.field(factory=list)
-    deleted: list[str] = attrs.field(factory=list)
-    quarantined: list[str] = attrs.field(factory=list)
-    conflicts: list[str] = attrs.field(factory=list)
-    failed: list[str] = attrs.field(factory=list)
-
-
-def _sorted(names: Iterable[str]) -> tuple[str, ...]:
-    return tuple(sorted(names))
-
-
-@frozen
-class Rules:
-    """What a commit applies besides the layer itself.
-
-    Attributes:
-        quarantine: where protected names go: this folder plus their absolute path.
-        writable_dotfiles: the dotfiles the profile opened (they land).
-        bare: bare repositories known before the run (their hooks and config stay).
-        hooks: the folders a git config names as ``core.hooksPath`` (there or not): what
-            lands at or beneath one is quarantined, as a ``.git/hooks`` would be.
-        since: when the command started (``time.time_ns()``, less a clock tick); a path of
-            the root changed after it (by another command's commit, by a person) and
-            changed by this layer too is a conflict: this layer's version is kept aside
-            (``<quarantine>/conflicts/``), never mixed in. ``0``: no such check.
-        offset: the wall clock less the boot clock when ``since`` was taken, and ``boot``
-            that boot's identity: whether the wall clock was set since
-            (:func:`~stockade.layers.clock.settled`). ``0``, ``""``: not kept.
-    """
-
-    quarantine: str
-    writable_dotfiles: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
-    bare: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
-    hooks: tuple[str, ...] = attrs.field(default=(), converter=_sorted)
-    since: int = 0
-    offset: int = 0
-    boot: str = ""
-
-    @property
-    def dotfiles(self) -> frozenset[str]:
-        """The opened dotfiles, as :func:`~stockade.confine.protected.kind_of` takes them."""
-        return frozenset(self.writable_dotfiles)
 
 
 def _marks(fd: int, name: str) -> dict[str, bytes]:
@@ -183,7 +136,15 @@ def _names(fd: int) -> list[str]:
 
 
 def _merge(
-    up: int, dst: int, path: str, rules: Rules, tally: Tally, *, top: bool, xwhite: bool = False
+    up: int,
+    dst: int,
+    path: str,
+    rules: Rules,
+    tally: Tally,
+    *,
+    top: bool,
+    xwhite: bool = False,
+    depth: int = 0,
 ) -> None:
     """Land the entries of upper folder ``up`` into real folder ``dst`` (at ``path``).
 
@@ -204,7 +165,7 @@ def _merge(
             tally.failed.append(f"{target}: an overlay redirect or metacopy; not applied")
             continue
         below = None if folder else _lstat(dst, name)
-        if below is not None and rules.since and _changed_since(below, rules.since):
+        if below is not None and rules.since and clearing.changed_since(below, rules.since):
             _quarantine(up, name, target, rules, tally, aside="conflicts")
             continue
         if info is not None and whiteout(info, marks):
@@ -221,7 +182,12 @@ def _merge(
             _quarantine(up, name, target, rules, tally)
         elif folder:
             assert info is not None  # noqa: S101 - stat-ed above for every folder
-            _folder(up, dst, name, target, info=info, marks=marks, rules=rules, tally=tally)
+            if depth >= DEPTH:
+                tally.failed.append(f"{target}: nested deeper than {DEPTH} folders; not landed")
+                continue
+            _folder(
+                up, dst, name, target, info=info, marks=marks, rules=rules, tally=tally, depth=depth
+            )
         else:
             _entry(up, dst, name, target, below=below, tally=tally, rules=rules)
 
@@ -258,61 +224,14 @@ def _git_marks(
 
 
 def _delete(up: int, dst: int, name: str, target: str, *, rules: Rules, tally: Tally) -> None:
-    """A whiteout: remove ``name`` from the root, then the whiteout itself."""
-    if protected.kind_of(target, rules.dotfiles) is not None:
-        tally.failed.append(f"{target}: a protected path is not deleted")
-    else:
-        try:
-            _remove(dst, name, target, tally)
-        except OSError as error:
-            tally.failed.append(f"{target}: not deleted: {error.strerror}")
-            return
-    os.unlink(name, dir_fd=up)
-
-
-def _remove(dst: int, name: str, target: str, tally: Tally) -> None:
-    """Remove ``name`` in ``dst`` (a folder whole, through descriptors), noting each path."""
-    info = _lstat(dst, name)
-    if info is None:
-        return
-    if not stat.S_ISDIR(info.st_mode):
-        os.unlink(name, dir_fd=dst)
-        tally.deleted.append(target)
-        return
-    fd = _open_dir(dst, name)
+    """A whiteout: remove ``name`` from the root (unless it is, or holds, what the command
+    may not delete: :func:`.clearing.remove_unless`), then the whiteout itself."""
     try:
-        tally.deleted.extend(_listing(fd, target))
-    finally:
-        os.close(fd)
-    shutil.rmtree(name, dir_fd=dst)
-    tally.deleted.append(target + "/")
-
-
-def _listing(fd: int, path: str) -> Iterator[str]:
-    """Every path under folder ``fd`` (at ``path``), folders with a ``/``, not followed."""
-    for name in _names(fd):
-        target = os.path.join(path, name)
-        info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-        if stat.S_ISDIR(info.st_mode):
-            with contextlib.suppress(OSError):
-                inner = _open_dir(fd, name)
-                try:
-                    yield from _listing(inner, target)
-                finally:
-                    os.close(inner)
-            yield target + "/"
-        else:
-            yield target
-
-
-def _empty(dst: int, target: str, rules: Rules, tally: Tally) -> None:
-    """An opaque folder: what the root held in it goes, but a protected name stays."""
-    for name in _names(dst):
-        path = os.path.join(target, name)
-        if protected.kind_of(path, rules.dotfiles) is not None:
-            tally.failed.append(f"{path}: a protected path is not deleted")
-            continue
-        _remove(dst, name, path, tally)
+        clearing.remove_unless(dst, name, target, rules, tally)
+    except OSError as error:
+        tally.failed.append(f"{target}: not deleted: {error.strerror}")
+        return
+    os.unlink(name, dir_fd=up)
 
 
 def _folder(
@@ -325,32 +244,17 @@ def _folder(
     marks: dict[str, bytes],
     rules: Rules,
     tally: Tally,
+    depth: int = 0,
 ) -> None:
     """A folder of the upper: made (or emptied when opaque) in the root, then merged."""
-    below = _lstat(dst, name)
-    if below is not None and not stat.S_ISDIR(below.st_mode):
-        os.unlink(name, dir_fd=dst)
-        tally.deleted.append(target)
-        below = None
-    if below is None:
-        try:
-            os.mkdir(name, 0o700, dir_fd=dst)
-            tally.created.append(target + "/")
-        except FileExistsError:
-            pass  # made meanwhile by a racing swap: opened below, never followed
-    try:
-        inner_dst = _open_dir(dst, name)
-    except OSError as error:
-        # A link now (ELOOP, ENOTDIR), or gone for a moment while another process swaps it
-        # (ENOENT): what the layer holds below it is not landed, and the tally says so.
-        if error.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
-            raise
-        tally.failed.append(f"{target}: swapped or moved during the commit; left alone")
+    opened = _real_folder(up, dst, name, target, rules=rules, tally=tally)
+    if opened is None:
         return
+    inner_dst, below = opened
     try:
         if marks.get("opaque") == b"y":
             if below is not None:
-                _empty(inner_dst, target, rules, tally)
+                clearing.empty(inner_dst, target, rules, tally)
             _unmark(up, name)
         inner_up = _open_dir(up, name)
         # The command may have taken its own rights away (chmod 644 on a folder): the host
@@ -361,7 +265,9 @@ def _folder(
             os.fchmod(inner_dst, was | 0o700)
         try:
             xwhite = marks.get("opaque") == b"x"
-            _merge(inner_up, inner_dst, target, rules, tally, top=False, xwhite=xwhite)
+            _merge(
+                inner_up, inner_dst, target, rules, tally, top=False, xwhite=xwhite, depth=depth + 1
+            )
         finally:
             os.close(inner_up)
         # A folder lands with its owner's rights, whatever the command left: one it hid
@@ -373,6 +279,38 @@ def _folder(
                 tally.modified.append(target + "/")
     finally:
         os.close(inner_dst)
+
+
+def _real_folder(
+    up: int, dst: int, name: str, target: str, *, rules: Rules, tally: Tally
+) -> tuple[int, os.stat_result | None] | None:
+    """The root's folder for upper folder ``name``, opened, with what was there before
+    (``None``: made now). A file there is unlinked first, unless it was edited since the
+    command began: the layer's folder is then kept aside (a conflict). ``None``: nothing
+    of the layer's folder lands (the tally says why)."""
+    below = _lstat(dst, name)
+    if below is not None and not stat.S_ISDIR(below.st_mode):
+        if rules.since and clearing.changed_since(below, rules.since):
+            _quarantine(up, name, target, rules, tally, aside="conflicts")
+            return None
+        os.unlink(name, dir_fd=dst)
+        tally.deleted.append(target)
+        below = None
+    if below is None:
+        try:
+            os.mkdir(name, 0o700, dir_fd=dst)
+            tally.created.append(target + "/")
+        except FileExistsError:
+            pass  # made meanwhile by a racing swap: opened below, never followed
+    try:
+        return _open_dir(dst, name), below
+    except OSError as error:
+        # A link now (ELOOP, ENOTDIR), or gone for a moment while another process swaps it
+        # (ENOENT): what the layer holds below it is not landed, and the tally says so.
+        if error.errno not in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+            raise
+        tally.failed.append(f"{target}: swapped or moved during the commit; left alone")
+        return None
 
 
 def _unmark(up: int, name: str) -> None:
@@ -396,9 +334,12 @@ def _entry(
     """A file, symlink or other non-folder: renamed into the root over what is there
     (``below``, as it was just looked at)."""
     if below is not None and stat.S_ISDIR(below.st_mode):
+        if clearing.kept_by(dst, name, target, rules) is not None:  # changed, or protected
+            _quarantine(up, name, target, rules, tally, aside="conflicts")
+            return
         fd = _open_dir(dst, name)
         try:
-            _empty(fd, target, rules, tally)
+            clearing.empty(fd, target, rules, tally)
         finally:
             os.close(fd)
         try:
@@ -424,17 +365,6 @@ def _entry(
             tally.failed.append(f"{target}: not landed: {failed.strerror}")
             return
     (tally.created if below is None else tally.modified).append(target)
-
-
-def _changed_since(below: os.stat_result, since: int) -> bool:
-    """Whether the real folder's entry changed since the command started (its change time
-    is later), other than a fork's file that only gained or lost a link: a fork's files are
-    hard links shared with its snapshot and siblings, never written in place, so making or
-    removing another fork changes their change time and nothing else."""
-    if below.st_ctime_ns <= since:
-        return False
-    linked = stat.S_ISREG(below.st_mode) and below.st_nlink > 1
-    return not (linked and below.st_mtime_ns <= since)
 
 
 def _quarantine(

@@ -1,0 +1,118 @@
+"""What a landing removes from the real root, and what it must leave there.
+
+A layer deletes a real path three ways: a whiteout (the command removed it), an opaque
+folder (the command removed a folder and made it again: what the root held there goes),
+and a folder replaced by a file or the other way round. Each removes a whole tree of the
+real root, which the command only ever saw as it was when it began. Anything in that tree
+changed since then (a person's edit in place, a file they added, a repository they made:
+the change time of the entry, or of a folder for what was added to or removed from it) is
+a conflict, exactly as a file both changed is: the tree stays as it is, named in the
+conflicts, and nothing of it is deleted. So does a tree that holds a protected name
+(a ``.git`` made meanwhile): a protected path is never deleted, at any depth.
+
+Trees are walked without recursion (a stack of paths, a folder's entries listed once), so
+a tree of any depth is judged, and listed for the tally, in bounded memory per level.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Iterator
+
+from ..confine import protected
+from .rules import Rules, Tally
+
+
+def changed_since(below: os.stat_result, since: int) -> bool:
+    """Whether a real entry changed since the command started (its change time is later),
+    other than a fork's file that only gained or lost a link: a fork's files are hard
+    links shared with its snapshot and siblings, never written in place, so making or
+    removing another fork changes their change time and nothing else."""
+    if below.st_ctime_ns <= since:
+        return False
+    linked = stat.S_ISREG(below.st_mode) and below.st_nlink > 1
+    return not (linked and below.st_mtime_ns <= since)
+
+
+def walk(dst: int, name: str, target: str) -> Iterator[tuple[str, os.stat_result]]:
+    """``name`` in folder ``dst`` (at ``target``) and everything beneath it, each with its
+    own ``lstat``, folders before what they hold; symlinks are not followed."""
+    try:
+        top = os.stat(name, dir_fd=dst, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    yield target, top
+    if not stat.S_ISDIR(top.st_mode):
+        return
+    base = f"/proc/self/fd/{dst}/"
+    stack = [name]
+    while stack:
+        relative = stack.pop()
+        try:
+            with os.scandir(base + relative) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError:
+            continue  # gone or swapped meanwhile: what it held is not judged by its stamp
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            inner = f"{relative}/{entry.name}"
+            yield os.path.join(target, inner[len(name) + 1 :]), info
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(inner)
+
+
+def kept_by(dst: int, name: str, target: str, rules: Rules) -> tuple[str, str] | None:
+    """Why the real tree ``name`` in ``dst`` may not be deleted: ``("protected", PATH)``
+    or ``("changed", PATH)`` for the first such path in it, or ``None``."""
+    for path, info in walk(dst, name, target):
+        if protected.kind_of(path, rules.dotfiles) is not None:
+            return "protected", path
+        if rules.since and changed_since(info, rules.since):
+            return "changed", path
+    return None
+
+
+def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) -> bool:
+    """Remove ``name`` in ``dst`` (a tree whole), unless :func:`kept_by` keeps it: then
+    it is named (a conflict, or a protected path not deleted) and stays. Whether it went."""
+    kept = kept_by(dst, name, target, rules)
+    if kept is None:
+        remove(dst, name, target, tally)
+        return True
+    why, path = kept
+    if why == "changed":
+        tally.conflicts.append(target)
+        tally.failed.append(f"{target}: not deleted: {path} changed since the command began")
+    elif path == target:
+        tally.failed.append(f"{target}: a protected path is not deleted")
+    else:
+        tally.failed.append(f"{target}: not deleted: it holds the protected path {path}")
+    return False
+
+
+def remove(dst: int, name: str, target: str, tally: Tally) -> None:
+    """Remove ``name`` in ``dst`` (a folder whole, through descriptors), noting each path."""
+    found = list(walk(dst, name, target))
+    if not found:
+        return
+    if not stat.S_ISDIR(found[0][1].st_mode):
+        os.unlink(name, dir_fd=dst)
+        tally.deleted.append(target)
+        return
+    shutil.rmtree(name, dir_fd=dst)
+    tally.deleted.extend(p + "/" if stat.S_ISDIR(i.st_mode) else p for p, i in found[:0:-1])
+    tally.deleted.append(target + "/")
+
+
+def empty(dst: int, target: str, rules: Rules, tally: Tally) -> bool:
+    """An opaque folder: what the root held in folder ``dst`` (at ``target``) goes, but
+    what :func:`remove_unless` keeps; whether it is empty now."""
+    emptied = True
+    for name in sorted(os.listdir(dst)):
+        emptied &= remove_unless(dst, name, os.path.join(target, name), rules, tally)
+    return emptied

@@ -1,0 +1,93 @@
+"""A layer that deletes a whole real tree (an attack review's findings): a folder removed
+(a whiteout), removed and made again (an opaque folder), a file made a folder or a folder a
+file. Whatever a person changed in that tree while the command ran (an edit in place, a file
+added, a repository made) is a conflict, as an edited file is: nothing of the tree is
+deleted, and the command's version is kept aside. The control: the same command with no
+change meanwhile lands its deletion."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from stockade.config.schema import Config
+
+
+def _run(host, box, source: str, person) -> object:
+    """The result of ``source`` run as a task, ``person`` done to the real folder once it
+    printed ``started`` (``None``: nothing done)."""
+    info = host.start(box.py(source), owner="me")
+    deadline = time.monotonic() + 20
+    while "started" not in host.read_output(info.task_id, owner="me").stdout:
+        assert time.monotonic() < deadline, "the task never started"
+        time.sleep(0.02)
+    if person is not None:
+        person()
+    while (done := host.list_tasks(owner="me")[0]).status == "running":
+        assert time.monotonic() < deadline, "the task never ended"
+        time.sleep(0.05)
+    assert done.result is not None, done.error
+    return done.result
+
+
+WAIT = "print('started', flush=True)\ntime.sleep(1)\n"
+CASES = {
+    # a folder removed; the person edits a file in it
+    "whiteout": (
+        "import shutil, time\nshutil.rmtree('d')\n" + WAIT,
+        lambda ws: (ws / "d" / "a").write_text("a person's"),
+        lambda ws: (ws / "d" / "a").read_text() == "a person's",
+        lambda ws: not (ws / "d").exists(),
+    ),
+    # removed and made again; the person adds a file to it
+    "opaque": (
+        "import os, shutil, time\nshutil.rmtree('d')\nos.mkdir('d')\n"
+        "open('d/b', 'w').write('cmd')\n" + WAIT,
+        lambda ws: (ws / "d" / "person.txt").write_text("a person's"),
+        lambda ws: (ws / "d" / "person.txt").read_text() == "a person's",
+        lambda ws: (ws / "d" / "b").read_text() == "cmd" and not (ws / "d" / "a").exists(),
+    ),
+    # a file made a folder; the person edits the file
+    "file-to-folder": (
+        "import os, time\nos.remove('notes')\nos.mkdir('notes')\n"
+        "open('notes/x', 'w').write('cmd')\n" + WAIT,
+        lambda ws: (ws / "notes").write_text("a person's"),
+        lambda ws: (ws / "notes").read_text() == "a person's",
+        lambda ws: (ws / "notes" / "x").read_text() == "cmd",
+    ),
+    # a folder made a file; the person edits a file in the folder
+    "folder-to-file": (
+        "import shutil, time\nshutil.rmtree('d')\nopen('d', 'w').write('cmd')\n" + WAIT,
+        lambda ws: (ws / "d" / "a").write_text("a person's"),
+        lambda ws: (ws / "d" / "a").read_text() == "a person's",
+        lambda ws: (ws / "d").read_text() == "cmd",
+    ),
+    # a folder removed; the person makes a repository deeper in it
+    "repository": (
+        "import shutil, time\nshutil.rmtree('d')\n" + WAIT,
+        lambda ws: subprocess.run(["git", "init", "-q", str(ws / "d" / "lib")], check=True),
+        lambda ws: (ws / "d" / "lib" / ".git" / "HEAD").is_file(),
+        lambda ws: not (ws / "d").exists(),
+    ),
+}
+
+
+@pytest.mark.sandboxes("bubblewrap")
+@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("meanwhile", [True, False], ids=["changed", "control"])
+def test_a_tree_changed_meanwhile_is_not_deleted(box, make_host, sandbox, case, meanwhile):
+    source, change, kept, landed = CASES[case]
+    (box.ws / "d" / "lib").mkdir(parents=True)
+    (box.ws / "d" / "a").write_text("original")
+    (box.ws / "notes").write_text("original")
+    time.sleep(0.05)  # older than the command by more than a clock tick
+    host = make_host(allow_all=True, config=Config(sandbox=sandbox))
+    result = _run(host, box, source, (lambda: change(box.ws)) if meanwhile else None)
+    assert result.landed == "landed", result.stderr.text
+    if not meanwhile:  # the control: the command's deletion lands
+        assert not result.conflicts and landed(box.ws), (case, result.changes)
+        return
+    assert kept(box.ws), case  # the person's change is there
+    assert result.conflicts, case  # what did not conflict lands (the opaque folder's own)
