@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import sqlite3
 import stat
 import threading
@@ -58,8 +59,19 @@ key, so a store written another way is reported as such, not as tampered."""
 
 
 def canonical(data: object) -> str:
-    """The one JSON text for ``data``: what is hashed and signed."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    """The one JSON text for ``data``: what is hashed and signed. A lone surrogate (a name
+    or argument that is not UTF-8, as Python decodes one) is written as its ``\\u`` escape,
+    which JSON reads back as the same string: the text is always UTF-8 (an argument
+    ``$'\\xff'`` made the record fail, and with it the command)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return _LONE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+    return text
+
+
+_LONE = re.compile("[\ud800-\udfff]")
 
 
 def link(prev: str, seq: int, body: str, run_id: str = "", step: int = 0) -> str:
