@@ -216,3 +216,25 @@ def test_the_run_page_refuses_a_large_changed_output_in_its_preview(ui):
     assert "the record does not verify" in page
     status, _, body = ui.get(f"/runs/{run}/steps/1/stdout")
     assert status == 500 and "FORGED" not in body and "stockade verify" in body
+
+
+def test_a_blob_grown_in_place_is_refused_before_it_is_read(recorded, env, tmp_path):
+    """A blob made a sparse file of 2 GiB (4 KiB of the forger's disk) is refused by its
+    size, which its result records, before a byte is read or copied (``show`` spooled all
+    of it to the temporary folder, then refused it by its hash). The control: the blob as
+    recorded holds, at the size its result says."""
+    store, run = recorded
+    blob = blob_of(store, run, 1)
+    [result] = [r for r in _rows(store) if r["kind"] == "result" and r["step"] == 1]
+    stdout = json.loads(result["body"])["result"]["stdout"]
+    assert stdout["sha256"] == blob.name and stdout["total_bytes"] == blob.stat().st_size
+    os.truncate(blob, 2 << 30)
+    verdict = check(store)
+    [problem] = verdict.problems
+    assert problem.text.endswith(f"was changed: it now is {2 << 30} bytes"), problem.text
+    empty = tmp_path / "spool"
+    empty.mkdir()
+    for command in (["show", run, "1"], ["replay", run]):
+        said = cli(*command, env={**env, "TMPDIR": str(empty)})
+        assert said.returncode != 0 and f"is {2 << 30} bytes" in said.stdout + said.stderr
+        assert not list(empty.iterdir())

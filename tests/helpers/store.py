@@ -16,7 +16,7 @@ from stockade.record.store import Store
 from stockade.record.verify import Verdict, verify
 
 TRUTH = "the truth\n"
-FORGED = "a forged line\n"
+FORGED = "forged it\n"  # as long as TRUTH: found by its hash, not its size
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

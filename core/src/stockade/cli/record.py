@@ -112,7 +112,7 @@ def log_command(args: argparse.Namespace, _parser: object = None) -> int:
 def show_command(args: argparse.Namespace, _parser: object = None) -> int:
     """The whole output of one recorded step: stdout to stdout, stderr to stderr; a stream
     whose blob is missing or no longer matches its digest is refused, nothing of it shown."""
-    from ..record.blobs import open_blob
+    from ..record.blobs import expected_size, open_blob
 
     try:
         found, stores = _rows(args)
@@ -129,7 +129,12 @@ def show_command(args: argparse.Namespace, _parser: object = None) -> int:
         where = f"of step {args.step} of run {args.run}"
         try:
             streams = {
-                name: open_blob(held, result[name]["blob"], f"{name} {where}")
+                name: open_blob(
+                    held,
+                    result[name]["blob"],
+                    f"{name} {where}",
+                    expected_size(result[name], result[name]["blob"]),
+                )
                 for name in ("stdout", "stderr")
                 if result[name]["blob"]
             }
@@ -191,7 +196,7 @@ def _check_outputs(stores: list[Store], timeline: list[dict[str, Any]]) -> Stock
     """Re-hash the blobs of the run's results (each in the store, main or shard, that holds
     its event): a stream whose blob is missing or changed is marked refused in its entry
     (its text never read); the first such error, if any."""
-    from ..record.blobs import BlobError, check_blob
+    from ..record.blobs import BlobError, check_blob, expected_size
 
     first: StockadeError | None = None
     for store, entry in zip(stores, timeline, strict=True):
@@ -203,7 +208,8 @@ def _check_outputs(stores: list[Store], timeline: list[dict[str, Any]]) -> Stock
             if not digest:
                 continue
             try:
-                check_blob(store, digest, f"{name} of step {entry['step']} (event {entry['seq']})")
+                where = f"{name} of step {entry['step']} (event {entry['seq']})"
+                check_blob(store, digest, where, expected_size(result[name], digest))
             except BlobError as error:
                 entry.setdefault("refused", []).append(error.to_dict())
                 how = "was changed" if error.details.get("actual") else "is missing"

@@ -155,9 +155,22 @@ def blob_missing(digest: str, error: OSError, where: str = "") -> BlobError:
     )
 
 
-def open_blob_file(store: Store, digest: str, where: str = "") -> BinaryIO:
+def expected_size(stream: object, digest: str) -> int | None:
+    """The size a ``result`` event's ``stream`` says blob ``digest`` has: its
+    ``total_bytes`` when the blob holds the stream as it was (its ``sha256`` is the blob's
+    name; a redacted one differs), else ``None``."""
+    if not isinstance(stream, dict) or stream.get("sha256") != digest:
+        return None
+    size = stream.get("total_bytes")
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def open_blob_file(store: Store, digest: str, where: str = "", size: int | None = None) -> BinaryIO:
     """Blob ``digest``'s own file, open for reading, unchecked: a regular file, not through
-    a symbolic link (a FIFO or a device put in its place would hang or never end a read).
+    a symbolic link (a FIFO or a device put in its place would hang or never end a read),
+    and ``size`` bytes long when the record says (:func:`expected_size`): a blob grown in
+    place (a sparse file of gigabytes costs its forger nothing) is refused before a byte
+    of it is read or copied.
 
     Raises:
         BlobError: it is missing, or is not a regular file.
@@ -170,26 +183,37 @@ def open_blob_file(store: Store, digest: str, where: str = "") -> BinaryIO:
         fd = os.open(path, flags)
     except OSError as error:
         raise blob_missing(digest, error, where) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
         os.close(fd)
         raise blob_missing(digest, OSError(0, "not a regular file"), where)
+    if size is not None and info.st_size != size:
+        os.close(fd)
+        what = f"the recorded {where}" if where else f"blob {digest}"
+        raise BlobError(
+            f"{what} was changed after it was recorded: blob {digest} is {info.st_size}"
+            f" bytes, and its result says {size}; its content is not shown",
+            hint="run `stockade verify` to check the whole record",
+            details={"blob": digest, "actual": f"{info.st_size} bytes", "where": where},
+        )
     return os.fdopen(fd, "rb")
 
 
-def check_blob(store: Store, digest: str, where: str = "") -> int:
-    """Re-hash blob ``digest`` whole against its name; its size.
+def check_blob(store: Store, digest: str, where: str = "", size: int | None = None) -> int:
+    """Re-hash blob ``digest`` whole against its name (``size``: see
+    :func:`open_blob_file`); its size.
 
     Raises:
         BlobError: it is missing or its content does not match.
     """
-    with open_blob_file(store, digest, where) as handle:
+    with open_blob_file(store, digest, where, size) as handle:
         return CheckedBlobs().check(handle, digest, where)
 
 
 SPOOL_BYTES = 64 << 20  # a blob up to this size is checked in memory; a larger one is spooled
 
 
-def open_blob(store: Store, digest: str, where: str = "") -> BinaryIO:
+def open_blob(store: Store, digest: str, where: str = "", size: int | None = None) -> BinaryIO:
     """Blob ``digest``, open at its start, its whole content checked against its name first.
     What is returned cannot change afterwards: it is a copy (in memory, or spooled to an
     unnamed temporary file), so a checked blob is exactly the bytes that are read.
@@ -200,9 +224,8 @@ def open_blob(store: Store, digest: str, where: str = "") -> BinaryIO:
     import io
     import tempfile
 
-    with open_blob_file(store, digest, where) as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size <= SPOOL_BYTES:
+    with open_blob_file(store, digest, where, size) as handle:
+        if os.fstat(handle.fileno()).st_size <= SPOOL_BYTES:
             data = handle.read()
             actual = hashlib.sha256(data).hexdigest()
             if actual != digest:

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .blobs import BlobError, CheckedBlobs, open_blob_file
+from .blobs import BlobError, CheckedBlobs, expected_size, open_blob_file
 
 if TYPE_CHECKING:
     from .store import Store
@@ -28,23 +28,25 @@ def check_outputs(
 ) -> tuple[int, int, int]:
     """Re-hash each blob the result events name (once each): how many, how many hold, and
     the bytes read."""
-    named: dict[str, tuple[str, int, str, int]] = {}
+    named: dict[str, tuple[str, int, str, int, int | None]] = {}
     for seq, body, *_rest in found:
         run_id, step, kind = _rest[3], _rest[4], _rest[6]
         if kind != "result" or (run is not None and run_id != run):
             continue
         try:
             result = json.loads(body)["result"]
-            streams = [(name, result[name].get("blob")) for name in ("stdout", "stderr")]
+            streams = [(name, result[name]) for name in ("stdout", "stderr")]
         except (ValueError, KeyError, TypeError, AttributeError):
             continue  # a body that is not a result's: its link already failed
-        for name, digest in streams:
+        for name, stream in streams:
+            digest = stream.get("blob") if isinstance(stream, dict) else None
             if digest and isinstance(digest, str):
-                named.setdefault(digest, (name, step, run_id, seq))
+                size = expected_size(stream, digest)
+                named.setdefault(digest, (name, step, run_id, seq, size))
     held = size = 0
-    for digest, (name, step, run_id, seq) in named.items():
+    for digest, (name, step, run_id, seq, expected) in named.items():
         try:
-            with open_blob_file(store, digest) as handle:
+            with open_blob_file(store, digest, size=expected) as handle:
                 size += os.fstat(handle.fileno()).st_size
                 memo.check(handle, digest)
             held += 1
@@ -57,9 +59,10 @@ def check_outputs(
                     blob=digest,
                 )
                 continue
+            now = f"is {actual}" if str(actual).endswith(" bytes") else f"hashes to {actual}"
             text = (
                 f"the blob of the {name} of step {step} of run {run_id} (event {seq}) was"
-                f" changed: it now hashes to {actual}"
+                f" changed: it now {now}"
             )
             if actual is None:
                 text = (
