@@ -20,7 +20,7 @@ import pytest
 from stockade.config.schema import Config, store_folder
 from stockade.conformance.procs import wait_until
 from stockade.errors import UsageError
-from stockade.layers import mounts, place, snapshots
+from stockade.layers import mounts, snapshots, trees
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="an overlay fork is root's")
 
@@ -81,7 +81,7 @@ def test_a_folder_swapped_for_a_link_mid_removal_is_not_followed(tmp_path, monke
 
     monkeypatch.setattr(os, "chmod", changed)
     monkeypatch.setattr(os.path, "islink", checked)
-    (place.remove_tree if remove == "descriptors" else _by_path)(str(top))
+    (trees.remove_tree if remove == "descriptors" else _by_path)(str(top))
     monkeypatch.undo()
     assert swapped  # the race was run
     if remove == "descriptors":
@@ -95,7 +95,7 @@ def test_remove_tree_removes_a_link_not_what_it_names(tmp_path):
     victim = _victim(tmp_path)
     link = tmp_path / "link"
     link.symlink_to(victim)
-    place.remove_tree(str(link))
+    trees.remove_tree(str(link))
     assert not os.path.lexists(link)
     assert _intact(victim)
     locked = tmp_path / "locked" / "deep"
@@ -103,7 +103,7 @@ def test_remove_tree_removes_a_link_not_what_it_names(tmp_path):
     (locked / "f").write_text("x")
     os.chmod(locked, 0)
     os.chmod(locked.parent, 0)
-    place.remove_tree(str(tmp_path / "locked"))  # a command took its own rights away
+    trees.remove_tree(str(tmp_path / "locked"))  # a command took its own rights away
     assert not (tmp_path / "locked").exists()
 
 
@@ -144,7 +144,7 @@ def _old_drop(point: str, store: str) -> bool:
     real = os.path.realpath(point)
     for inner in mounts.overlays_beneath(real):
         mounts.unmount(inner)
-    place.remove_tree(point)
+    trees.remove_tree(point)
     return False
 
 

@@ -47,7 +47,7 @@ def _repository(ws: Path, home: Path, where: str) -> None:
 @pytest.mark.sandboxes("bubblewrap", "landlock")
 @pytest.mark.parametrize("where", ["repository", "personal"])
 @pytest.mark.parametrize("folder", ["githooks", "githooks/deeper/.."])
-def test_a_hooks_folder_not_there_yet_lands_nothing(
+def test_a_hooks_folder_not_there_yet_lands_nothing(  # noqa: PLR0917 - fixtures
     box, make_host, sandbox, monkeypatch, tmp_path, where, folder
 ):
     home = tmp_path / "home"

@@ -39,7 +39,7 @@ from stockade import owned
 from stockade.errors import StockadeError, UsageError
 from stockade.layers import mounts
 from stockade.layers import snapshots as layers
-from stockade.layers.place import remove_tree
+from stockade.layers.trees import remove_tree
 
 from .forks import CopySnapshots, Forked, Snapshot, copy_into, unpack
 

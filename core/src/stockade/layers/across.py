@@ -8,10 +8,12 @@ same folder of the root (made with ``O_EXCL | O_NOFOLLOW`` through that folder's
 never through a link), given the entry's mode, owner (where this user may) and times, and
 renamed over the name: other programs see the old entry or the new, never half of one.
 A setuid or setgid bit never lands (:data:`SAFE`), nor do file capabilities, here or by a
-rename (:func:`drop_privileges`). The
-cost is one copy of each file the command changed, never of the workspace. Hard links
-within the layer land as separate files. Only files and symbolic links are carried; a
-fifo, socket or device is refused (``OSError``), named in the commit's ``failed``.
+rename (:func:`drop_privileges`). The cost is one copy of each file the command changed,
+never of the workspace, and of its data alone: a sparse file keeps its holes
+(``SEEK_DATA``/``SEEK_HOLE``), so it takes in the fork the blocks the quota counted
+(``st_blocks``), not its size. Hard links within the layer land as separate files. Only
+files and symbolic links are carried; a fifo, socket or device is refused (``OSError``),
+named in the commit's ``failed``.
 
 Hand-written: :func:`shutil.copy2` works by path and follows nothing safely from a folder
 descriptor; this is the descriptor-relative half of it the commit needs.
@@ -105,12 +107,7 @@ def _copy(up: int, dst: int, name: str, temp: str, info: os.stat_result) -> None
     try:
         target = os.open(temp, _MAKE, 0o600, dir_fd=dst)
         try:
-            left = info.st_size
-            while left > 0:
-                sent = os.sendfile(target, source, None, min(left, 1 << 30))
-                if sent == 0:
-                    break
-                left -= sent
+            _data(source, target, os.fstat(source).st_size)
             # Owner, then mode (a chown clears setid bits), through its own descriptor: the
             # name could be a link by now.
             with contextlib.suppress(PermissionError):  # another user's file, not as root
@@ -124,3 +121,38 @@ def _copy(up: int, dst: int, name: str, temp: str, info: os.stat_result) -> None
         os.close(target)
     finally:
         os.close(source)
+
+
+def _data(source: int, target: int, size: int) -> None:
+    """Copy the ``size`` bytes of file ``source`` into the empty file ``target``, holes kept:
+    only the data (``SEEK_DATA`` to ``SEEK_HOLE``) is written, at its offset, and the size set
+    last. A sparse file then takes in the root the blocks it took in the layer, which is what
+    the quota counted (``st_blocks``), not its whole size. Where the filesystem cannot say
+    (``EINVAL``), everything left is copied as data."""
+    offset = 0
+    while offset < size:
+        try:
+            start = os.lseek(source, offset, os.SEEK_DATA)
+            end = min(os.lseek(source, start, os.SEEK_HOLE), size)
+        except OSError as error:
+            if error.errno == errno.ENXIO:
+                break  # no data past ``offset``: a hole to the end
+            if error.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            start, end = offset, size
+        if _sent(source, target, start, end) < end:
+            break  # the file is shorter than it was: its end is what it holds
+        offset = end
+    os.ftruncate(target, size)
+
+
+def _sent(source: int, target: int, start: int, end: int) -> int:
+    """Copy bytes ``start`` to ``end`` of ``source`` to the same offsets of ``target``; the
+    offset it reached (less than ``end`` where ``source`` ended first)."""
+    os.lseek(target, start, os.SEEK_SET)
+    while start < end:
+        sent = os.sendfile(target, source, start, min(end - start, 1 << 30))
+        if sent == 0:
+            break
+        start += sent
+    return start

@@ -13,6 +13,8 @@ journal whose host process is no longer alive (its pid and start time): a ``land
 landed to the end (each entry of a layer leaves it when it landed, so what is left is what
 was not done: :mod:`stockade.layers.commit`), a ``running`` one is discarded (its command
 died with its host; nothing of it reached the root), and each is reported, to be recorded.
+One entry that cannot be finished, whatever it raises, is discarded and reported as failed:
+it never stops the others, nor, left behind, every later command.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from ..record.events import LayerEvent
 from ..request import wire
 from . import clock
 from .commit import Rules, Tally, land
-from .place import LAYERS, Layer, discard, remove_tree
+from .place import LAYERS, Layer, discard
 from .snapshots import remount
+from .trees import remove_tree
 
 State = Literal["running", "landing", "waiting"]
 JOURNAL = "journal"
@@ -178,17 +181,57 @@ def _recover(where: str, names: list[str], store: str) -> list[Recovery]:
         path = os.path.join(where, name)
         if not name.endswith(".json"):
             continue
-        try:
-            with open(path, "rb") as journal:
-                entry = wire.from_json(journal.read(), Entry)
-        except (OSError, ValueError):
-            continue  # another format, or a file being written: not ours to judge
-        if entry.state == "waiting" or _alive(entry):
+        entry = _read(path)
+        if entry is None or entry.state == "waiting" or _alive(entry):
             continue  # a waiting one is a person's to answer (stockade land)
-        done.append(_finish(entry, store) if entry.state == "landing" else _drop(entry))
+        done.append(_settle(entry, store))
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
     return done
+
+
+def _read(path: str) -> Entry | None:
+    """The entry in journal file ``path``; ``None``: another format, or a file being
+    written, not ours to judge (whatever reading it raises: one odd file must not stop
+    every later command)."""
+    try:
+        with open(path, "rb") as journal:
+            return wire.from_json(journal.read(), Entry)
+    except Exception:  # noqa: BLE001 - OSError, bad JSON, a malformed Entry, nesting too deep
+        return None
+
+
+def _settle(entry: Entry, store: str) -> Recovery:
+    """Finish (``landing``) or discard (``running``) what a dead host left of ``entry``.
+    Whatever that raises, its layers are discarded and the failure is reported
+    (:func:`_abandon`): an entry that cannot be finished never stops the others, nor, left
+    in the journal, every later command."""
+    try:
+        return _finish(entry, store) if entry.state == "landing" else _drop(entry)
+    except Exception as error:  # noqa: BLE001 - any failure of one entry is reported, not raised
+        return _abandon(entry, error)
+
+
+def _abandon(entry: Entry, error: Exception) -> Recovery:
+    """``entry`` whose finishing failed: its layers discarded (what remains of them, the
+    sweep takes: :data:`STRAY_AGE`), nothing more of it lands, and ``failed`` says why."""
+    with contextlib.suppress(Exception):  # (a folder left is swept once old)
+        discard(entry.layers)
+    return Recovery(
+        entry.action_id,
+        outcome="discarded",
+        roots=tuple(layer.root for layer in entry.layers),
+        failed=(f"{entry.action_id}: {_why(error)}; not finished, its layers discarded",),
+    )
+
+
+def _why(error: BaseException) -> str:
+    """An error in a few words: an ``OSError``'s own, else its kind and message."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    if isinstance(error, SandboxUnavailable):
+        return error.message
+    return f"{type(error).__name__}: {str(error)[:200]}".rstrip(": ")
 
 
 _RECOVERED: set[str] = set()
@@ -229,10 +272,10 @@ def _finish(entry: Entry, store: str) -> Recovery:
         try:
             remount(layer.root, store=store)  # a fork a reboot unmounted: never its bare folder
             land(layer, rules, tally)
-        except SandboxUnavailable as error:
-            tally.failed.append(f"{layer.root}: {error.message}")
-        except OSError as error:
-            tally.failed.append(f"{layer.root}: {error.strerror}")
+        except (OSError, SandboxUnavailable) as error:
+            tally.failed.append(f"{layer.root}: {_why(error)}")
+        except Exception as error:  # noqa: BLE001 - a landing that raises (RecursionError...)
+            tally.failed.append(f"{layer.root}: {_why(error)}; the rest of it stays out")
     discard(entry.layers)
     if clocked and tally.conflicts:
         tally.failed.append(clocked)

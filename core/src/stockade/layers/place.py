@@ -18,13 +18,15 @@ rename over it: :mod:`~stockade.layers.across`) where it would rename it.
 When none of these exists (the root is the top of its own filesystem, and that filesystem holds no
 store), the root cannot have a layer: :func:`make` returns ``None`` and the command runs in
 today's direct mode, which the result's ``sandbox.writes`` and ``stockade doctor`` say.
+
+A layer holds whatever its command made, a tree of any depth included: it is walked and
+removed without recursion (:mod:`~stockade.layers.trees`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 
 import attrs
@@ -32,6 +34,7 @@ from attrs import frozen
 
 from ..confine.protected import inside
 from . import mounts
+from .trees import remove_tree
 
 LAYERS = "layers"
 """The store's folder of layers."""
@@ -122,7 +125,7 @@ def make(roots: tuple[str, ...], store: str, action_id: str) -> tuple[Layer, ...
             discard(layers)
             return None
         folder = os.path.join(home, f"{action_id}.{n}")
-        shutil.rmtree(folder, ignore_errors=True)  # an old try of the same id
+        remove_tree(folder)  # an old try of the same id
         os.mkdir(folder, 0o700)
         os.mkdir(os.path.join(folder, "upper"), 0o755)
         os.mkdir(os.path.join(folder, "work"), 0o700)
@@ -146,51 +149,3 @@ def discard(layers: list[Layer] | tuple[Layer, ...]) -> None:
     """Remove layers and all they hold (the overlay's work folder included)."""
     for layer in layers:
         remove_tree(layer.folder)
-
-
-def remove_tree(folder: str) -> None:
-    """Remove ``folder`` whatever it holds (a command may have left folders it took its own
-    rights away from); a folder that was never made is fine, and a link there is removed,
-    never followed.
-
-    By descriptors only (:func:`os.fwalk`, each folder given back its rights through a
-    descriptor opened without following a link, then :func:`shutil.rmtree`, which unlinks
-    relative to folder descriptors): a command still writing in the tree (a fork's upper
-    whose mount was detached while busy) that swaps a folder for a link mid-walk makes
-    this skip it, never change or remove what the link names.
-    """
-    try:
-        info = os.lstat(folder)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISDIR(info.st_mode):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(folder)
-        return
-    with contextlib.suppress(OSError):
-        _own(os.path.dirname(os.path.abspath(folder)), os.path.basename(folder))
-    for _, folders, _, directory in os.fwalk(folder, follow_symlinks=False):
-        for name in folders:
-            with contextlib.suppress(OSError):
-                _own(directory, name)
-    shutil.rmtree(folder, ignore_errors=True)
-
-
-def _own(parent: str | int, name: str) -> None:
-    """Give folder ``name`` of ``parent`` (a path or a folder's descriptor) back its owner's
-    rights (0700), through a descriptor of it opened without following a link.
-
-    Raises:
-        OSError: it is gone, or not a folder (a link put in its place).
-    """
-    if isinstance(parent, str):
-        fd = os.open(os.path.join(parent, name), _FOLDER)
-    else:
-        fd = os.open(name, _FOLDER, dir_fd=parent)
-    try:
-        os.chmod(f"/proc/self/fd/{fd}", 0o700)  # an O_PATH descriptor: by its inode
-    finally:
-        os.close(fd)
-
-
-_FOLDER = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -13,7 +13,9 @@ workspace's size.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 import threading
 from typing import Literal
 
@@ -24,6 +26,7 @@ from . import clock, journal
 from .commit import Rules, Tally, land
 from .place import Layer, aside, discard
 from .survey import survey
+from .trees import walk
 
 Kept = Literal["landed", "discarded", "over-quota", "waiting"]
 
@@ -104,23 +107,30 @@ class Session:
 
     def growth(self) -> int:
         """The bytes landing would add to the roots: each upper file's blocks (an inode once)
-        less those of the file it replaces."""
+        less those of the file it replaces, and each new folder's own blocks (a tree of
+        empty folders takes room too).
+
+        Walked by folder descriptors without recursion (:func:`~stockade.layers.place.walk`),
+        so a tree of any depth is measured; an entry whose path in the root is too long to
+        look up is counted whole (the quota errs on the side of refusing)."""
         total = 0
         seen: set[int] = set()
         for layer in self.layers:
-            for directory, _, files in os.walk(layer.upper):
-                rel = os.path.relpath(directory, layer.upper)
-                for name in files:
-                    info = os.lstat(os.path.join(directory, name))
-                    if info.st_ino in seen:
+            for visit in walk(layer.upper, own=True):
+                for name in (*visit.folders, *visit.others):
+                    info = os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
+                    folder = stat.S_ISDIR(info.st_mode)
+                    if not folder and info.st_ino in seen:
                         continue
                     seen.add(info.st_ino)
-                    total += info.st_blocks * 512
-                    try:
-                        below = os.lstat(os.path.normpath(os.path.join(layer.root, rel, name)))
-                    except OSError:
-                        continue
-                    total -= below.st_blocks * 512
+                    below = None
+                    if visit.rel is not None:  # (past PATH_MAX no path names what it replaces)
+                        with contextlib.suppress(OSError):
+                            below = os.lstat(os.path.join(layer.root, visit.rel, name))
+                    if below is None:
+                        total += info.st_blocks * 512
+                    elif not folder:  # (a folder there stays: landing merges into it)
+                        total += (info.st_blocks - below.st_blocks) * 512
         return total
 
     def end(self, *, keep: bool, room: int | None = None, wait: bool = False) -> Landing:

@@ -46,7 +46,7 @@ from attrs import frozen
 from .. import resolved
 from ..errors import SandboxUnavailable, UnsafeRoot, UsageError
 from . import across, marks, mounts
-from .place import remove_tree
+from .trees import remove_tree
 
 SNAPSHOTS = "snapshots"
 FORKS = mounts.FORKS

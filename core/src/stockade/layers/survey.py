@@ -5,7 +5,12 @@ would be created, changed and deleted, which protected names landing would send 
 quarantine (:func:`stockade.confine.protected.kind_of`, and a new folder git would take for
 a repository), and which paths were changed in the real root since the command started
 (landing keeps the layer's version aside). It follows the rules of
-:mod:`stockade.layers.commit` in the same order; nothing is opened for writing.
+:mod:`stockade.layers.commit` in the same order; nothing is opened for writing (a folder
+the command hid from its owner is given ``u+rwx`` back, as landing gives it). The layer is
+walked by descriptors, however deep (:func:`~stockade.layers.place.walk`); as in landing,
+a folder nested deeper than :data:`~stockade.layers.commit.DEPTH` is named in ``failed``
+and what it holds is not listed, nor is a path longer than ``PATH_MAX`` (``failed`` says
+where they begin).
 """
 
 from __future__ import annotations
@@ -13,8 +18,11 @@ from __future__ import annotations
 import os
 
 from ..confine import protected
-from .commit import Rules, Tally, marks, whiteout
+from ..resolved import inside
+from .commit import DEPTH, marks, whiteout
 from .place import Layer
+from .rules import Rules, Tally
+from .trees import PATH_MAX, walk
 
 
 def survey(layers: tuple[Layer, ...], rules: Rules) -> Tally:
@@ -27,21 +35,39 @@ def survey(layers: tuple[Layer, ...], rules: Rules) -> Tally:
 
 
 def _walk(upper: str, root: str, rules: Rules, tally: Tally) -> None:
-    for directory, folders, files in os.walk(upper):
-        rel = os.path.relpath(directory, upper)
-        descend = []
-        for name in sorted((*folders, *files)):
-            folder = name in folders
-            target = os.path.normpath(os.path.join(root, rel, name))
-            if not _one(os.path.join(directory, name), target, rules, tally, folder=folder):
+    """Each entry of ``upper`` (folders by descriptor, however deep: :func:`walk`) as
+    landing would take it into ``root``; a path longer than :data:`PATH_MAX` (its name,
+    or what a folder holds below it) is not listed, and ``failed`` names where that began."""
+    for visit in walk(upper, own=True):
+        if visit.rel is None:  # (never: no folder of a longer path is walked into)
+            visit.folders.clear()
+            continue
+        base = os.path.join(root, visit.rel) if visit.rel else root
+        folders = set(visit.folders)
+        descend, cut = [], False
+        for name in sorted((*visit.folders, *visit.others)):
+            target = os.path.join(base, name)
+            if len(target) >= PATH_MAX:
+                cut = True
                 continue
-            if folder:
+            folder = name in folders
+            if _one(visit.fd, name, target, rules, tally, folder=folder, depth=visit.depth):
                 descend.append(name)
-        folders[:] = descend
+        if cut:
+            tally.failed.append(f"{base}/: {TOO_LONG}")
+        visit.folders[:] = descend
 
 
-def _one(source: str, target: str, rules: Rules, tally: Tally, *, folder: bool) -> bool:
-    """File ``source`` of an upper folder, as landing would take it; whether to look inside."""
+TOO_LONG = f"holds paths longer than PATH_MAX ({PATH_MAX}); they are not listed"
+"""What ``failed`` says of a folder whose entries' paths are too long to be listed."""
+
+
+def _one(
+    fd: int, name: str, target: str, rules: Rules, tally: Tally, *, folder: bool, depth: int
+) -> bool:
+    """Entry ``name`` of an upper folder (descriptor ``fd``, ``depth`` folders below the
+    upper), as landing would take it to ``target``; whether to look inside (a folder that
+    lands)."""
     slash = "/" if folder else ""
     try:
         below = os.lstat(target)
@@ -50,21 +76,27 @@ def _one(source: str, target: str, rules: Rules, tally: Tally, *, folder: bool) 
     if not folder and below is not None and rules.since and below.st_ctime_ns > rules.since:
         tally.conflicts.append(target)
         return False
-    info = os.lstat(source)
+    source = f"/proc/self/fd/{fd}/{name}"  # the folder by its descriptor; ``name`` not followed
+    info = os.stat(name, dir_fd=fd, follow_symlinks=False)
     if not folder and whiteout(info, marks(source)):
         if below is not None:
             tally.deleted.append(target)
         return False
-    if protected.kind_of(target, rules.dotfiles) is not None or (
-        folder and below is None and _repository(source)
+    if (
+        protected.kind_of(target, rules.dotfiles) is not None
+        or inside(target, rules.hooks)
+        or (folder and below is None and _repository(source))
     ):
         tally.quarantined.append(target + slash)
+        return False
+    if folder and depth >= DEPTH:
+        tally.failed.append(f"{target}: nested deeper than {DEPTH} folders; not landed")
         return False
     if below is None:
         tally.created.append(target + slash)
     elif not folder:
         tally.modified.append(target)
-    return True
+    return folder
 
 
 def _repository(path: str) -> bool:

@@ -3,8 +3,9 @@
 Landlock only grants: a right on a folder holds for all beneath it, so it cannot keep a
 workspace writable and its ``.git`` not. The supervisor refuses, for every call it is sent,
 what lies at or beneath a protected path the survey found before the run (every ``.git``,
-``gitdir:`` target, ``core.hooksPath`` folder (there or not yet), a bare repository's hooks and config, agent
-and editor config, dotfiles, run-later folders, and the credential stores): bubblewrap's
+``gitdir:`` target, ``core.hooksPath`` folder (there or not yet), a bare repository's hooks
+and config, agent and editor config, dotfiles, run-later folders, and the credential
+stores): bubblewrap's
 read-only binds, drawn by the same survey. It refuses a protected name made anew in a
 surveyed root too (:meth:`Rules.refuses_new`), with one exception, so that ``git init``
 and ``git clone`` work: a ``.git`` folder the command makes itself (``mkdir``, so empty),

@@ -1,0 +1,334 @@
+"""Trees of any depth, walked and removed without recursion.
+
+A layer holds whatever its command made, a folder 100,000 levels deep included, and the
+recursive walks of the standard library (:func:`os.walk`, :func:`os.fwalk`,
+:func:`shutil.rmtree` in Python 3.11) raise ``RecursionError`` on one. So a tree is walked
+(:func:`walk`, for the survey and the quota) and removed (:func:`remove_tree`) by folder
+descriptors, one level at a time, holding at most :data:`WINDOW` of them open: a folder
+left is found again from its child by ``..``, and the walk stops if that is no longer the
+folder it came from (a swap meanwhile), so it never leaves the tree. Nothing is followed
+through a link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterator
+
+import attrs
+
+
+def remove_tree(folder: str) -> None:
+    """Remove ``folder`` whatever it holds (a command may have left folders it took its own
+    rights away from); a folder that was never made is fine, and a link there is removed,
+    never followed.
+
+    By descriptors only, without recursion, however deep the tree (:func:`_clear`): each
+    folder is given back its rights through a descriptor opened without following a link,
+    entered by ``O_NOFOLLOW`` from its parent's descriptor and emptied by names relative to
+    it. A command still writing in the tree (a fork's upper whose mount was detached while
+    busy) that swaps a folder for a link mid-walk makes this remove the link, never change
+    or remove what the link names.
+    """
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(folder)
+        return
+    with contextlib.suppress(OSError):
+        _own(os.path.dirname(os.path.abspath(folder)), os.path.basename(folder))
+    try:
+        top = os.open(folder, _DIR)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):  # a link or a file put there since
+            with contextlib.suppress(OSError):
+                os.unlink(folder)
+        return
+    _clear(top)
+    with contextlib.suppress(OSError):
+        os.rmdir(folder)
+
+
+ROUNDS = 3
+"""How many times an emptied folder is listed again before it is removed: a process still
+writing in it (a detached fork's upper) may have put something there meanwhile."""
+
+
+def _clear(top: int) -> None:
+    """Remove everything in folder ``top`` (a descriptor, closed after), bottom up, by names
+    relative to folder descriptors (:class:`_Chain`: at most :data:`WINDOW` of them open).
+    Best effort, as :func:`shutil.rmtree` with ``ignore_errors``: what cannot be removed
+    stays."""
+    chain = _Chain(top)
+    todo = [_listed(top)]  # the names left to remove in each folder of the chain
+    rounds = [1]
+    try:
+        while True:
+            if todo[-1]:
+                name = todo[-1].pop()
+                if _unlinked(chain.fd, name) or not _entered(chain, name):
+                    continue
+                todo.append(_listed(chain.fd))
+                rounds.append(1)
+            elif rounds[-1] < ROUNDS and (again := _listed(chain.fd)):
+                todo[-1], rounds[-1] = again, rounds[-1] + 1
+            elif chain.depth > 0:
+                name = chain.name
+                todo.pop()
+                rounds.pop()
+                chain.up()
+                with contextlib.suppress(OSError):
+                    os.rmdir(name, dir_fd=chain.fd)
+            else:
+                return
+    except OSError:
+        return  # a folder moved while it was emptied (:meth:`_Chain.up`): the rest stays
+    finally:
+        chain.close()
+
+
+def _unlinked(fd: int, name: str) -> bool:
+    """Whether entry ``name`` of folder ``fd`` is gone (unlinked, or was not there, or cannot
+    be removed); ``False``: it is a folder."""
+    try:
+        os.unlink(name, dir_fd=fd)
+    except IsADirectoryError:
+        return False
+    except OSError:
+        pass
+    return True
+
+
+def _entered(chain: _Chain, name: str) -> bool:
+    """Whether the chain went down into folder ``name``, given back its owner's rights
+    first; one swapped for a link or a file meanwhile is unlinked instead."""
+    with contextlib.suppress(OSError):
+        _own(chain.fd, name)
+    try:
+        chain.down(name)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=chain.fd)
+        return False
+    return True
+
+
+def _listed(fd: int) -> list[str]:
+    try:
+        return os.listdir(fd)
+    except OSError:
+        return []
+
+
+def _own(parent: str | int, name: str) -> None:
+    """Give folder ``name`` of ``parent`` (a path or a folder's descriptor) back its owner's
+    rights (0700), through a descriptor of it opened without following a link.
+
+    Raises:
+        OSError: it is gone, or not a folder (a link put in its place).
+    """
+    if isinstance(parent, str):
+        fd = os.open(os.path.join(parent, name), _FOLDER)
+    else:
+        fd = os.open(name, _FOLDER, dir_fd=parent)
+    try:
+        os.chmod(f"/proc/self/fd/{fd}", 0o700)  # an O_PATH descriptor: by its inode
+    finally:
+        os.close(fd)
+
+
+_FOLDER = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+PATH_MAX = 4096
+"""The longest path the kernel takes, its ending NUL included: a longer one names nothing."""
+WINDOW = 32
+"""How many folder descriptors a walk holds open at most, however deep the tree."""
+
+
+@attrs.define
+class Visit:
+    """One folder of a :func:`walk`.
+
+    Attributes:
+        fd: the folder, open until the walk moves on (the walk closes it).
+        depth: how many folders below the top it is (``0``: the top).
+        rel: its path relative to the top (``""``: the top itself); ``None`` once that is
+            longer than :data:`PATH_MAX` (no path names it, and building ever longer ones
+            would cost the square of the depth).
+        folders: its folders' names, sorted; a name taken out is not walked into.
+        others: the names of everything else in it (files, links, devices), sorted.
+    """
+
+    fd: int
+    depth: int
+    rel: str | None
+    folders: list[str]
+    others: list[str]
+
+
+def walk(top: str, *, own: bool = False) -> Iterator[Visit]:
+    """Every folder under ``top`` (``top`` first, then depth first, by name), as
+    :func:`os.fwalk` gives them without following links, but with no recursion and at most
+    :data:`WINDOW` descriptors open however deep the tree (:class:`_Chain`). A folder that
+    cannot be opened (gone, a link now) is skipped, as :func:`os.walk` skips it; ``own``:
+    one of this user the command took its own rights from gets them back (``u+rwx``, as
+    landing gives them) rather than being skipped.
+
+    Raises:
+        OSError: a folder moved while it was walked (another process writes in the tree).
+    """
+    try:
+        fd = os.open(top, _DIR)
+    except OSError:
+        return
+    chain = _Chain(fd)
+    try:
+        visit = _visit(chain, "")
+        yield visit
+        todo, rels = [visit.folders[::-1]], [visit.rel]
+        while todo:
+            if not todo[-1]:
+                todo.pop()
+                rels.pop()
+                if todo:
+                    chain.up()
+                continue
+            name = todo[-1].pop()
+            try:
+                chain.down(name, own=own)
+            except OSError:
+                continue
+            visit = _visit(chain, _below(rels[-1], name))
+            yield visit
+            todo.append(visit.folders[::-1])
+            rels.append(visit.rel)
+    finally:
+        chain.close()
+
+
+def _visit(chain: _Chain, rel: str | None) -> Visit:
+    """The folder the chain is in, its entries sorted into folders (not followed) and the rest."""
+    folders: list[str] = []
+    others: list[str] = []
+    with contextlib.suppress(OSError), os.scandir(chain.fd) as listing:
+        for entry in listing:
+            (folders if entry.is_dir(follow_symlinks=False) else others).append(entry.name)
+    return Visit(chain.fd, chain.depth, rel, sorted(folders), sorted(others))
+
+
+def _below(rel: str | None, name: str) -> str | None:
+    """The relative path of folder ``name`` of folder ``rel``, while a path can name it."""
+    if rel is None:
+        return None
+    path = f"{rel}/{name}" if rel else name
+    return path if len(path) < PATH_MAX else None
+
+
+class _Chain:
+    """The folders from a walk's top down to the one it is in, as descriptors, of which only
+    the :data:`WINDOW` deepest stay open: going back up into a folder whose descriptor was
+    closed opens ``..`` of its child again, and that must be the very folder (device and
+    inode) it was, else the walk stops (``OSError``). So a walk neither leaves the tree
+    nor runs out of descriptors, however deep it goes.
+
+    Args:
+        top: the top folder's descriptor (the chain closes it).
+    """
+
+    def __init__(self, top: int) -> None:
+        self._fds = [top]  # -1: closed (every one above ``_first``)
+        self._ids = [_identity(top)]
+        self._names = [""]
+        self._first = 0
+
+    @property
+    def fd(self) -> int:
+        """The folder it is in."""
+        return self._fds[-1]
+
+    @property
+    def name(self) -> str:
+        """That folder's name in its parent (``""``: the top)."""
+        return self._names[-1]
+
+    @property
+    def depth(self) -> int:
+        """How many folders below the top it is."""
+        return len(self._fds) - 1
+
+    def down(self, name: str, *, own: bool = False) -> None:
+        """Into folder ``name`` of the one it is in, not followed (:func:`_open_folder`).
+
+        Raises:
+            OSError: it is gone, not a folder (a link put there), or cannot be opened.
+        """
+        fd = _open_folder(self.fd, name, own=own)
+        self._fds.append(fd)
+        self._ids.append(_identity(fd))
+        self._names.append(name)
+        if len(self._fds) - self._first > WINDOW:
+            os.close(self._fds[self._first])
+            self._fds[self._first] = -1
+            self._first += 1
+
+    def up(self) -> None:
+        """Back into the folder above.
+
+        Raises:
+            OSError: the folder ``..`` leads to is not the one it came down from.
+        """
+        child = self._fds.pop()
+        self._ids.pop()
+        self._names.pop()
+        try:
+            if self._first == len(self._fds):  # the parent's descriptor was closed
+                parent = os.open("..", _DIR, dir_fd=child)
+                if _identity(parent) != self._ids[-1]:
+                    os.close(parent)
+                    raise OSError(errno.ESTALE, "a folder moved while it was walked")
+                self._fds[-1] = parent
+                self._first -= 1
+        finally:
+            os.close(child)
+
+    def close(self) -> None:
+        """Close every descriptor it holds."""
+        for fd in self._fds[self._first :]:
+            os.close(fd)
+        self._fds, self._first = [-1], 1
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    info = os.fstat(fd)
+    return info.st_dev, info.st_ino
+
+
+def _open_folder(parent: int, name: str, *, own: bool) -> int:
+    """Folder ``name`` of ``parent``, opened without following a link; ``own``: a folder of
+    this user whose rights the command took away gets ``u+rwx`` back when it cannot be
+    opened (as landing gives it them).
+
+    Raises:
+        OSError: it is gone, not a folder, or cannot be opened.
+    """
+    try:
+        return os.open(name, _DIR, dir_fd=parent)
+    except PermissionError:
+        if not own:
+            raise
+    fd = os.open(name, _FOLDER, dir_fd=parent)
+    try:
+        info = os.fstat(fd)
+        if info.st_uid == os.getuid():
+            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(info.st_mode) | 0o700)
+    finally:
+        os.close(fd)
+    return os.open(name, _DIR, dir_fd=parent)
