@@ -91,3 +91,26 @@ def test_a_tree_changed_meanwhile_is_not_deleted(box, make_host, sandbox, case, 
         return
     assert kept(box.ws), case  # the person's change is there
     assert result.conflicts, case  # what did not conflict lands (the opaque folder's own)
+
+
+@pytest.mark.sandboxes("bubblewrap")
+def test_a_dry_run_lists_what_an_opaque_folder_deletes(box, make_host, sandbox):
+    """A folder removed and made again: the dry run lists the files of the real folder that
+    landing deletes (it listed only what the command made), as the real landing then
+    does (the control)."""
+    (box.ws / "src").mkdir()
+    for name in ("main.c", "util.c"):
+        (box.ws / "src" / name).write_text("original")
+    time.sleep(0.05)
+    host = make_host(allow_all=True, config=Config(sandbox=sandbox))
+    source = (
+        "import os, shutil\nshutil.rmtree('src')\nos.mkdir('src')\n"
+        "open('src/new.txt', 'w').write('n')"
+    )
+    dry = host.run(box.py(source, dry_run=True))
+    assert dry.landed == "discarded" and dry.changes is not None, dry.stderr.text
+    assert dry.changes.created == ("src/new.txt",)
+    assert dry.changes.deleted == ("src/main.c", "src/util.c")
+    real = host.run(box.py(source))
+    assert real.changes is not None and real.changes.deleted == dry.changes.deleted
+    assert sorted(p.name for p in (box.ws / "src").iterdir()) == ["new.txt"]

@@ -16,9 +16,11 @@ where they begin).
 from __future__ import annotations
 
 import os
+import stat
 
 from ..confine import protected
 from ..resolved import inside
+from . import clearing
 from .commit import DEPTH, marks, whiteout
 from .place import Layer
 from .rules import Rules, Tally
@@ -78,9 +80,10 @@ def _one(
         return False
     source = f"/proc/self/fd/{fd}/{name}"  # the folder by its descriptor; ``name`` not followed
     info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-    if not folder and whiteout(info, marks(source)):
+    marked = marks(source)
+    if not folder and whiteout(info, marked):
         if below is not None:
-            tally.deleted.append(target)
+            _deleted(target, rules, tally)
         return False
     if (
         protected.kind_of(target, rules.dotfiles) is not None
@@ -96,7 +99,34 @@ def _one(
         tally.created.append(target + slash)
     elif not folder:
         tally.modified.append(target)
+    elif marked.get("opaque") == b"y" and os.path.isdir(target):
+        for inner in sorted(os.listdir(target)):  # what the root holds there goes
+            _deleted(os.path.join(target, inner), rules, tally)
     return folder
+
+
+def _deleted(target: str, rules: Rules, tally: Tally) -> None:
+    """The real ``target`` as landing would delete it: listed as deleted, or, when
+    :func:`~stockade.layers.clearing.kept_by` keeps it, as a conflict or a failure."""
+    try:
+        parent = os.open(os.path.dirname(target), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        kept = clearing.kept_by(parent, os.path.basename(target), target, rules)
+        info = os.stat(os.path.basename(target), dir_fd=parent, follow_symlinks=False)
+    except OSError:
+        return
+    finally:
+        os.close(parent)
+    if kept is None:
+        tally.deleted.append(target + ("/" if stat.S_ISDIR(info.st_mode) else ""))
+    elif kept[0] == "changed":
+        tally.conflicts.append(target)
+    elif kept[1] == target:
+        tally.failed.append(f"{target}: a protected path is not deleted")
+    else:
+        tally.failed.append(f"{target}: not deleted: it holds the protected path {kept[1]}")
 
 
 def _repository(path: str) -> bool:
