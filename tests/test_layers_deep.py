@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from stockade.config.schema import Config, store_folder
+from stockade.conformance.ground import PYTHON
 from stockade.errors import UsageError
 from stockade.layers import Rules, Tally, journal, place, trees
 from stockade.layers.commit import DEPTH as LANDS
@@ -363,7 +364,7 @@ def test_a_dry_run_of_a_command_that_makes_a_deep_tree_lists_it_and_leaves_nothi
     work = tmp_path / "work"
     work.mkdir()
     host = make_host(allow_all=True, config=Config(sandbox="bubblewrap"))
-    request = ExecRequest(("python3", "-c", MAKE_DEEP), str(work), dry_run=True)
+    request = ExecRequest((PYTHON, "-S", "-c", MAKE_DEEP), str(work), dry_run=True)
     result = host.run(request)
     assert result.exit_code == 0, result.stderr.text
     assert result.landed == "discarded"

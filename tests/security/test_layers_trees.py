@@ -114,3 +114,66 @@ def test_a_dry_run_lists_what_an_opaque_folder_deletes(box, make_host, sandbox):
     real = host.run(box.py(source))
     assert real.changes is not None and real.changes.deleted == dry.changes.deleted
     assert sorted(p.name for p in (box.ws / "src").iterdir()) == ["new.txt"]
+
+
+@pytest.mark.sandboxes("bubblewrap")
+def test_a_dry_run_lists_what_a_file_for_a_folder_deletes(box, make_host, sandbox):
+    """A folder made a file and a file made a folder: the dry run lists the real tree and
+    the real file that landing deletes (it said only "modified d"), as the real landing
+    then does (the control)."""
+    (box.ws / "d" / "sub").mkdir(parents=True)
+    for name in ("d/keep.txt", "d/sub/f0", "notes"):
+        (box.ws / name).write_text("original")
+    time.sleep(0.05)
+    host = make_host(allow_all=True, config=Config(sandbox=sandbox))
+    source = (
+        "import os, shutil\nshutil.rmtree('d')\nopen('d', 'w').write('f')\n"
+        "os.remove('notes')\nos.mkdir('notes')\nopen('notes/x', 'w').write('x')"
+    )
+    dry = host.run(box.py(source, dry_run=True))
+    assert dry.changes is not None, dry.stderr.text
+    assert dry.changes.deleted == ("d/", "d/keep.txt", "d/sub/", "d/sub/f0", "notes")
+    assert dry.changes.created == ("d", "notes/", "notes/x")
+    real = host.run(box.py(source))
+    assert real.changes is not None
+    assert (real.changes.deleted, real.changes.created) == (
+        dry.changes.deleted,
+        dry.changes.created,
+    )
+    assert (box.ws / "d").read_text() == "f" and (box.ws / "notes" / "x").read_text() == "x"
+
+
+def test_a_tree_too_deep_for_a_path_is_kept_not_deleted_unjudged(tmp_path):
+    """A real folder whose paths pass ``PATH_MAX`` cannot be listed by its name: what it
+    holds cannot be judged, so the tree counts as changed and is not deleted (it was
+    passed over, then deleted whole, a change or a ``.git`` at its bottom with it). The
+    control: the same tree, shallow, is judged and may go."""
+    import os
+
+    from stockade.layers import clearing
+    from stockade.layers.rules import Rules
+
+    def tree(top, depth):
+        fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+        for _ in range(depth):
+            os.mkdir("n" * 240, dir_fd=fd)
+            inner = os.open("n" * 240, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.close(os.open("person.txt", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd))
+        os.close(fd)
+
+    for name, depth in (("deep", 18), ("shallow", 2)):
+        (tmp_path / name).mkdir()
+        tree(tmp_path / name, depth)
+    rules = Rules("/q", since=time.time_ns() + 10**9)  # nothing changed since
+    root = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    try:
+        assert clearing.kept_by(root, "shallow", str(tmp_path / "shallow"), rules) is None
+        kept = clearing.kept_by(root, "deep", str(tmp_path / "deep"), rules)
+    finally:
+        os.close(root)
+    assert kept is not None and kept[0] == "changed"
+    from stockade.layers.trees import remove_tree
+
+    remove_tree(str(tmp_path / "deep"))

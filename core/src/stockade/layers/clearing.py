@@ -36,9 +36,13 @@ def changed_since(below: os.stat_result, since: int) -> bool:
     return not (linked and below.st_mtime_ns <= since)
 
 
-def walk(dst: int, name: str, target: str) -> Iterator[tuple[str, os.stat_result]]:
+def walk(
+    dst: int, name: str, target: str, *, strict: bool = False
+) -> Iterator[tuple[str, os.stat_result]]:
     """``name`` in folder ``dst`` (at ``target``) and everything beneath it, each with its
-    own ``lstat``, folders before what they hold; symlinks are not followed."""
+    own ``lstat``, folders before what they hold; symlinks are not followed. ``strict``: a
+    folder that cannot be listed (gone or renamed meanwhile, a path past ``PATH_MAX``)
+    raises, never passes unjudged."""
     try:
         top = os.stat(name, dir_fd=dst, follow_symlinks=False)
     except FileNotFoundError:
@@ -54,11 +58,15 @@ def walk(dst: int, name: str, target: str) -> Iterator[tuple[str, os.stat_result
             with os.scandir(base + relative) as listing:
                 entries = sorted(listing, key=lambda e: e.name)
         except OSError:
-            continue  # gone or swapped meanwhile: what it held is not judged by its stamp
+            if strict:
+                raise
+            continue  # gone or swapped meanwhile (a listing only: nothing is judged by it)
         for entry in entries:
             try:
                 info = entry.stat(follow_symlinks=False)
             except OSError:
+                if strict:
+                    raise
                 continue
             inner = f"{relative}/{entry.name}"
             yield os.path.join(target, inner[len(name) + 1 :]), info
@@ -68,12 +76,18 @@ def walk(dst: int, name: str, target: str) -> Iterator[tuple[str, os.stat_result
 
 def kept_by(dst: int, name: str, target: str, rules: Rules) -> tuple[str, str] | None:
     """Why the real tree ``name`` in ``dst`` may not be deleted: ``("protected", PATH)``
-    or ``("changed", PATH)`` for the first such path in it, or ``None``."""
-    for path, info in walk(dst, name, target):
-        if protected.kind_of(path, rules.dotfiles) is not None:
-            return "protected", path
-        if rules.since and changed_since(info, rules.since):
-            return "changed", path
+    or ``("changed", PATH)`` for the first such path in it (a folder that cannot be
+    listed, gone or renamed meanwhile or too deep for a path, counts as changed: what it
+    holds could not be judged), or ``None``."""
+    path = target
+    try:
+        for path, info in walk(dst, name, target, strict=True):
+            if protected.kind_of(path, rules.dotfiles) is not None:
+                return "protected", path
+            if rules.since and changed_since(info, rules.since):
+                return "changed", path
+    except OSError:
+        return "changed", path
     return None
 
 

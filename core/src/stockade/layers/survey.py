@@ -95,6 +95,10 @@ def _one(
     if folder and depth >= DEPTH:
         tally.failed.append(f"{target}: nested deeper than {DEPTH} folders; not landed")
         return False
+    if below is not None and folder != stat.S_ISDIR(below.st_mode):  # a file for a folder
+        if not _replaced(target, below, rules, tally):
+            return False
+        below = None
     if below is None:
         tally.created.append(target + slash)
     elif not folder:
@@ -103,6 +107,34 @@ def _one(
         for inner in sorted(os.listdir(target)):  # what the root holds there goes
             _deleted(os.path.join(target, inner), rules, tally)
     return folder
+
+
+def _replaced(target: str, below: os.stat_result, rules: Rules, tally: Tally) -> bool:
+    """A real file where the layer has a folder, or a real folder where it has a file, as
+    landing takes it: deleted first (listed), unless it changed since the command began
+    (a conflict: the layer's version is kept aside); whether the layer's lands."""
+    if stat.S_ISDIR(below.st_mode):
+        before = len(tally.deleted)
+        _deleted(target, rules, tally)
+        if len(tally.deleted) > before:  # the whole tree, as landing lists it
+            tally.deleted[before:] = _tree(target)
+            return True
+        return False
+    if rules.since and clearing.changed_since(below, rules.since):
+        tally.conflicts.append(target)
+        return False
+    tally.deleted.append(target)
+    return True
+
+
+def _tree(target: str) -> list[str]:
+    """Every path of the real folder ``target`` and beneath it (folders with a ``/``)."""
+    parent = os.open(os.path.dirname(target), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        found = list(clearing.walk(parent, os.path.basename(target), target))
+    finally:
+        os.close(parent)
+    return sorted(p + "/" if stat.S_ISDIR(i.st_mode) else p for p, i in found)
 
 
 def _deleted(target: str, rules: Rules, tally: Tally) -> None:

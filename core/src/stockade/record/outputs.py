@@ -59,11 +59,15 @@ def check_outputs(
                     blob=digest,
                 )
                 continue
-            now = f"is {actual}" if str(actual).endswith(" bytes") else f"hashes to {actual}"
             text = (
                 f"the blob of the {name} of step {step} of run {run_id} (event {seq}) was"
-                f" changed: it now {now}"
+                f" changed: it now hashes to {actual}"
             )
+            if str(actual).endswith(" bytes"):  # refused by its size, before it was read
+                text = (
+                    f"the blob of the {name} of step {step} of run {run_id} (event {seq}) was"
+                    f" changed: it now is {actual}"
+                )
             if actual is None:
                 text = (
                     f"the {name} of step {step} of run {run_id} (event {seq}) names"
