@@ -72,3 +72,43 @@ def test_a_hooks_folder_not_there_yet_lands_nothing(  # noqa: PLR0917 - fixtures
     subprocess.run([sys.executable, "-c", PLANT, folder, str(canary)], cwd=box.ws, check=True)
     _git("hook", "run", "--ignore-missing", "pre-commit", cwd=box.ws, home=home)
     assert canary.read_text() == "HOOK-RAN\n"
+
+
+@pytest.mark.sandboxes("bubblewrap", "landlock")
+@pytest.mark.parametrize("where", ["a repository to come", "a repository around the root"])
+def test_a_hooks_folder_of_a_repository_that_is_not_in_the_root_lands_nothing(  # noqa: PLR0917
+    box, make_host, sandbox, monkeypatch, tmp_path, where
+):
+    """No repository in the root yet, and the person's own relative ``core.hooksPath``
+    (they run ``git init`` there after the command); or the root lies inside a repository
+    whose ``core.hooksPath`` names a folder in it. The control: planted outside the
+    sandbox, git runs the hook."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    if where == "a repository to come":
+        (home / ".gitconfig").write_text("[core]\n\thooksPath = githooks\n")
+        repository = box.ws
+    else:
+        repository = box.ws.parent
+        _git("init", "-q", str(repository), cwd=repository, home=home)
+        _git("config", "core.hooksPath", f"{box.ws.name}/githooks", cwd=repository, home=home)
+    canary = tmp_path / "canary"
+    host = make_host(allow_all=True, config=Config(sandbox=sandbox))
+    result = host.run(box.py(PLANT, "githooks", str(canary)))
+    if sandbox == "landlock":
+        assert result.exit_code != 0 and "Read-only file system" in result.stderr.text
+    else:
+        assert result.ok, result.stderr.text
+        assert result.quarantined == (str(box.ws / "githooks"),)
+    assert not (box.ws / "githooks").exists()
+    if where == "a repository to come":
+        _git("init", "-q", str(repository), cwd=repository, home=home)
+    _git("hook", "run", "--ignore-missing", "pre-commit", cwd=repository, home=home)
+    assert not canary.exists()
+    subprocess.run([sys.executable, "-c", PLANT, "githooks", str(canary)], cwd=box.ws, check=True)
+    _git("hook", "run", "--ignore-missing", "pre-commit", cwd=repository, home=home)
+    assert canary.read_text() == "HOOK-RAN\n"

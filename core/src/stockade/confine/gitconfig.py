@@ -144,3 +144,50 @@ def _entries(path: str) -> Iterator[tuple[str, str, str]]:
         if eq:
             value = value.split("#", 1)[0].split(";", 1)[0].strip().strip('"')
             yield section, key.strip().lower(), value
+
+
+def gitdir_of(path: str) -> str | None:
+    """The directory a ``.git`` file points at; refused when the way there has a symlink."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.readline().strip()
+    except OSError as error:
+        raise SandboxUnavailable(
+            f"cannot read {path} to protect the repository it names: {error.strerror}",
+            hint=f"give it back its read permission (chmod u+r {path})",
+            details={"path": path},
+        ) from None
+    if not first.startswith("gitdir:"):
+        return None
+    target = os.path.normpath(os.path.join(os.path.dirname(path), first[7:].strip()))
+    if resolved.realpath(target) != target:
+        raise SandboxUnavailable(
+            f"the gitdir of {path} ({target}) is reached through a symlink; refusing to "
+            "guess which repository to protect",
+            hint="point the gitdir: line at the real directory",
+            details={"path": path, "gitdir": target},
+        )
+    return target if os.path.isdir(target) else None
+
+
+def keep_around(root: str, roots: list[str], found: dict[str, Kind], hooks: list[str]) -> None:
+    """What a repository's config names for a root that is not one itself: the repository
+    around it (its ``core.hooksPath`` may name a folder inside the root), and the root as a
+    repository to come (``git init`` there later: a relative ``core.hooksPath`` of the
+    person's own config names a folder in it), as :func:`keep_named` keeps them."""
+    if not os.path.lexists(os.path.join(root, ".git")):
+        keep_named(os.path.join(root, ".git"), root, roots, found, hooks)  # the person's
+    above = os.path.dirname(root)
+    while True:
+        mark = os.path.join(above, ".git")
+        if os.path.isdir(mark) and not os.path.islink(mark):
+            keep_named(mark, above, roots, found, hooks)
+            return
+        if os.path.isfile(mark) and not os.path.islink(mark):
+            gitdir = gitdir_of(mark)
+            if gitdir is not None:
+                keep_named(gitdir, above, roots, found, hooks)
+            return
+        if above == os.path.dirname(above):
+            return
+        above = os.path.dirname(above)

@@ -327,6 +327,7 @@ def survey(
     hooks: list[str] = []
     stack = []
     for root in roots:
+        gitconfig.keep_around(root, roots, found, hooks)  # a repository around, or to come
         kind = enclosing(root, writable_dotfiles)
         if kind is not None:
             found[root] = kind
@@ -392,7 +393,7 @@ def _check(
         return
     gitdir: str | None = entry.path
     if entry.is_file(follow_symlinks=False):
-        gitdir = _gitdir(entry.path)
+        gitdir = gitconfig.gitdir_of(entry.path)
         if gitdir is not None and inside(gitdir, roots):
             found.setdefault(gitdir, "read-only")
     if gitdir is not None:
@@ -452,27 +453,3 @@ def _unlisted(directory: str, error: OSError) -> None:
             hint=f"give it back its read permission (chmod u+rx {directory})",
             details={"path": directory},
         )
-
-
-def _gitdir(path: str) -> str | None:
-    """The directory a ``.git`` file points at; refused when the way there has a symlink."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            first = f.readline().strip()
-    except OSError as error:
-        raise SandboxUnavailable(
-            f"cannot read {path} to protect the repository it names: {error.strerror}",
-            hint=f"give it back its read permission (chmod u+r {path})",
-            details={"path": path},
-        ) from None
-    if not first.startswith("gitdir:"):
-        return None
-    target = os.path.normpath(os.path.join(os.path.dirname(path), first[7:].strip()))
-    if resolved.realpath(target) != target:
-        raise SandboxUnavailable(
-            f"the gitdir of {path} ({target}) is reached through a symlink; refusing to "
-            "guess which repository to protect",
-            hint="point the gitdir: line at the real directory",
-            details={"path": path, "gitdir": target},
-        )
-    return target if os.path.isdir(target) else None
