@@ -66,3 +66,43 @@ def test_the_forwarder_starts_the_command_and_hands_its_connections_over():
         host_end.close()
     # 7: the command ran, connected, and did not hold the control socket; 9: it leaked.
     assert forwarder.returncode == 7, stderr.decode()
+
+
+BURST = """
+import socket, sys
+for _ in range(int(sys.argv[2])):
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=60).close()
+"""  # then it ends at once: the last connections are still queued on the listener
+
+
+def test_connections_a_command_makes_as_it_ends_all_reach_the_host():
+    """A command that connects and exits at once: every connection it made is handed over
+    before the forwarder ends. A second thread accepting them lost the last ones when the
+    command ended first (the host read an empty control socket: seen once in CI, under
+    load; on an idle machine that thread mostly wins, so this guards more than it shows)."""
+    for count in (1, 5, 20):
+        host_end, inside = socket.socketpair()
+        inside.set_inheritable(True)
+        host_end.settimeout(WAIT)
+        port = _free_port()
+        command = [sys.executable, "python3", "-I", "-S", "-c", BURST, str(port), str(count)]
+        forwarder = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _forwarder(), str(port), str(inside.fileno()),
+             *command],
+            pass_fds=[inside.fileno()],
+        )  # fmt: skip
+        inside.close()
+        handed = 0
+        try:
+            while True:
+                data, fds, _, _ = socket.recv_fds(host_end, 1, 1)
+                if not data:
+                    break  # the forwarder ended: its end of the control socket closed
+                handed += 1
+                for fd in fds:
+                    os.close(fd)
+            assert forwarder.wait(timeout=WAIT) == 0
+        finally:
+            forwarder.kill()
+            host_end.close()
+        assert handed == count

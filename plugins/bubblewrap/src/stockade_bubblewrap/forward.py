@@ -21,22 +21,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
-import threading
 from collections.abc import Callable, Sequence
 
 
 def _hand_over(listener: socket.socket, control: socket.socket) -> None:
+    """Hand every connection waiting on ``listener`` (non-blocking) to the host."""
     while True:
         try:
             client, _ = listener.accept()
         except OSError:
-            return
+            return  # none waits (BlockingIOError), or the listener failed
         try:
             socket.send_fds(control, [b"c"], [client.fileno()])
         except OSError:
-            return
+            return  # the host is gone: nothing more can be handed
         finally:
             client.close()
 
@@ -54,7 +55,13 @@ def _undumpable() -> None:
 
 def main(argv: list[str], fork_exec: Callable[[str, Sequence[str]], int]) -> int:
     """Listen, start the command with ``fork_exec`` (:func:`stockade.run.spawn.fork_exec`), hand
-    connections over until it ends; its status is ours."""
+    connections over until it ends; its status is ours.
+
+    One thread does both, woken by a connection or by a signal (``SIGCHLD`` among them,
+    through :func:`signal.set_wakeup_fd`): once the command has ended, the connections it
+    made and the kernel queued are still handed over before this exits. (A second thread
+    accepting them lost the last ones: a command that connected and exited at once ended
+    this process before that thread had sent the connection.)"""
     port, control_fd, program, *arguments = argv
     _undumpable()
     control = socket.socket(fileno=int(control_fd))
@@ -65,17 +72,24 @@ def main(argv: list[str], fork_exec: Callable[[str, Sequence[str]], int]) -> int
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", int(port)))
     listener.listen(128)
+    listener.setblocking(False)
+    woken, wake = os.pipe()  # not inherited by the command
+    os.set_blocking(wake, False)
+    signal.set_wakeup_fd(wake)
+    signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)  # so that it wakes us
     pid = fork_exec(program, arguments)
-    threading.Thread(target=_hand_over, args=(listener, control), daemon=True).start()
     # Signals meant for the command (the executor's SIGTERM) are passed on to it.
     for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(number, lambda sig, _frame: os.kill(pid, sig))
     while True:
-        try:
-            _, status = os.waitpid(pid, 0)
+        ready, _, _ = select.select([listener.fileno(), woken], [], [])
+        if woken in ready:
+            os.read(woken, 4096)
+        _hand_over(listener, control)
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
             break
-        except InterruptedError:
-            continue
+    _hand_over(listener, control)  # what it queued as it ended
     if os.WIFSIGNALED(status):
         killed = os.WTERMSIG(status)
         signal.signal(killed, signal.SIG_DFL)
