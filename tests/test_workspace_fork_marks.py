@@ -16,17 +16,22 @@ from stockade.config.schema import Config, store_folder
 from stockade.layers import marks, mounts, snapshots
 
 
+def _marked(source, make_host):
+    """A workspace with one file a private run wrote (marked) and one plain; its sidecar."""
+    (source / "derived.txt").write_text("made from a private file\n")
+    (source / "plain.txt").write_text("nothing\n")
+    files = make_host(allow_all=True).breaker.files()
+    files.mark(os.path.realpath(source), ["derived.txt"], run_id="r-private", step=3)
+    return files
+
+
 @pytest.mark.parametrize("method", ["links", "overlay"])
 @pytest.mark.parametrize("carry", ["carried", "control"])
 def test_a_forks_files_stay_marked_private(tmp_path, make_host, monkeypatch, method, carry):
     if method == "overlay" and os.geteuid() != 0:
         pytest.skip("an overlay fork is root's")
     store = store_folder(Config())
-    (tmp_path / "derived.txt").write_text("made from a private file\n")
-    (tmp_path / "plain.txt").write_text("nothing\n")
-    host = make_host(allow_all=True)
-    files = host.breaker.files()
-    files.mark(os.path.realpath(tmp_path), ["derived.txt"], run_id="r-private", step=3)
+    files = _marked(tmp_path, make_host)
     if carry == "control":
         monkeypatch.setattr(marks, "give", lambda *args, **kwargs: 0)
     snap = snapshots.take(str(tmp_path), store=store)
@@ -55,11 +60,7 @@ def test_a_gone_forks_marks_go_with_it(tmp_path, make_host, method, how):
     if method == "overlay" and os.geteuid() != 0:
         pytest.skip("an overlay fork is root's")
     store = store_folder(Config())
-    (tmp_path / "derived.txt").write_text("made from a private file\n")
-    (tmp_path / "plain.txt").write_text("nothing\n")
-    host = make_host(allow_all=True)
-    files = host.breaker.files()
-    files.mark(os.path.realpath(tmp_path), ["derived.txt"], run_id="r-private", step=3)
+    files = _marked(tmp_path, make_host)
     snap = snapshots.take(str(tmp_path), store=store)
     try:
         made = snapshots.fork_one(snap, store=store, overlay=method == "overlay")

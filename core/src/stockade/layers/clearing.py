@@ -74,30 +74,38 @@ def walk(
                 stack.append(inner)
 
 
+Found = list[tuple[str, os.stat_result]]
+"""A real tree as :func:`walk` gives it: each path with its own ``lstat``."""
+
+
 def kept_by(dst: int, name: str, target: str, rules: Rules) -> tuple[str, str] | None:
     """Why the real tree ``name`` in ``dst`` may not be deleted: ``("protected", PATH)``
     or ``("changed", PATH)`` for the first such path in it (a folder that cannot be
     listed, gone or renamed meanwhile or too deep for a path, counts as changed: what it
     holds could not be judged), or ``None``."""
+    return judged(dst, name, target, rules)[0]
+
+
+def judged(dst: int, name: str, target: str, rules: Rules) -> tuple[tuple[str, str] | None, Found]:
+    """:func:`kept_by`'s verdict, and the tree as it was judged (whole when nothing keeps
+    it): one walk serves the judgement and the list of what goes."""
+    found: Found = []
     path = target
     try:
         for path, info in walk(dst, name, target, strict=True):
             if protected.kind_of(path, rules.dotfiles) is not None:
-                return "protected", path
+                return ("protected", path), found
             if rules.since and changed_since(info, rules.since):
-                return "changed", path
+                return ("changed", path), found
+            found.append((path, info))
     except OSError:
-        return "changed", path
-    return None
+        return ("changed", path), found
+    return None, found
 
 
-def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) -> bool:
-    """Remove ``name`` in ``dst`` (a tree whole), unless :func:`kept_by` keeps it: then
-    it is named (a conflict, or a protected path not deleted) and stays. Whether it went."""
-    kept = kept_by(dst, name, target, rules)
-    if kept is None:
-        remove(dst, name, target, tally)
-        return True
+def note(target: str, kept: tuple[str, str], tally: Tally) -> None:
+    """Name in ``tally`` why the real ``target`` stays (:func:`kept_by`'s verdict): a
+    conflict, or a protected path not deleted."""
     why, path = kept
     if why == "changed":
         tally.conflicts.append(target)
@@ -106,21 +114,30 @@ def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) 
         tally.failed.append(f"{target}: a protected path is not deleted")
     else:
         tally.failed.append(f"{target}: not deleted: it holds the protected path {path}")
-    return False
 
 
-def remove(dst: int, name: str, target: str, tally: Tally) -> None:
-    """Remove ``name`` in ``dst`` (a folder whole, through descriptors), noting each path."""
-    found = list(walk(dst, name, target))
+def listed(found: Found) -> list[str]:
+    """A judged tree's paths as a tally lists them (folders with a ``/``), in order."""
+    return sorted(p + "/" if stat.S_ISDIR(i.st_mode) else p for p, i in found)
+
+
+def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) -> bool:
+    """Remove ``name`` in ``dst`` (a tree whole), unless :func:`kept_by` keeps it: then
+    it is named (:func:`note`) and stays. Whether it went."""
+    kept, found = judged(dst, name, target, rules)
+    if kept is not None:
+        note(target, kept, tally)
+        return False
     if not found:
-        return
+        return True  # gone already
     if not stat.S_ISDIR(found[0][1].st_mode):
         os.unlink(name, dir_fd=dst)
         tally.deleted.append(target)
-        return
-    shutil.rmtree(name, dir_fd=dst)
+        return True
+    shutil.rmtree(name, dir_fd=dst)  # through descriptors, never following a link
     tally.deleted.extend(p + "/" if stat.S_ISDIR(i.st_mode) else p for p, i in found[:0:-1])
     tally.deleted.append(target + "/")
+    return True
 
 
 def empty(dst: int, target: str, rules: Rules, tally: Tally) -> bool:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import time
 import weakref
@@ -44,6 +45,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import attrs
+
+from ..record.live import boot_id
 
 if TYPE_CHECKING:
     from .commit import Rules
@@ -105,19 +108,10 @@ def offset() -> int:
     return time.clock_gettime_ns(time.CLOCK_REALTIME) - time.clock_gettime_ns(time.CLOCK_BOOTTIME)
 
 
-def boot() -> str:
-    """This boot's identity (``""``: unknown)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as found:
-            return found.read().strip()
-    except OSError:
-        return ""
-
-
 def kept(rules: Rules, folders: Iterable[str]) -> Rules:
     """``rules`` with the time its layers begin (:func:`begin`) and the clocks as they were
     then (for :func:`settled`, after a restart)."""
-    began_offset, began_boot = offset(), boot()
+    began_offset, began_boot = offset(), boot_id()
     return attrs.evolve(rules, since=begin(folders), offset=began_offset, boot=began_boot)
 
 
@@ -127,7 +121,7 @@ def settled(rules: Rules, watch: Watch | None = None) -> tuple[Rules, str | None
     if not rules.since or not rules.offset:
         return rules, None
     was_set = watch is not None and watch.was_set()
-    if was_set or (rules.boot and rules.boot != boot()):
+    if was_set or (rules.boot and rules.boot != boot_id()):
         why = "was set" if was_set else "cannot be compared (the machine restarted)"
         return attrs.evolve(rules, since=EVERY), (
             f"the system clock {why} since the command began, so change times cannot tell"
@@ -184,9 +178,14 @@ _ABSTIME, _CANCEL_ON_SET = 1, 2
 _FAR = 7_258_118_400  # 2200-01-01, in seconds since the epoch
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
 def _watch() -> int:
     """A timerfd cancelled when the wall clock is set (``-1``: none can be made)."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = _libc()
     fd: int = libc.timerfd_create(time.CLOCK_REALTIME, os.O_CLOEXEC | os.O_NONBLOCK)
     if fd < 0:
         return -1

@@ -114,12 +114,11 @@ def _replaced(target: str, below: os.stat_result, rules: Rules, tally: Tally) ->
     landing takes it: deleted first (listed), unless it changed since the command began
     (a conflict: the layer's version is kept aside); whether the layer's lands."""
     if stat.S_ISDIR(below.st_mode):
-        before = len(tally.deleted)
-        _deleted(target, rules, tally)
-        if len(tally.deleted) > before:  # the whole tree, as landing lists it
-            tally.deleted[before:] = _tree(target)
-            return True
-        return False
+        tree = _deleted(target, rules, tally)
+        if tree is None:
+            return False
+        tally.deleted[-1:] = tree  # the whole tree, as landing lists it
+        return True
     if rules.since and clearing.changed_since(below, rules.since):
         tally.conflicts.append(target)
         return False
@@ -127,38 +126,26 @@ def _replaced(target: str, below: os.stat_result, rules: Rules, tally: Tally) ->
     return True
 
 
-def _tree(target: str) -> list[str]:
-    """Every path of the real folder ``target`` and beneath it (folders with a ``/``)."""
-    parent = os.open(os.path.dirname(target), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        found = list(clearing.walk(parent, os.path.basename(target), target))
-    finally:
-        os.close(parent)
-    return sorted(p + "/" if stat.S_ISDIR(i.st_mode) else p for p, i in found)
-
-
-def _deleted(target: str, rules: Rules, tally: Tally) -> None:
+def _deleted(target: str, rules: Rules, tally: Tally) -> list[str] | None:
     """The real ``target`` as landing would delete it: listed as deleted, or, when
-    :func:`~stockade.layers.clearing.kept_by` keeps it, as a conflict or a failure."""
+    :func:`~stockade.layers.clearing.kept_by` keeps it, named as landing names it
+    (:func:`~stockade.layers.clearing.note`). What it holds, as a tally lists it
+    (``None``: it stays, or is not there)."""
     try:
         parent = os.open(os.path.dirname(target), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        return
+        return None
     try:
-        kept = clearing.kept_by(parent, os.path.basename(target), target, rules)
-        info = os.stat(os.path.basename(target), dir_fd=parent, follow_symlinks=False)
-    except OSError:
-        return
+        kept, found = clearing.judged(parent, os.path.basename(target), target, rules)
     finally:
         os.close(parent)
-    if kept is None:
-        tally.deleted.append(target + ("/" if stat.S_ISDIR(info.st_mode) else ""))
-    elif kept[0] == "changed":
-        tally.conflicts.append(target)
-    elif kept[1] == target:
-        tally.failed.append(f"{target}: a protected path is not deleted")
-    else:
-        tally.failed.append(f"{target}: not deleted: it holds the protected path {kept[1]}")
+    if kept is not None:
+        clearing.note(target, kept, tally)
+        return None
+    if not found:
+        return None
+    tally.deleted.append(target + ("/" if stat.S_ISDIR(found[0][1].st_mode) else ""))
+    return clearing.listed(found)
 
 
 def _repository(path: str) -> bool:

@@ -42,7 +42,7 @@ from attrs import frozen
 
 from .blobs import put_blob, put_blob_file
 from .live import track
-from .store import Store, StoreError
+from .store import Store, StoreError, unreadable
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import (
@@ -392,11 +392,8 @@ def rows(store: Store, run_id: str | None = None) -> Iterator[Row]:
         with store.locked():
             found = store.connection.execute(query + " ORDER BY seq", args).fetchall()
     except sqlite3.Error as error:
-        raise StoreError(
-            f"cannot read the record in {store.path}: {error}",
-            hint="the file is damaged or is not a Stockade store; `stockade verify` says more",
-            details={"path": store.path},
-        ) from None
+        hint = "the file is damaged or is not a Stockade store; `stockade verify` says more"
+        raise unreadable(store.path, error, hint) from None
     for seq, run, step, action, kind, time, text in found:
         body = _body(text)
         if body is None or not isinstance(seq, int):

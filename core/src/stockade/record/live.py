@@ -16,6 +16,7 @@ earlier boot is closed: no process survives a reboot.
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import TYPE_CHECKING
 
@@ -81,12 +82,19 @@ def _gone(who: str) -> str | None:
     )
 
 
-def _boot() -> str:
+@functools.cache
+def boot_id() -> str:
+    """This boot's identity (``""``: it cannot be read); the same for the machine's whole
+    uptime, so read once per process."""
     try:
         with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
             return f.read().strip()
     except OSError:
-        return "unknown"
+        return ""
+
+
+def _boot() -> str:
+    return boot_id() or "unknown"
 
 
 def _pidns(pid: str) -> str:

@@ -80,6 +80,13 @@ class StoreError(StockadeError):
     code = "store"
 
 
+def unreadable(path: str, error: sqlite3.Error, hint: str) -> StoreError:
+    """The error for the record in ``path`` that a query could not read."""
+    return StoreError(
+        f"cannot read the record in {path}: {error}", hint=hint, details={"path": path}
+    )
+
+
 @frozen
 class HeldStep:
     """A step that waited for a person, as the store keeps it.

@@ -32,7 +32,7 @@ from .blobs import CheckedBlobs
 from .chain import CHAIN_FORMAT, GENESIS, head_path, key_path, link, load_key, public_hex
 from .integrity import schema_problems, shape_problems
 from .outputs import check_outputs
-from .store import SCHEMA, Store, StoreError
+from .store import SCHEMA, Store, unreadable
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -214,11 +214,8 @@ def verify(  # noqa: PLR0911 - a verdict for each way the record fails before it
             ).fetchall()
             damaged = schema_problems(db, SCHEMA)
     except sqlite3.Error as error:
-        raise StoreError(
-            f"cannot read the record in {store.path}: {error}",
-            hint="the file is damaged or is not a Stockade store; restore it from a copy",
-            details={"path": store.path},
-        ) from None
+        hint = "the file is damaged or is not a Stockade store; restore it from a copy"
+        raise unreadable(store.path, error, hint) from None
     problems = _Found()
     count = len(found)
     for text in damaged:
