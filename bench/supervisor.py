@@ -7,6 +7,13 @@ after it). The workspace is the bench's planted repository, so both have real pr
 paths to keep. Targets: ``true`` at most +1 ms over the run without the supervisor; 10,000
 files created at most 1.5x its time.
 
+The same run measures the mechanism's floor (:func:`floor`): ``bench/seccomp_floor.c``,
+compiled here with the system's C compiler (skipped, and said so, without one), creates the
+same 10,000 files with no interpreter on either side: plain, with each create notified and
+let through (the round trip alone), and answered as a sound supervisor must at the least
+(the path read once, the file made by the supervisor, its descriptor handed back with
+``SECCOMP_IOCTL_NOTIF_ADDFD``); each on any CPU and with both threads kept on one.
+
 Run alone: ``uv run python bench/supervisor.py [--runs N] [--dir DIR]``. ``--dir`` puts the
 workspace in ``DIR`` (a tmpfs, say) instead of the system's temporary folder: on a disk
 shared with other work a create's own cost swings with their traffic (tens of µs to more
@@ -21,6 +28,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -95,7 +103,7 @@ def bench_supervisor(
             {name: case(host, make, f"files {name}") for name, host in hosts.items()},
             files_runs,
             1,
-            after=lambda: shutil.rmtree(ws / "out", ignore_errors=True),
+            after=lambda: _set_aside(ws / "out", scratch / "set-aside"),
         )
         python = timing.interleaved(  # the interpreter's own start, for scale
             {"python": case(hosts["supervised"], [sys.executable, "-S", "-c", "pass"], "python")},
@@ -130,6 +138,80 @@ def bench_supervisor(
         "true_target_ms": TRUE_TARGET_MS,
         "files_target_ratio": FILES_TARGET_RATIO,
     }
+
+
+FLOOR_MODES = ("plain", "continue", "addfd")
+FLOOR_SOURCE = Path(__file__).with_name("seccomp_floor.c")
+SHM = "/dev/shm"  # noqa: S108 - a tmpfs for the bench's own scratch folder (mkdtemp in it)
+
+
+def floor(where: str | None = None, runs: int = 5) -> dict[str, Any]:
+    """Microseconds a create, the median of ``runs``, for each of :data:`FLOOR_MODES`, on
+    any CPU (``MODE``) and with both threads on CPU 0 (``MODE pinned``); or why not. In
+    ``where``, else in ``/dev/shm`` where it is a folder (a tmpfs: the mechanism's price, not
+    a disk's, whose creates swing tenfold), else the system's temporary folder."""
+    if where is None and os.path.isdir(SHM) and os.access(SHM, os.W_OK):
+        where = SHM
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return {"skipped": "no C compiler here (cc or gcc)"}
+    found: dict[str, Any] = {"where": where or tempfile.gettempdir()}
+    scratch = Path(tempfile.mkdtemp(prefix="stockade-bench-floor-", dir=where))
+    try:
+        binary = scratch / "seccomp_floor"
+        made = subprocess.run(
+            [compiler, "-O2", "-pthread", "-o", str(binary), str(FLOOR_SOURCE)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if made.returncode != 0:
+            return {"skipped": f"the floor did not compile: {made.stderr.strip()[:200]}"}
+        for pin in ("0", "1"):
+            for mode in FLOOR_MODES:
+                times = []
+                for run in range(runs):  # each in a folder of its own, all removed at the end
+                    folder = scratch / f"{mode}-{pin}-{run}"
+                    out = subprocess.run(
+                        [str(binary), str(folder), mode, pin],
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    )
+                    if out.returncode != 0:
+                        return {"skipped": f"the floor failed ({mode}): {out.stderr.strip()[:200]}"}
+                    times.append(float(out.stdout.split()[-1]))
+                found[mode + (" pinned" if pin == "1" else "")] = statistics.median(times)
+        return found
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def report_floor(found: dict[str, Any]) -> None:
+    """Print the floor's lines."""
+    if "skipped" in found:
+        print(f"  the mechanism's floor: skipped, {found['skipped']}")
+        return
+    print(
+        f"  the mechanism's floor, in C, in {found['where']} "
+        "(us a create; any CPU / both threads on CPU 0):"
+    )
+    for mode in FLOOR_MODES:
+        print(f"    {mode:<9} {found[mode]:7.1f} / {found[mode + ' pinned']:7.1f}")
+    print(
+        f"    a sound answer (addfd) costs {found['addfd'] / found['plain']:.2f}x a plain "
+        f"create on any CPU, {found['addfd pinned'] / found['plain pinned']:.2f}x on one "
+        f"(the files target: {FILES_TARGET_RATIO}x)"
+    )
+
+
+def _set_aside(folder: Path, aside: Path) -> None:
+    """Move a run's files out of the workspace (the next run's host walks only its own);
+    removed with the bench's folder at the end, not between runs: on ext4 a create after
+    10,000 removals scans for inodes it may not reuse yet (``recently_deleted``), which made
+    one unsupervised run of 10,000 creates cost anything from 0.2 to 2.7 s."""
+    aside.mkdir(exist_ok=True)
+    folder.rename(aside / str(len(os.listdir(aside))))
 
 
 class _thread_cpu:  # noqa: N801 - used as a context, named for what it measures
@@ -209,7 +291,9 @@ def main() -> int:
     parser.add_argument("--dir", default=None, help="the folder to put the workspace in")
     args = parser.parse_args()
     found = bench_supervisor(args.runs, max(args.runs // 10, 2), where=args.dir)
+    found["floor"] = floor(args.dir)
     report(found)
+    report_floor(found["floor"])
     print("BENCH " + json.dumps(found))
     return 0
 
