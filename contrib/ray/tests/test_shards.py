@@ -24,7 +24,7 @@ from stockade.record.verify import verify
 
 pytest.importorskip("ray")  # optional (see conftest.py)
 
-from stockade_ray.shards import ShardedRecord
+from stockade_ray.shards import ShardedRecord, ShardWriter
 
 STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
 
@@ -97,6 +97,34 @@ def test_a_shard_tampered_with_fails_verify(
     ran = _verify_cli(store)
     assert ran.returncode == 1, ran.stdout
     assert f"shard {shard}" in ran.stderr
+
+
+def test_the_writers_run_on_the_drivers_node(tmp_path: Path) -> None:
+    """A shard's store is written beside the driver's: its writer runs on the driver's node
+    (hard affinity), never where Ray's default placement would spread it."""
+    import ray
+
+    from stockade.errors import UsageError
+
+    here = ray.get_runtime_context().get_node_id()
+    # The control: the cluster has another node, and a writer placed by hand can reach it.
+    probe = ray.remote(ShardWriter).options(num_cpus=0, resources={"side": 1})
+    probe = probe.remote(str(tmp_path / "probe" / "store.db"))
+    assert ray.get(probe.node.remote(), timeout=60) != here
+    ray.kill(probe)
+    main = Chain(Store(str(tmp_path / "state" / "store.db")))
+    sharded = ShardedRecord(main, 4)
+    try:
+        assert ray.get([w.node.remote() for w in sharded.writers], timeout=60) == [here] * 4
+    finally:
+        sharded.close()
+        main.close()
+    for placement, named in (
+        ({"num_cpus": 0, "resources": {"side": 1}}, "no resource side"),
+        ({"scheduling_strategy": "SPREAD"}, "cannot choose its node"),
+    ):
+        with pytest.raises(UsageError, match=named):
+            ShardedRecord(Chain(Store(str(tmp_path / "other" / "store.db"))), 1, placement)
 
 
 def test_a_sharded_pool_records_its_runs_in_shards_that_verify_covers(box: Box) -> None:

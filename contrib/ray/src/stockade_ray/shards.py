@@ -10,6 +10,12 @@ run's events to one shard (by its run id: an episode's events stay together, in 
 A writer that starts closes its shard's commands cut off by a killed driver
 (:meth:`ShardWriter.opened`), as the main chain's recorder does when it opens.
 
+The writers run on the driver's node, always (:func:`on_this_node`): a shard's store is a
+file beside the driver's, where ``stockade verify``, ``log``, ``show`` and an episode's
+``steps()`` read it, so a writer placed on another node would write it to that node's disk,
+out of their reach. Ray's default placement keeps a writer that claims no CPU on the
+driver's node only while that node is not busy.
+
 A batch travels as one :func:`pickle.dumps` of its events (:func:`pack`), not as a list Ray
 pickles itself: Ray's pickler (cloudpickle) calls back into Python for every object, and
 the events are many small ones. Measured with batches of 64, the driver's CPU an event fell
@@ -62,6 +68,12 @@ class ShardWriter:
         self.chain.append_many(events)
         return len(events)
 
+    def node(self) -> str:
+        """The Ray node this writer runs on."""
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+
     def head(self) -> tuple[int, str, str]:
         """The shard's last ``seq``, its hash, and the shard's public key (its signing key's,
         before its first event pins it)."""
@@ -75,13 +87,50 @@ class ShardWriter:
         self.store.close()
 
 
+def on_this_node(placement: dict[str, Any] | None) -> dict[str, Any]:
+    """Ray actor options for a shard writer: ``placement`` (by default, no CPU claimed)
+    kept to this process's node (a hard node affinity).
+
+    Raises:
+        UsageError: ``placement`` names a scheduling strategy of its own, or a resource this
+            node does not have (the writer would wait for it for ever).
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from stockade.errors import UsageError
+
+    options = dict(placement or {"num_cpus": 0})
+    if "scheduling_strategy" in options:
+        raise UsageError(
+            "a shard writer's placement cannot choose its node: it writes its shard beside "
+            "the driver's store, so it runs on the driver's node",
+            hint="leave scheduling_strategy out of the shard writers' placement",
+        )
+    node = ray.get_runtime_context().get_node_id()
+    nodes: list[dict[str, Any]] = ray.nodes()
+    here: dict[str, float] = next(
+        (n.get("Resources", {}) for n in nodes if n.get("NodeID") == node), {}
+    )
+    missing = sorted(set(options.get("resources") or {}) - set(here))
+    if missing:
+        raise UsageError(
+            f"the shard writers run on the driver's node, which has no resource "
+            f"{', '.join(missing)}",
+            hint="leave that resource out of the shard writers' placement",
+        )
+    options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
+    return options
+
+
 class ShardedRecord:
     """``count`` shard writers for the record whose main chain is ``main``.
 
     Args:
         main: the driver's chain (its store names where the shards live).
         count: how many shards (``s0`` ... ``s{count-1}``).
-        placement: Ray actor options for the writers (one CPU-light process each).
+        placement: Ray actor options for the writers (one CPU-light process each), kept to
+            the driver's node (:func:`on_this_node`).
         redact: the patterns the shards redact (the main store's ``store.redact``).
     """
 
@@ -98,7 +147,7 @@ class ShardedRecord:
 
         self.main = main
         self.names = [f"s{i}" for i in range(count)]
-        writer = ray.remote(ShardWriter).options(**(placement or {"num_cpus": 0}))
+        writer = ray.remote(ShardWriter).options(**on_this_node(placement))
         self.writers = [writer.remote(shard_path(main.store, n), redact) for n in self.names]
         # A shard's commands cut off by a killed driver (their writer went with it) are
         # closed before anything new is appended; then every shard is anchored at once, an
