@@ -1,7 +1,8 @@
 """A ``core.hooksPath`` folder that is not there yet (an attack review's finding): the
 repository's config, or the person's own (a relative ``core.hooksPath`` there names a
 folder in every repository), points git at a folder the command can make, with a hook in
-it that the person's next ``git commit`` runs outside any sandbox. Nothing lands at or
+it that the person's next ``git commit`` runs outside any sandbox (or the environment's
+config: ``GIT_CONFIG_COUNT``, ``GIT_CONFIG_PARAMETERS``). Nothing lands at or
 beneath such a folder: it is quarantined, as a ``.git/hooks`` would be. The control: the
 same script run outside the sandbox plants a hook that git runs. Landlock's supervisor
 refuses the folder while the command runs."""
@@ -40,12 +41,29 @@ def _repository(ws: Path, home: Path, where: str) -> None:
     _git("init", "-q", str(ws), cwd=ws, home=home)
     if where == "repository":
         _git("config", "core.hooksPath", "githooks", cwd=ws, home=home)
-    else:  # the person's own config, relative: a folder in every repository
+    elif where == "personal":  # the person's own config, relative: a folder in every repository
         (home / ".gitconfig").write_text("[core]\n\thooksPath = githooks\n")
+    # (else the environment: the test set it for the host and the person's git alike)
+
+
+def _environment(monkeypatch, where: str) -> None:
+    """Config in the environment, as the person's shell (or a ``git -c`` above) gives it."""
+    if where == "GIT_CONFIG_COUNT":
+        monkeypatch.setenv("GIT_CONFIG_COUNT", "2")
+        monkeypatch.setenv("GIT_CONFIG_KEY_0", "user.name")
+        monkeypatch.setenv("GIT_CONFIG_VALUE_0", "someone")
+        monkeypatch.setenv("GIT_CONFIG_KEY_1", "core.hooksPath")
+        monkeypatch.setenv("GIT_CONFIG_VALUE_1", "githooks")
+    elif where == "GIT_CONFIG_PARAMETERS":  # what `git -c core.hooksPath=githooks` passes on
+        monkeypatch.setenv(
+            "GIT_CONFIG_PARAMETERS", "'user.name'='some one' 'core.hooksPath'='githooks'"
+        )
 
 
 @pytest.mark.sandboxes("bubblewrap", "landlock")
-@pytest.mark.parametrize("where", ["repository", "personal"])
+@pytest.mark.parametrize(
+    "where", ["repository", "personal", "GIT_CONFIG_COUNT", "GIT_CONFIG_PARAMETERS"]
+)
 @pytest.mark.parametrize("folder", ["githooks", "githooks/deeper/.."])
 def test_a_hooks_folder_not_there_yet_lands_nothing(  # noqa: PLR0917 - fixtures
     box, make_host, sandbox, monkeypatch, tmp_path, where, folder
@@ -56,6 +74,7 @@ def test_a_hooks_folder_not_there_yet_lands_nothing(  # noqa: PLR0917 - fixtures
     monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    _environment(monkeypatch, where)
     _repository(box.ws, home, where)
     canary = tmp_path / "canary"
     host = make_host(allow_all=True, config=Config(sandbox=sandbox))

@@ -11,7 +11,11 @@ Git reads the person's own config too (``~/.gitconfig``, ``$XDG_CONFIG_HOME/git/
 ``core.hooksPath`` set there, relative, names a folder in every repository
 (``.githooks``). So each repository's hook folders come from all of them, resolved against
 its worktree, and a folder named but not there yet is kept too (:func:`keep_named`): a
-command could make it, and the next ``git commit`` would run what it put there.
+command could make it, and the next ``git commit`` would run what it put there. Git reads
+config from the environment as well (``GIT_CONFIG_COUNT`` with its ``GIT_CONFIG_KEY_N``
+and ``GIT_CONFIG_VALUE_N``, and ``GIT_CONFIG_PARAMETERS``, which ``git -c`` passes to the
+programs it starts): the host's environment is read as the person's, as for the files.
+What a person types later (``git -c core.hooksPath=... commit``) cannot be foreseen.
 
 Written by hand: git's own reader is the ``git config`` program, a process per repository
 per run; this reads only the two keys that matter, leniently (``key = value`` lines under a
@@ -22,6 +26,7 @@ git does.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -60,6 +65,14 @@ def references(gitdir: str, worktree: str) -> References:
     included: list[str] = []
     seen: set[str] = set()
     stack = [(os.path.join(gitdir, "config"), 0), *((path, 0) for path in personal())]
+    for section, key, value in environment():
+        if section == "core" and key == "hookspath" and value:
+            hooks.append(resolved.realpath(os.path.join(worktree, os.path.expanduser(value))))
+        elif key == "path" and (section == "include" or section.startswith("includeif")):
+            target = os.path.expanduser(value)
+            if os.path.isabs(target):  # (git refuses a relative one from the environment)
+                included.append(os.path.normpath(target))
+                stack.append((os.path.normpath(target), 1))
     while stack:
         path, depth = stack.pop()
         if path in seen or depth > DEPTH:
@@ -93,6 +106,34 @@ def personal(environ: Mapping[str, str] = os.environ) -> list[str]:
         found += [os.path.join(home, ".gitconfig"), os.path.join(xdg, "git", "config")]
     if environ.get("GIT_CONFIG_NOSYSTEM", "").lower() not in ("1", "true", "yes", "on"):
         found.append(environ.get("GIT_CONFIG_SYSTEM") or "/etc/gitconfig")
+    return found
+
+
+def environment(environ: Mapping[str, str] = os.environ) -> list[tuple[str, str, str]]:
+    """``(section, key, value)`` of each config entry git takes from ``environ``: the
+    ``GIT_CONFIG_COUNT`` pairs and ``GIT_CONFIG_PARAMETERS`` (``'key'='value'`` words, as
+    ``git -c`` writes them), section and key lowercased. Malformed ones are skipped (git
+    itself then refuses to run, so they name nothing)."""
+    pairs: list[tuple[str, str]] = []
+    try:
+        count = int(environ.get("GIT_CONFIG_COUNT", "0") or "0")
+    except ValueError:
+        count = 0
+    for n in range(min(max(count, 0), 1000)):
+        key = environ.get(f"GIT_CONFIG_KEY_{n}")
+        if key:
+            pairs.append((key, environ.get(f"GIT_CONFIG_VALUE_{n}", "")))
+    try:
+        words = shlex.split(environ.get("GIT_CONFIG_PARAMETERS", ""))
+    except ValueError:
+        words = []
+    pairs += [(key, value) for key, _, value in (word.partition("=") for word in words)]
+    found = []
+    for key, value in pairs:
+        section, dot, name = key.rpartition(".")
+        if dot and section:
+            head, _, rest = section.partition(".")
+            found.append((head.lower() + (f" {rest}" if rest else ""), name.lower(), value))
     return found
 
 
