@@ -1,7 +1,7 @@
 """A folder tree deeper than Python's recursion limit no longer bricks a store (the review's
 attack: a command makes 1,200 folders one in another, each from its parent's descriptor).
 
-Removing a layer (:func:`stockade.layers.trees.remove_tree`), listing it for a dry run
+Removing a layer (:func:`stockade.trees.remove_tree`), listing it for a dry run
 (:func:`stockade.layers.survey.survey`) and measuring it for the quota
 (:meth:`stockade.layers.session.Session.growth`) walk it without recursion and with a
 bounded number of descriptors (the survey lists what landing would land: folders
@@ -26,10 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from stockade import trees
 from stockade.config.schema import Config, store_folder
 from stockade.conformance.ground import PYTHON
 from stockade.errors import UsageError
-from stockade.layers import Rules, Tally, journal, place, trees
+from stockade.layers import Rules, Tally, journal, place
 from stockade.layers.commit import DEPTH as LANDS
 from stockade.layers.place import Layer
 from stockade.layers.session import Session
@@ -109,7 +110,7 @@ ROOM = trees.WINDOW + 16
 
 
 def _old_remove_tree(folder: str) -> None:
-    """The control: :func:`~stockade.layers.trees.remove_tree` as it was (recursive)."""
+    """The control: :func:`~stockade.trees.remove_tree` as it was (recursive)."""
     for _, folders, _, directory in os.fwalk(folder, follow_symlinks=False):
         for name in folders:
             with contextlib.suppress(OSError):

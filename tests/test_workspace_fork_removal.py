@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from stockade import trees
 from stockade.config.schema import Config, store_folder
 from stockade.conformance.procs import wait_until
 from stockade.errors import UsageError
-from stockade.layers import mounts, snapshots, trees
+from stockade.layers import mounts, snapshots
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="an overlay fork is root's")
 

@@ -174,6 +174,6 @@ def test_a_tree_too_deep_for_a_path_is_kept_not_deleted_unjudged(tmp_path):
     finally:
         os.close(root)
     assert kept is not None and kept[0] == "changed"
-    from stockade.layers.trees import remove_tree
+    from stockade.trees import remove_tree
 
     remove_tree(str(tmp_path / "deep"))

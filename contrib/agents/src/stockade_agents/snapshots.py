@@ -15,8 +15,6 @@ links, under bubblewrap with layers only) for sessions of their own.
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Literal
@@ -27,6 +25,8 @@ from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec
 
 from stockade.errors import UsageError
 from stockade.layers import snapshots
+from stockade.tree_copy import copy_tree
+from stockade.trees import empty
 
 
 class StockadeSnapshot(SnapshotBase):
@@ -117,24 +117,15 @@ def put_back(snapshot: StockadeSnapshot, root: str) -> None:
     if found is None:
         raise snapshot.gone()
     clear(root)
-    # Every name is new: a copy never writes through a name already there (O_EXCL).
-    shutil.copytree(found.folder, root, symlinks=True, dirs_exist_ok=True, copy_function=_copy)
+    # Every name is new: a copy never writes through a name already there (O_EXCL); and
+    # without recursion, as the snapshot's tree may be as deep as a command made it.
+    copy_tree(found.folder, root, exist_ok=True)
 
 
 def clear(root: str) -> None:
-    """Remove every entry of ``root`` (never following a symlink), keeping the folder."""
-    for entry in os.scandir(root):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
-
-
-def _copy(source: str, target: str) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    with open(source, "rb") as src, open(os.open(target, flags, 0o600), "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    shutil.copystat(source, target, follow_symlinks=False)
+    """Remove every entry of ``root`` (never following a symlink, without recursion however
+    deep a command made it), keeping the folder."""
+    empty(root)
 
 
 __all__ = ["StockadeSnapshot", "StockadeSnapshotSpec", "clear", "put_back", "take"]

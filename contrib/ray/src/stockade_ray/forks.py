@@ -26,6 +26,7 @@ from typing import Literal, Protocol
 import attrs
 
 from stockade.errors import StockadeError, UsageError
+from stockade.trees import walk
 
 EXPORT_BYTES = 256 * 1024 * 1024
 """The most an export holds unless told otherwise."""
@@ -136,12 +137,16 @@ def copy_into(snapshot: Snapshot, into: str, *, why: str) -> Forked:
 
 
 def _walk(folder: str) -> Iterator[tuple[str, os.stat_result]]:
-    """Every entry below ``folder`` (not following links), as a relative path and its stat."""
-    for root, dirs, files in os.walk(folder):
-        dirs.sort()
-        for name in (*dirs, *sorted(files)):
-            path = os.path.join(root, name)
-            yield os.path.relpath(path, folder), os.lstat(path)
+    """Every entry below ``folder`` (not following links), as a relative path and its stat;
+    without recursion, however deep a command made it (none past ``PATH_MAX``: no path
+    names it)."""
+    for visit in walk(folder):
+        if visit.rel is None:
+            visit.folders.clear()
+            continue
+        for name in (*visit.folders, *visit.others):
+            rel = f"{visit.rel}/{name}" if visit.rel else name
+            yield rel, os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
 
 
 def pack(folder: str, *, cap: int, only: Mapping[str, str] | None = None) -> bytes:

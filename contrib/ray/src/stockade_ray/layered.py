@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import tempfile
 from typing import Any
 
@@ -39,7 +38,7 @@ from stockade import owned
 from stockade.errors import StockadeError, UsageError
 from stockade.layers import mounts
 from stockade.layers import snapshots as layers
-from stockade.layers.trees import remove_tree
+from stockade.trees import remove_tree
 
 from .forks import CopySnapshots, Forked, Snapshot, copy_into, unpack
 
@@ -131,7 +130,7 @@ def forget_pool(store: str, pool: str) -> list[str]:
         with open(index + ".closed", "w") as note:
             note.write("\n".join(kept))
     else:
-        shutil.rmtree(index, ignore_errors=True)
+        remove_tree(index)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(index + ".closed")
     return kept
@@ -200,7 +199,7 @@ def _discard_pool(store: str, index: str) -> None:
             continue
         with contextlib.suppress(OSError, UsageError), open(os.path.join(index, name)) as known:
             layers.discard(layers.get(known.read().strip(), store=store), store=store)
-    shutil.rmtree(index, ignore_errors=True)
+    remove_tree(index)
 
 
 def layers_refusal(doer: Any, store: str, mode: str) -> str | None:  # noqa: ANN401 - a Doer

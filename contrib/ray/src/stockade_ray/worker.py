@@ -39,6 +39,7 @@ from stockade.plugin.manager import Hooks, get_plugin_manager
 from stockade.request.step import AdmittedStep, Carried
 from stockade.request.wire import plain, step_from_json, step_to_json
 from stockade.run.doer import Doer
+from stockade.trees import remove_tree
 
 from .layered import start_pool
 from .tripped import Tripped
@@ -196,8 +197,6 @@ class Worker:
 
     def forget(self, run_id: str, workspace: str | None = None, *, remove: bool = False) -> None:
         """An episode ended: its doer released, its workspace removed when asked."""
-        import shutil
-
         if run_id != self.doer.run_id:
             self._runs.pop(run_id, None)  # it shares this worker's executor: nothing to close
         if workspace is not None:
@@ -208,7 +207,7 @@ class Worker:
                 with contextlib.suppress(UsageError, OSError):
                     layers.discard_fork(workspace, store=store)  # unmounted first
             elif remove:
-                shutil.rmtree(workspace, ignore_errors=True)
+                remove_tree(workspace)  # without recursion: a command made it, any depth
 
     async def trip(self, run_id: str, reason: str) -> bool:
         """The driver's word that run ``run_id`` holds both kinds (on the breaker's own

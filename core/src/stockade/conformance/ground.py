@@ -14,7 +14,6 @@ import functools
 import os
 import platform
 import secrets
-import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import MappingProxyType
@@ -27,6 +26,7 @@ from ..plugin.manager import Hooks, get_plugin_manager
 from ..request.literals import Mode
 from ..request.plan import HiddenPath
 from ..request.spec import ExecRequest
+from ..trees import remove_tree
 
 PYTHON = "/usr/bin/python3"
 """The system interpreter: every sandbox must show it (it is what the attacks run)."""
@@ -167,25 +167,8 @@ class Box:
         be a hard link an attack made to a host file (``/etc/passwd``), whose mode must not
         change; removing a name needs no right on the file itself. Each folder is opened
         without following a symlink and changed through that descriptor, so a process an
-        attack left behind cannot swap a folder for a link to a host folder in between.
+        attack left behind cannot swap a folder for a link to a host folder in between. Not
+        recursive (:func:`stockade.trees.remove_tree`): an attack may leave a tree of any
+        depth.
         """
-        os.chmod(self.root, 0o700)
-        for folder, dirs, _files in os.walk(self.root):
-            for name in dirs:
-                path = os.path.join(folder, name)
-                if not os.path.islink(path):
-                    _own_folder(path)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _own_folder(path: str) -> None:
-    """Give the owner full rights on the folder ``path`` itself, never on what a symlink
-    there points at (nothing is done for a link, a file or a name already gone)."""
-    try:
-        fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:  # an O_PATH descriptor takes no fchmod; its /proc link reaches the folder itself
-        os.chmod(f"/proc/self/fd/{fd}", os.fstat(fd).st_mode | 0o700)
-    finally:
-        os.close(fd)
+        remove_tree(str(self.root))

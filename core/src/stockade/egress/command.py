@@ -53,8 +53,8 @@ class CommandProxy:
 
     def close(self) -> None:
         """Stop the proxy (open tunnels end) and remove its folder."""
-        import shutil
+        from ..trees import remove_tree  # without recursion, as every tree removal
 
         if hasattr(self, "proxy"):
             self.proxy.close()
-        shutil.rmtree(self.folder, ignore_errors=True)
+        remove_tree(self.folder)

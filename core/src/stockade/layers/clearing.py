@@ -17,11 +17,11 @@ a tree of any depth is judged, and listed for the tally, in bounded memory per l
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from collections.abc import Iterator
 
 from ..confine import protected
+from ..trees import remove_at
 from .rules import Rules, Tally
 
 
@@ -134,7 +134,7 @@ def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) 
         os.unlink(name, dir_fd=dst)
         tally.deleted.append(target)
         return True
-    shutil.rmtree(name, dir_fd=dst)  # through descriptors, never following a link
+    remove_at(dst, name)  # by descriptors, never following a link, however deep
     tally.deleted.extend(p + "/" if stat.S_ISDIR(i.st_mode) else p for p, i in found[:0:-1])
     tally.deleted.append(target + "/")
     return True

@@ -40,6 +40,8 @@ import stat
 from .. import owned
 from ..confine import protected
 from ..resolved import inside
+from ..tree_copy import copy_tree
+from ..trees import remove_at
 from . import across, clearing
 from .place import Layer
 from .rules import Rules, Tally
@@ -384,8 +386,8 @@ def _quarantine(
         if error.errno != errno.EXDEV:
             raise
         if os.path.isdir(source) and not os.path.islink(source):
-            shutil.copytree(source, where, symlinks=True)
-            shutil.rmtree(name, dir_fd=up)
+            copy_tree(source, where)  # without recursion: a command made this tree
+            remove_at(up, name)
         else:
             shutil.copy2(source, where, follow_symlinks=False)
             os.unlink(name, dir_fd=up)

@@ -31,11 +31,12 @@ from attrs import field, frozen
 from ..errors import SandboxUnavailable
 from ..record.events import LayerEvent
 from ..request import wire
+from ..trees import remove_tree
 from . import clock
 from .commit import Rules, Tally, land
 from .place import LAYERS, Layer, discard
+from .rules import why
 from .snapshots import remount
-from .trees import remove_tree
 
 State = Literal["running", "landing", "waiting"]
 JOURNAL = "journal"
@@ -221,17 +222,8 @@ def _abandon(entry: Entry, error: Exception) -> Recovery:
         entry.action_id,
         outcome="discarded",
         roots=tuple(layer.root for layer in entry.layers),
-        failed=(f"{entry.action_id}: {_why(error)}; not finished, its layers discarded",),
+        failed=(f"{entry.action_id}: {why(error)}; not finished, its layers discarded",),
     )
-
-
-def _why(error: BaseException) -> str:
-    """An error in a few words: an ``OSError``'s own, else its kind and message."""
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    if isinstance(error, SandboxUnavailable):
-        return error.message
-    return f"{type(error).__name__}: {str(error)[:200]}".rstrip(": ")
 
 
 _RECOVERED: set[str] = set()
@@ -273,9 +265,9 @@ def _finish(entry: Entry, store: str) -> Recovery:
             remount(layer.root, store=store)  # a fork a reboot unmounted: never its bare folder
             land(layer, rules, tally)
         except (OSError, SandboxUnavailable) as error:
-            tally.failed.append(f"{layer.root}: {_why(error)}")
+            tally.failed.append(f"{layer.root}: {why(error)}")
         except Exception as error:  # noqa: BLE001 - a landing that raises (RecursionError...)
-            tally.failed.append(f"{layer.root}: {_why(error)}; the rest of it stays out")
+            tally.fail(layer.root, error)
     discard(entry.layers)
     if clocked and tally.conflicts:
         tally.failed.append(clocked)

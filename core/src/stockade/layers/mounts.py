@@ -27,13 +27,13 @@ import contextlib
 import ctypes
 import errno
 import os
-import shutil
 import threading
 
 from attrs import frozen
 
 from .. import resolved
 from ..confine.roots import OWN_FORKS, OWN_WORKSPACES
+from ..trees import remove_tree
 
 MS_NOSUID = 0x2
 MS_NODEV = 0x4
@@ -198,7 +198,7 @@ def _probe(store: str) -> str | None:
 
 
 def _remove(folder: str) -> None:
-    shutil.rmtree(folder, ignore_errors=True)
+    remove_tree(folder)  # without recursion, as every removal of a tree here
 
 
 def mount(lower: str, upper: str, work: str, point: str) -> None:

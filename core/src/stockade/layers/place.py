@@ -20,7 +20,7 @@ store), the root cannot have a layer: :func:`make` returns ``None`` and the comm
 today's direct mode, which the result's ``sandbox.writes`` and ``stockade doctor`` say.
 
 A layer holds whatever its command made, a tree of any depth included: it is walked and
-removed without recursion (:mod:`~stockade.layers.trees`).
+removed without recursion (:mod:`~stockade.trees`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import attrs
 from attrs import frozen
 
 from ..confine.protected import inside
+from ..trees import remove_tree
 from . import mounts
-from .trees import remove_tree
 
 LAYERS = "layers"
 """The store's folder of layers."""

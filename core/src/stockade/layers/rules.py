@@ -9,6 +9,8 @@ from collections.abc import Iterable
 import attrs
 from attrs import frozen
 
+from ..errors import SandboxUnavailable
+
 
 @attrs.define
 class Tally:
@@ -20,6 +22,20 @@ class Tally:
     quarantined: list[str] = attrs.field(factory=list)
     conflicts: list[str] = attrs.field(factory=list)
     failed: list[str] = attrs.field(factory=list)
+
+    def fail(self, root: str, error: BaseException) -> None:
+        """Say that landing the layer of ``root`` stopped at ``error``: what it landed
+        before stays, the rest of it does not land."""
+        self.failed.append(f"{root}: {why(error)}; the rest of it stays out")
+
+
+def why(error: BaseException) -> str:
+    """An error in a few words: an ``OSError``'s own, else its kind and message."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    if isinstance(error, SandboxUnavailable):
+        return error.message
+    return f"{type(error).__name__}: {str(error)[:200]}".rstrip(": ")
 
 
 def _sorted(names: Iterable[str]) -> tuple[str, ...]:

@@ -22,11 +22,11 @@ from typing import Literal
 from attrs import frozen
 
 from ..request.result import Changes, Guarded
+from ..trees import walk
 from . import clock, journal
 from .commit import Rules, Tally, land
 from .place import Layer, aside, discard
 from .survey import survey
-from .trees import walk
 
 Kept = Literal["landed", "discarded", "over-quota", "waiting"]
 
@@ -161,8 +161,8 @@ class Session:
             for layer in self.layers:
                 try:
                     land(layer, self.rules, tally)
-                except OSError as error:
-                    tally.failed.append(f"{layer.root}: {error.strerror}; the rest of it stays out")
+                except Exception as error:  # noqa: BLE001 - said in the result, never lost
+                    tally.fail(layer.root, error)
             if clocked and tally.conflicts:
                 tally.failed.append(clocked)
             self._remember(tally)

@@ -45,8 +45,9 @@ from attrs import frozen
 
 from .. import resolved
 from ..errors import SandboxUnavailable, UnsafeRoot, UsageError
+from ..tree_copy import copy_tree
+from ..trees import remove_tree, walk
 from . import across, marks, mounts
-from .trees import remove_tree
 
 SNAPSHOTS = "snapshots"
 FORKS = mounts.FORKS
@@ -92,10 +93,10 @@ def take(folder: str, *, store: str, record: str | None = None) -> Snapshot:
     target = _tree(store, snapshot_id)
     os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
     partial = target + ".partial"
-    shutil.copytree(source, partial, symlinks=True)
-    for _, _, files, fd in os.fwalk(partial):
-        for name in files:
-            across.drop_privileges(fd, name)  # no fork gets a setuid program from its source
+    copy_tree(source, partial)  # without recursion: a command may have made it deep
+    for visit in walk(partial):
+        for name in visit.others:
+            across.drop_privileges(visit.fd, name)  # no fork gets a setuid program from its source
     with open(os.path.join(os.path.dirname(target), f"{snapshot_id}.source"), "w") as note:
         note.write(source)
     marks.keep(source, f"{target}.private", store=store, record=record)
@@ -184,7 +185,7 @@ def fork_one(
         else:
             _inherit(snapshot, target, store, record)
             return Fork(target, "overlay")
-    shutil.copytree(snapshot.folder, target, symlinks=True, copy_function=os.link)
+    copy_tree(snapshot.folder, target, link=True)
     shutil.copystat(snapshot.folder, target)
     _inherit(snapshot, target, store, record)
     return Fork(target, "links", why)

@@ -20,11 +20,11 @@ import stat
 
 from ..confine import protected
 from ..resolved import inside
+from ..trees import PATH_MAX, walk
 from . import clearing
 from .commit import DEPTH, marks, whiteout
 from .place import Layer
 from .rules import Rules, Tally
-from .trees import PATH_MAX, walk
 
 
 def survey(layers: tuple[Layer, ...], rules: Rules) -> Tally:

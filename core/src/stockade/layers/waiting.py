@@ -100,8 +100,8 @@ def settle(
             for layer in entry.layers:
                 try:
                     land(layer, rules, tally)
-                except OSError as error:
-                    tally.failed.append(f"{layer.root}: {error.strerror}; the rest stays out")
+                except Exception as error:  # noqa: BLE001 - said in the result, never lost
+                    tally.fail(layer.root, error)
             if clocked and tally.conflicts:
                 tally.failed.append(clocked)
         discard(entry.layers)

@@ -33,6 +33,7 @@ from attrs import frozen
 
 from .. import resolved
 from ..errors import UsageError
+from ..trees import walk as walk_tree
 from .walk import walk
 
 if TYPE_CHECKING:
@@ -220,16 +221,20 @@ def _with_links(workspace: str, paths: list[str]) -> list[str]:
     if not inodes:
         return paths
     found = dict.fromkeys(paths)
-    for here, folders, files in os.walk(workspace):
-        for name in files:
-            path = os.path.join(here, name)
-            try:
-                st = os.lstat(path)
-            except OSError:
+    # by descriptors, without recursion: a command may have left a tree of any depth here
+    with contextlib.suppress(OSError):  # a folder moved meanwhile: as os.walk, what was seen
+        for visit in walk_tree(resolved.realpath(workspace)):
+            if visit.rel is None:  # past PATH_MAX: no path could name, nor mask, a link there
+                visit.folders.clear()
                 continue
-            if (st.st_dev, st.st_ino) in inodes:
-                found.setdefault(path, None)
-        folders[:] = [f for f in folders if not os.path.islink(os.path.join(here, f))]
+            here = os.path.join(workspace, visit.rel) if visit.rel else workspace
+            for name in visit.others:
+                try:
+                    st = os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) in inodes:
+                    found.setdefault(os.path.join(here, name), None)
     return list(found)
 
 

@@ -27,6 +27,8 @@ import stat
 from collections.abc import Iterable, Iterator
 
 from .. import owned
+from ..tree_copy import copy_tree
+from ..trees import remove_at
 
 _WALK = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEED = stat.S_IRUSR | stat.S_IWUSR | stat.S_IXUSR
@@ -212,14 +214,15 @@ def _copy(fd: int, name: str, target: str) -> None:
     info = os.stat(name, dir_fd=fd, follow_symlinks=False)
     source = os.path.join(_proc(fd), name)  # the folder held by fd, whatever its path now
     if stat.S_ISDIR(info.st_mode):
-        shutil.copytree(source, target, symlinks=True)
+        copy_tree(source, target)  # without recursion: a command may have made it deep
     else:
         shutil.copy2(source, target, follow_symlinks=False)
 
 
 def _remove(fd: int, name: str) -> None:
-    """Remove ``name`` inside ``fd`` (a folder with :func:`shutil.rmtree`'s descriptor walk)."""
+    """Remove ``name`` inside ``fd`` (a folder by :func:`~stockade.trees.remove_at`'s
+    descriptor walk, without recursion)."""
     if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
-        shutil.rmtree(name, dir_fd=fd)
+        remove_at(fd, name)
     else:
         os.unlink(name, dir_fd=fd)

@@ -26,6 +26,8 @@ from .. import resolved
 from ..config.schema import Config, store_folder
 from ..errors import StockadeError
 from ..request.spec import Profile
+from ..trees import empty, remove_tree  # without recursion: commands write these trees
+from ..trees import walk as walk_tree
 
 
 class WorkspaceBusy(StockadeError):
@@ -139,69 +141,31 @@ def usage(folder: str) -> tuple[int, int]:
     return size, files
 
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-
-
 def statuses(folder: str) -> Iterator[os.stat_result]:
     """The status of every entry under ``folder`` (not ``folder`` itself), links not
     followed: what a quota counts.
 
-    The walk holds each folder by descriptor, reads every status relative to it, and enters
-    a subfolder by ``O_DIRECTORY | O_NOFOLLOW`` from its parent's descriptor: a folder
-    swapped for a link while it is walked is not entered (``ELOOP``), so no file outside
-    ``folder`` is counted. It holds one descriptor per level, not per folder. Hand-written
-    because :func:`os.fwalk` opens folders without ``O_DIRECTORY``, so a folder swapped for
-    a link to a FIFO at the wrong moment would block it. An entry gone or unreadable
-    holds nothing to count.
+    The walk (:func:`stockade.trees.walk`) holds each folder by descriptor, reads every
+    status relative to it, and enters a subfolder by ``O_DIRECTORY | O_NOFOLLOW`` from its
+    parent's descriptor: a folder swapped for a link while it is walked is not entered
+    (``ELOOP``), so no file outside ``folder`` is counted, and a link to a FIFO never blocks
+    it. It is not recursive and holds at most :data:`~stockade.trees.WINDOW` descriptors
+    however deep the command made the tree (one per level would run out of them, and
+    leave what lies deeper uncounted). An entry gone or unreadable holds nothing to count;
+    a folder moved while it is walked ends the measure there.
     """
-    try:
-        top = os.open(folder, _DIR & ~os.O_NOFOLLOW)  # the root itself is the caller's
-    except OSError:
-        return
-    stack = [(top, iter(_names(top)))]
-    try:
-        while stack:
-            fd, names = stack[-1]
-            name = next(names, None)
-            if name is None:
-                os.close(stack.pop()[0])
-                continue
-            try:
-                info = os.stat(name, dir_fd=fd, follow_symlinks=False)
-            except OSError:
-                continue
-            yield info
-            if stat.S_ISDIR(info.st_mode):
+    with contextlib.suppress(OSError):  # a folder moved meanwhile (the command is running)
+        for visit in walk_tree(resolved.realpath(folder)):  # the root itself is the caller's
+            for name in (*visit.folders, *visit.others):
                 try:
-                    sub = os.open(name, _DIR, dir_fd=fd)
+                    yield os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
                 except OSError:
-                    continue  # swapped for a link or a file since its status was read
-                stack.append((sub, iter(_names(sub))))
-    finally:
-        for fd, _names_left in stack:
-            os.close(fd)
-
-
-def _names(fd: int) -> list[str]:
-    try:
-        with os.scandir(fd) as listing:
-            return [entry.name for entry in listing]
-    except OSError:
-        return []
+                    continue
 
 
 def clear(folder: str) -> int:
     """Empty ``folder``; how many entries were removed."""
-    import shutil  # not at the top: every command's resolve imports this module
-
-    removed = 0
-    for entry in os.scandir(folder):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
-        removed += 1
-    return removed
+    return empty(folder)
 
 
 # --- run homes and caches ----------------------------------------------------------------
@@ -250,9 +214,7 @@ class Home:
 
     def remove(self) -> None:
         """Remove the home and everything in it; the run is over."""
-        import shutil
-
-        shutil.rmtree(self.path, ignore_errors=True)
+        remove_tree(self.path)
         with contextlib.suppress(OSError):
             os.unlink(self.path + ".lock")
         if self._lock >= 0:
@@ -262,8 +224,6 @@ class Home:
 
 def _sweep(parent: str, *, keep: str) -> None:
     """Remove the homes of runs that ended without removing theirs."""
-    import shutil
-
     for entry in os.scandir(parent):
         if not entry.name.endswith(".lock") or entry.name == keep + ".lock":
             continue
@@ -277,6 +237,6 @@ def _sweep(parent: str, *, keep: str) -> None:
             continue  # its run is still going
         finally:
             os.close(fd)
-        shutil.rmtree(entry.path[: -len(".lock")], ignore_errors=True)
+        remove_tree(entry.path[: -len(".lock")])
         with contextlib.suppress(OSError):
             os.unlink(entry.path)

@@ -10,7 +10,6 @@ the command writes directly, and the result and ``stockade doctor`` say so.
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import threading
 
@@ -18,6 +17,7 @@ from stockade.layers import place
 from stockade.layers.place import Layer
 from stockade.request.spec import ExecSpec
 from stockade.run import spawn
+from stockade.trees import remove_tree
 
 from .discover import PROBE_TIMEOUT
 
@@ -74,7 +74,7 @@ def _try(bwrap: str, home: str) -> str | None:
             return f"bwrap could not mount an overlay in {home}: {said}"
         return None
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        remove_tree(folder)  # without recursion, as every tree removal
 
 
 def layers_for(spec: ExecSpec, roots: tuple[str, ...], bwrap: str) -> tuple[Layer, ...]:

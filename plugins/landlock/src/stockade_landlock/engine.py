@@ -44,6 +44,7 @@ from stockade.request.literals import HiddenKind
 from stockade.request.plan import LaunchPlan, Probe, SandboxFacts
 from stockade.request.result import ProcessOutcome
 from stockade.request.spec import ExecSpec
+from stockade.trees import remove_tree
 
 from . import abi, supervisor
 from .loading import load_filter as _load_filter
@@ -393,7 +394,7 @@ class Engine:
             base.close()
         self._veil.close()
         for folder in [*spare, *([parent] if parent else [])]:
-            shutil.rmtree(folder, ignore_errors=True)
+            remove_tree(folder)  # without recursion: a command's home, of any depth
 
     def _take_scratch(self) -> str:
         """An empty scratch directory of this run's own: a spare one, or a new one."""
@@ -412,7 +413,7 @@ class Engine:
             return
         if not empty:
             self._forget(scratch)
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch)  # without recursion: the command made a tree of any depth
             return
         with self._lock:
             if len(self._spare) < _MAX_SPARE:
@@ -427,7 +428,7 @@ class Engine:
         with self._lock:
             if self._scratch is None:
                 self._scratch = tempfile.mkdtemp(prefix="stockade-landlock-")
-                weakref.finalize(self, shutil.rmtree, self._scratch, ignore_errors=True)
+                weakref.finalize(self, remove_tree, self._scratch)
             return self._scratch
 
 

@@ -80,11 +80,22 @@ def expand(
 
 
 class _Walk:
+    """The split of grants around carve-outs, folder by folder down to each carve-out;
+    without recursion (a stack of the folders still to split), since a carve-out may lie as
+    deep as a path can name (a command can make a private ``*.pem`` 2,000 folders down)."""
+
     def __init__(self, rules: dict[str, int], listed: list[str] | None) -> None:
         self.rules = rules
         self.listed = listed
 
     def expand(self, path: str, rights: int, cuts: list[tuple[str, int]], *, is_dir: bool) -> None:
+        todo: list[_Split] = [(path, rights, cuts, is_dir)]
+        while todo:
+            todo.extend(reversed(self._split(todo.pop())))  # in order: as a recursion would
+
+    def _split(self, split: _Split) -> list[_Split]:
+        """The rule of ``path``; and, when a carve-out lies beneath it, its entries to split."""
+        path, rights, cuts, is_dir = split
         for cut, removed in cuts:
             if cut == path:
                 rights &= ~removed
@@ -92,10 +103,10 @@ class _Walk:
         deeper = [(c, r) for c, r in cuts if c != path and r & rights]
         if not is_dir:
             _add(self.rules, path, rights & abi.FS_FILE)
-            return
+            return []
         if not deeper:
             _add(self.rules, path, rights)
-            return
+            return []
         taken = 0
         below: dict[str, list[tuple[str, int]]] = {}
         prefix = len(path.rstrip("/")) + 1
@@ -108,7 +119,8 @@ class _Walk:
         try:
             entries = list(os.scandir(path))
         except OSError:
-            return  # cannot list it: its entries get nothing of their own
+            return []  # cannot list it: its entries get nothing of their own
+        inner: list[_Split] = []
         for entry in entries:
             try:
                 if entry.is_symlink():
@@ -116,7 +128,13 @@ class _Walk:
                 child_is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
                 continue  # gone (or unreadable) since it was listed: it gets nothing
-            self.expand(entry.path, rights, below.get(entry.name, []), is_dir=child_is_dir)
+            inner.append((entry.path, rights, below.get(entry.name, []), child_is_dir))
+        return inner
+
+
+_Split = tuple[str, int, list[tuple[str, int]], bool]
+"""A folder or file still to split: its path, its rights, the carve-outs beneath it, whether
+it is a folder."""
 
 
 def _add(rules: dict[str, int], path: str, access: int) -> None:

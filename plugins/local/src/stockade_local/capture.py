@@ -53,9 +53,10 @@ def sweep(parent: str, older_than: float) -> int:
     """Remove this user's spill directories in ``parent`` untouched for ``older_than``
     seconds; returns how many. Only real 0700 directories named ``stockade-spill-*`` and
     owned by this user are touched: a link or another user's folder is left alone."""
-    import shutil
     import stat
     import time
+
+    from stockade.trees import remove_tree  # without recursion, as every tree removal
 
     now, removed = time.time(), 0
     try:
@@ -74,7 +75,7 @@ def sweep(parent: str, older_than: float) -> int:
             continue
         newest = max([info.st_mtime, *_mtimes(entry.path)])
         if now - newest > older_than:
-            shutil.rmtree(entry.path, ignore_errors=True)
+            remove_tree(entry.path)
             removed += not os.path.lexists(entry.path)
     return removed
 

@@ -12,12 +12,14 @@ not name; never ``references/``, ``assets/`` or a file at the skill's top.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
 from typing import Literal
 
 from stockade import resolved
+from stockade.trees import PATH_MAX, remove_tree, walk
 
 from .errors import BadResource
 from .model import Skill
@@ -92,14 +94,25 @@ def resolve(skill: Skill, resource: str) -> str:
 def listing(skill: Skill) -> list[str]:
     """The skill's files, as relative paths, sorted; at most :data:`MAX_FILES`."""
     found: list[str] = []
-    for top, dirs, files in os.walk(skill.root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        relative = os.path.relpath(top, skill.root)
-        for name in sorted(files):
-            found.append(name if relative == "." else f"{relative}/{name}")
+    for visit in walk(skill.root):  # without recursion: a project's skill may be any depth
+        if visit.rel is None:  # past PATH_MAX: no path names what is there
+            visit.folders.clear()
+            continue
+        visit.folders[:] = [d for d in visit.folders if not d.startswith(".")]
+        for name in visit.others:
+            if _is_folder(visit.fd, name):
+                continue  # a link to a folder, as os.walk sorts it
+            found.append(f"{visit.rel}/{name}" if visit.rel else name)
             if len(found) >= MAX_FILES:
                 return found
     return found
+
+
+def _is_folder(fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=fd).st_mode)
+    except OSError:
+        return False
 
 
 def read_text(path: str) -> str:
@@ -127,11 +140,18 @@ def materialize(skill: Skill, into: str) -> tuple[str, list[str]]:
     root = os.path.join(into, skill.name)
     left_out: list[str] = []
     count = size = 0
-    for top, dirs, files in os.walk(skill.root):
-        relative = os.path.relpath(top, skill.root)
+    for visit in walk(skill.root):  # without recursion: a project's skill may be any depth
+        if visit.rel is None or len(os.path.join(root, visit.rel)) >= PATH_MAX:
+            raise BadResource(
+                f"skill {skill.name!r} is too deep to run from (a path over {PATH_MAX} bytes)",
+                hint="keep a skill's folders shallow",
+                details={"skill": skill.name},
+            )
+        relative = visit.rel or "."
+        top = os.path.join(skill.root, visit.rel) if visit.rel else skill.root
         target_dir = root if relative == "." else os.path.join(root, relative)
         os.makedirs(target_dir, mode=0o755, exist_ok=True)
-        for name in [*files, *[d for d in dirs if os.path.islink(os.path.join(top, d))]]:
+        for name in visit.others:
             source, target = os.path.join(top, name), os.path.join(target_dir, name)
             shown = name if relative == "." else f"{relative}/{name}"
             count += 1
@@ -157,21 +177,17 @@ def materialize(skill: Skill, into: str) -> tuple[str, list[str]]:
                 shutil.copyfile(source, target, follow_symlinks=False)
                 os.chmod(target, stat.S_IMODE(info.st_mode) | stat.S_IWUSR | stat.S_IRUSR)
                 size += info.st_size
-        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
     return root, left_out
 
 
 def remove(tree: str) -> None:
-    """Remove ``tree`` whatever a script did to the permissions of its folders."""
-    if not os.path.lexists(tree):
-        return
-    stack = [tree] if os.path.isdir(tree) and not os.path.islink(tree) else []
-    while stack:  # a folder made unreadable or unwritable would stop rmtree
-        folder = stack.pop()
-        os.chmod(folder, 0o700)
-        with os.scandir(folder) as entries:
-            stack += [e.path for e in entries if e.is_dir(follow_symlinks=False)]
-    if stack == [] and os.path.isdir(tree) and not os.path.islink(tree):
-        shutil.rmtree(tree)
-    else:
-        os.unlink(tree)
+    """Remove ``tree`` whatever a script did to the permissions of its folders (each gets
+    its owner's rights back) or to its depth (:func:`stockade.trees.remove_tree`, without
+    recursion).
+
+    Raises:
+        OSError: something in it could not be removed.
+    """
+    remove_tree(tree)
+    if os.path.lexists(tree):
+        raise OSError(errno.ENOTEMPTY, "a skill's copy could not be removed", tree)

@@ -1,13 +1,16 @@
 """Trees of any depth, walked and removed without recursion.
 
-A layer holds whatever its command made, a folder 100,000 levels deep included, and the
-recursive walks of the standard library (:func:`os.walk`, :func:`os.fwalk`,
-:func:`shutil.rmtree` in Python 3.11) raise ``RecursionError`` on one. So a tree is walked
-(:func:`walk`, for the survey and the quota) and removed (:func:`remove_tree`) by folder
-descriptors, one level at a time, holding at most :data:`WINDOW` of them open: a folder
-left is found again from its child by ``..``, and the walk stops if that is no longer the
-folder it came from (a swap meanwhile), so it never leaves the tree. Nothing is followed
-through a link.
+A command makes trees of any depth (``mkdirat`` relative to a folder's descriptor, which
+``PATH_MAX`` does not limit): in its workspace, its layer, its scratch home. The standard
+library's walks are recursive in Python 3.11 (:func:`os.walk`, :func:`os.fwalk`,
+:meth:`pathlib.Path.rglob`, :func:`shutil.rmtree`, :func:`shutil.copytree`) and raise
+``RecursionError`` on such a tree, which no ``ignore_errors`` or ``onerror`` catches. So
+every walk, removal and copy (:mod:`stockade.tree_copy`) of a tree a command could have
+written is written here by hand: a tree is walked (:func:`walk`) and removed
+(:func:`remove_tree`, :func:`remove_at`) by folder descriptors, one level at a time,
+holding at most :data:`WINDOW` of them open: a folder left is found again from its child by
+``..``, and the walk stops if that is no longer the folder it came from (a swap meanwhile),
+so it never leaves the tree. Nothing is followed through a link.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def remove_tree(folder: str) -> None:
     with contextlib.suppress(OSError):
         _own(os.path.dirname(os.path.abspath(folder)), os.path.basename(folder))
     try:
-        top = os.open(folder, _DIR)
+        top = os.open(folder, READ_FOLDER)
     except OSError as error:
         if error.errno in (errno.ELOOP, errno.ENOTDIR):  # a link or a file put there since
             with contextlib.suppress(OSError):
@@ -55,24 +58,63 @@ def remove_tree(folder: str) -> None:
         os.rmdir(folder)
 
 
+def remove_at(parent: int, name: str, *, own: bool = False) -> None:
+    """Remove ``name`` of folder ``parent`` (a descriptor) and everything in it, as
+    ``shutil.rmtree(name, dir_fd=parent)`` does, but without recursion however deep the
+    tree (:func:`_clear`); a file or a link there is unlinked, never followed. ``own``:
+    folders a command took its own rights away from get them back first (else they stay).
+
+    Raises:
+        OSError: ``name`` is not there, or is there still (something in it could not be
+            removed), as :func:`shutil.rmtree` raises without ``ignore_errors``.
+    """
+    try:
+        fd = os.open(name, READ_FOLDER, dir_fd=parent)
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        os.unlink(name, dir_fd=parent)  # a file or a link: the name only
+        return
+    _clear(fd, own=own)
+    os.rmdir(name, dir_fd=parent)  # ENOTEMPTY: what could not be removed stays, and is said
+
+
+def empty(folder: str) -> int:
+    """Remove everything in ``folder`` (the folder itself stays), without recursion however
+    deep a command made it and never following a link (:func:`remove_at`); how many entries
+    were removed.
+
+    Raises:
+        OSError: ``folder`` cannot be opened, or an entry could not be removed.
+    """
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        names = os.listdir(fd)
+        for name in names:
+            remove_at(fd, name)
+    finally:
+        os.close(fd)
+    return len(names)
+
+
 ROUNDS = 3
 """How many times an emptied folder is listed again before it is removed: a process still
 writing in it (a detached fork's upper) may have put something there meanwhile."""
 
 
-def _clear(top: int) -> None:
+def _clear(top: int, *, own: bool = True) -> None:
     """Remove everything in folder ``top`` (a descriptor, closed after), bottom up, by names
-    relative to folder descriptors (:class:`_Chain`: at most :data:`WINDOW` of them open).
+    relative to folder descriptors (:class:`FolderChain`: at most :data:`WINDOW` of them open).
     Best effort, as :func:`shutil.rmtree` with ``ignore_errors``: what cannot be removed
-    stays."""
-    chain = _Chain(top)
+    stays. ``own``: each folder gets its owner's rights back before it is entered."""
+    chain = FolderChain(top)
     todo = [_listed(top)]  # the names left to remove in each folder of the chain
     rounds = [1]
     try:
         while True:
             if todo[-1]:
                 name = todo[-1].pop()
-                if _unlinked(chain.fd, name) or not _entered(chain, name):
+                if _unlinked(chain.fd, name) or not _entered(chain, name, own=own):
                     continue
                 todo.append(_listed(chain.fd))
                 rounds.append(1)
@@ -88,7 +130,7 @@ def _clear(top: int) -> None:
             else:
                 return
     except OSError:
-        return  # a folder moved while it was emptied (:meth:`_Chain.up`): the rest stays
+        return  # a folder moved while it was emptied (:meth:`FolderChain.up`): the rest stays
     finally:
         chain.close()
 
@@ -105,11 +147,12 @@ def _unlinked(fd: int, name: str) -> bool:
     return True
 
 
-def _entered(chain: _Chain, name: str) -> bool:
+def _entered(chain: FolderChain, name: str, *, own: bool) -> bool:
     """Whether the chain went down into folder ``name``, given back its owner's rights
-    first; one swapped for a link or a file meanwhile is unlinked instead."""
-    with contextlib.suppress(OSError):
-        _own(chain.fd, name)
+    first (``own``); one swapped for a link or a file meanwhile is unlinked instead."""
+    if own:
+        with contextlib.suppress(OSError):
+            _own(chain.fd, name)
     try:
         chain.down(name)
     except OSError as error:
@@ -145,7 +188,8 @@ def _own(parent: str | int, name: str) -> None:
 
 
 _FOLDER = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+"""How a folder of a walk is opened: for listing, never through a link."""
 
 PATH_MAX = 4096
 """The longest path the kernel takes, its ending NUL included: a longer one names nothing."""
@@ -177,7 +221,7 @@ class Visit:
 def walk(top: str, *, own: bool = False) -> Iterator[Visit]:
     """Every folder under ``top`` (``top`` first, then depth first, by name), as
     :func:`os.fwalk` gives them without following links, but with no recursion and at most
-    :data:`WINDOW` descriptors open however deep the tree (:class:`_Chain`). A folder that
+    :data:`WINDOW` descriptors open however deep the tree (:class:`FolderChain`). A folder that
     cannot be opened (gone, a link now) is skipped, as :func:`os.walk` skips it; ``own``:
     one of this user the command took its own rights from gets them back (``u+rwx``, as
     landing gives them) rather than being skipped.
@@ -186,10 +230,10 @@ def walk(top: str, *, own: bool = False) -> Iterator[Visit]:
         OSError: a folder moved while it was walked (another process writes in the tree).
     """
     try:
-        fd = os.open(top, _DIR)
+        fd = os.open(top, READ_FOLDER)
     except OSError:
         return
-    chain = _Chain(fd)
+    chain = FolderChain(fd)
     try:
         visit = _visit(chain, "")
         yield visit
@@ -206,7 +250,7 @@ def walk(top: str, *, own: bool = False) -> Iterator[Visit]:
                 chain.down(name, own=own)
             except OSError:
                 continue
-            visit = _visit(chain, _below(rels[-1], name))
+            visit = _visit(chain, child_rel(rels[-1], name))
             yield visit
             todo.append(visit.folders[::-1])
             rels.append(visit.rel)
@@ -214,7 +258,7 @@ def walk(top: str, *, own: bool = False) -> Iterator[Visit]:
         chain.close()
 
 
-def _visit(chain: _Chain, rel: str | None) -> Visit:
+def _visit(chain: FolderChain, rel: str | None) -> Visit:
     """The folder the chain is in, its entries sorted into folders (not followed) and the rest."""
     folders: list[str] = []
     others: list[str] = []
@@ -224,7 +268,7 @@ def _visit(chain: _Chain, rel: str | None) -> Visit:
     return Visit(chain.fd, chain.depth, rel, sorted(folders), sorted(others))
 
 
-def _below(rel: str | None, name: str) -> str | None:
+def child_rel(rel: str | None, name: str) -> str | None:
     """The relative path of folder ``name`` of folder ``rel``, while a path can name it."""
     if rel is None:
         return None
@@ -232,7 +276,7 @@ def _below(rel: str | None, name: str) -> str | None:
     return path if len(path) < PATH_MAX else None
 
 
-class _Chain:
+class FolderChain:
     """The folders from a walk's top down to the one it is in, as descriptors, of which only
     the :data:`WINDOW` deepest stay open: going back up into a folder whose descriptor was
     closed opens ``..`` of its child again, and that must be the very folder (device and
@@ -290,7 +334,7 @@ class _Chain:
         self._names.pop()
         try:
             if self._first == len(self._fds):  # the parent's descriptor was closed
-                parent = os.open("..", _DIR, dir_fd=child)
+                parent = os.open("..", READ_FOLDER, dir_fd=child)
                 if _identity(parent) != self._ids[-1]:
                     os.close(parent)
                     raise OSError(errno.ESTALE, "a folder moved while it was walked")
@@ -320,7 +364,7 @@ def _open_folder(parent: int, name: str, *, own: bool) -> int:
         OSError: it is gone, not a folder, or cannot be opened.
     """
     try:
-        return os.open(name, _DIR, dir_fd=parent)
+        return os.open(name, READ_FOLDER, dir_fd=parent)
     except PermissionError:
         if not own:
             raise
@@ -331,4 +375,4 @@ def _open_folder(parent: int, name: str, *, own: bool) -> int:
             os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(info.st_mode) | 0o700)
     finally:
         os.close(fd)
-    return os.open(name, _DIR, dir_fd=parent)
+    return os.open(name, READ_FOLDER, dir_fd=parent)
