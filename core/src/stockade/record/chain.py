@@ -4,8 +4,8 @@ Each event becomes a row of the store's ``events`` table:
 
 - ``body``: the event as canonical JSON (sorted keys, no spaces); a result's output text
   is not in it: each stream's content (the whole stream, from the spill file when it was
-  cut) is a blob under ``blobs/`` beside the store, named by its sha256, and the body
-  holds that name;
+  cut or is not UTF-8) is a blob under ``blobs/`` beside the store, named by its sha256,
+  and the body holds that name;
 - ``hash`` = sha256 of ``prev``, ``seq``, ``run_id``, ``step`` and ``body`` (one per line),
   where ``prev`` is the hash of the event before (64 zeros for the first): an edit, a
   deletion or a reordering breaks every link after it. The other columns (``kind``,
@@ -326,7 +326,7 @@ class Chain:
             for name, output in (("stdout", result.stdout), ("stderr", result.stderr)):
                 stream = body["result"][name]
                 text = stream.pop("text")
-                if output.truncated and output.spill_path and os.path.exists(output.spill_path):
+                if output.spill_path and os.path.exists(output.spill_path):  # the bytes
                     stream["blob"] = put_blob_file(self.store, output.spill_path, line)
                 else:
                     content = text.encode("utf-8", "surrogateescape")

@@ -44,7 +44,8 @@ class CollectedOutput:
         truncated: bytes were dropped from :attr:`text`.
         total_bytes: the length of the whole stream.
         sha256: hex digest of the whole stream.
-        spill_path: a private file holding the whole stream, when truncated.
+        spill_path: a private file holding the whole stream, when truncated, or when it is
+            not UTF-8 (:attr:`text` then shows U+FFFD where its bytes were).
     """
 
     text: str

@@ -3,7 +3,9 @@
 Until a stream passes its limit it is kept in memory as it is. The first byte past the limit
 opens a spill file (owner-only, random name, in a private 0700 directory) holding everything
 so far; from then on every chunk goes to the file, the head stays fixed and only the tail is
-kept in memory. Memory is bounded by about 1.5x the limit whatever the command prints.
+kept in memory. Memory is bounded by about 1.5x the limit whatever the command prints. A
+stream within its limit that is not UTF-8 gets a spill file too, once it ended: its text
+shows U+FFFD where its bytes were, and the record keeps the bytes from the file.
 """
 
 from __future__ import annotations
@@ -135,11 +137,12 @@ class StreamCapture:
         """The collected stream; closes the spill file."""
         digest = self._digest.hexdigest()
         if self._file is None:
+            try:
+                text, kept = self._buffer.decode("utf-8"), None
+            except UnicodeDecodeError:  # shown with U+FFFD; the bytes kept for the record
+                text, kept = self._buffer.decode("utf-8", "replace"), self._keep()
             return CollectedOutput(
-                self._buffer.decode("utf-8", "replace"),
-                False,
-                total_bytes=self._total,
-                sha256=digest,
+                text, False, total_bytes=self._total, sha256=digest, spill_path=kept
             )
         self._file.close()
         tail = self._tail[len(self._tail) - self.tail_limit :]
@@ -152,6 +155,18 @@ class StreamCapture:
         return CollectedOutput(
             text, True, total_bytes=self._total, sha256=digest, spill_path=self._path
         )
+
+    def _keep(self) -> str | None:
+        """The stream's exact bytes in a spill file of their own, for a stream that is not
+        UTF-8 (its text shows U+FFFD in their place, and the record would keep that);
+        ``None`` where no spill file can be made (the text is all there is then)."""
+        try:
+            path, handle = self._spill_dir.new_file(self.name)
+        except OSError:
+            return None
+        with handle:
+            handle.write(self._buffer)
+        return path
 
     def abandon(self) -> None:
         """Close the spill file after a failure."""
