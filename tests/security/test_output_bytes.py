@@ -2,9 +2,10 @@
 were (for terminals and JSON), and the stream's exact bytes go to a spill file of their own,
 from which the record keeps them: the blob is the stream (its name is the stream's sha256,
 its size the stream's), and ``stockade show`` prints them back. (``stockade run`` prints
-the text, in-process as through the warm server, whose frames carry text.) Before, the record kept the replaced text under another name, so a step's
-output could never be replayed or proved against the digest its result records. The
-control: UTF-8 output keeps no spill file, and its blob is its text."""
+the text, in-process as through the warm server, whose frames carry text.) Before, the
+record kept the replaced text under another name, so a step's output could never be
+replayed or proved against the digest its result records. The control: UTF-8 output keeps
+no spill file, and its blob is its text."""
 
 from __future__ import annotations
 
