@@ -19,7 +19,7 @@ import contextlib
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -218,13 +218,17 @@ class Visit:
     others: list[str]
 
 
-def walk(top: str, *, own: bool = False) -> Iterator[Visit]:
+def walk(
+    top: str, *, own: bool = False, refused: Callable[[int, str], None] | None = None
+) -> Iterator[Visit]:
     """Every folder under ``top`` (``top`` first, then depth first, by name), as
     :func:`os.fwalk` gives them without following links, but with no recursion and at most
     :data:`WINDOW` descriptors open however deep the tree (:class:`FolderChain`). A folder that
     cannot be opened (gone, a link now) is skipped, as :func:`os.walk` skips it; ``own``:
     one of this user the command took its own rights from gets them back (``u+rwx``, as
-    landing gives them) rather than being skipped.
+    landing gives them) rather than being skipped. ``refused(depth, name)`` is told of each
+    folder there that could not be opened for another reason (no right to it): ``name`` in
+    the folder of depth ``depth`` last visited.
 
     Raises:
         OSError: a folder moved while it was walked (another process writes in the tree).
@@ -248,7 +252,9 @@ def walk(top: str, *, own: bool = False) -> Iterator[Visit]:
             name = todo[-1].pop()
             try:
                 chain.down(name, own=own)
-            except OSError:
+            except OSError as error:
+                if refused is not None and error.errno not in _GONE:
+                    refused(chain.depth, name)
                 continue
             visit = _visit(chain, child_rel(rels[-1], name))
             yield visit
@@ -266,6 +272,24 @@ def _visit(chain: FolderChain, rel: str | None) -> Visit:
         for entry in listing:
             (folders if entry.is_dir(follow_symlinks=False) else others).append(entry.name)
     return Visit(chain.fd, chain.depth, rel, sorted(folders), sorted(others))
+
+
+_GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # no folder there (now): nothing to walk
+
+
+def nameable(path: str) -> str:
+    """``path`` (absolute), or the deepest folder above it that a sandbox can still name
+    (:data:`ROOM` short of :data:`PATH_MAX`): what lies deeper can only be hidden by hiding a
+    folder above it (a mount or a Landlock rule needs a path), which then hides all it
+    holds."""
+    while len(os.fsencode(path)) >= PATH_MAX - ROOM:
+        path = path[: path.rindex("/")] or "/"
+    return path
+
+
+ROOM = 256
+"""What a sandbox may put before a path it hides (bubblewrap mounts it beneath its new root,
+``/newroot``): a path this much short of ``PATH_MAX`` is one it can name."""
 
 
 def child_rel(rel: str | None, name: str) -> str | None:

@@ -25,14 +25,15 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import attrs
 from attrs import frozen
 
 from .. import resolved
-from ..errors import UsageError
+from ..errors import SandboxUnavailable, UsageError
+from ..trees import nameable
 from ..trees import walk as walk_tree
 from .walk import walk
 
@@ -80,10 +81,11 @@ def find(
         elif os.path.isdir(start):  # reached through a symlink: matched by letters, resolved
             walk(start, start.rstrip("/") + "/", [glob], hits, hits)
     for name in marked:
-        path = os.path.join(workspace, name)
+        path = nameable(os.path.join(workspace, name))  # too deep for a path: a folder above
         if os.path.lexists(path):
             hits.setdefault(path, None)
-    real = list(dict.fromkeys((*found, *_resolved(hits))))
+    found = {nameable(path): None for path in found}
+    real = list(dict.fromkeys((*found, *_resolved(nameable(path) for path in hits))))
     real = _with_links(workspace, real)
     outer = _outer(real)
     return Found(tuple(outer), tuple(_show(p, workspace) for p in outer))
@@ -220,22 +222,52 @@ def _with_links(workspace: str, paths: list[str]) -> list[str]:
             inodes.add((st.st_dev, st.st_ino))
     if not inodes:
         return paths
-    found = dict.fromkeys(paths)
-    # by descriptors, without recursion: a command may have left a tree of any depth here
-    with contextlib.suppress(OSError):  # a folder moved meanwhile: as os.walk, what was seen
-        for visit in walk_tree(resolved.realpath(workspace)):
-            if visit.rel is None:  # past PATH_MAX: no path could name, nor mask, a link there
-                visit.folders.clear()
+    for _ in range(TRIES):
+        try:
+            return list(dict.fromkeys((*paths, *_links(workspace, inodes))))
+        except OSError:
+            continue  # a folder moved while it was searched: search again
+    raise SandboxUnavailable(
+        f"the workspace {workspace} kept changing while it was searched for other names of "
+        "its private files: the step cannot be kept from them",
+        hint="run the step again once nothing else moves folders in the workspace",
+        details={"workspace": workspace},
+    )
+
+
+TRIES = 3
+"""Searches for other names of a private file before a step is refused: one that a folder
+moved meanwhile cut short could have missed one."""
+
+
+def _links(workspace: str, inodes: set[tuple[int, int]]) -> Iterator[str]:
+    """Each name inside ``workspace`` of a file in ``inodes``; one deeper than a path can
+    name as the deepest folder above it that one can (:func:`~stockade.trees.nameable`).
+    By descriptors, without recursion, past ``PATH_MAX`` too: a command may have left a tree
+    of any depth here, and a hard link at its bottom is the same data.
+
+    Raises:
+        OSError: a folder moved while it was walked (the search is cut short).
+    """
+    named: list[str] = []  # the deepest nameable folder of each level of the walk's chain
+    shut: list[str] = []  # folders it has no right to enter: what they hold is unknown
+
+    def refused(depth: int, name: str) -> None:
+        shut.append(nameable(os.path.join(named[depth], name)))
+
+    for visit in walk_tree(resolved.realpath(workspace), refused=refused):
+        del named[visit.depth :]
+        rel = visit.rel
+        here = None if rel is None else os.path.join(workspace, rel) if rel else workspace
+        named.append(named[-1] if here is None else nameable(here))  # (past PATH_MAX: above)
+        for name in visit.others:
+            try:
+                st = os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
+            except OSError:
                 continue
-            here = os.path.join(workspace, visit.rel) if visit.rel else workspace
-            for name in visit.others:
-                try:
-                    st = os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
-                except OSError:
-                    continue
-                if (st.st_dev, st.st_ino) in inodes:
-                    found.setdefault(os.path.join(here, name), None)
-    return list(found)
+            if (st.st_dev, st.st_ino) in inodes:
+                yield named[-1] if here is None else nameable(os.path.join(here, name))
+    yield from shut  # hidden whole (a command could give itself the right back)
 
 
 def _outer(paths: Iterable[str]) -> list[str]:

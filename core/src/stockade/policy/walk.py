@@ -16,6 +16,7 @@ cannot be read, or is not what this module writes, is ignored: everything is lis
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import marshal
 import os
@@ -23,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+from ..trees import nameable
 from .globs import Globs, matcher
 
 __all__ = ["SETTLED_NS", "forget", "walk"]
@@ -93,8 +95,8 @@ def _seen(
     its folders to go into; with 1 when it was listed and is now remembered, else 0."""
     try:
         st = os.stat(here)
-    except OSError:
-        return None, 0
+    except OSError as error:
+        return _unseen(here, error), 0
     stamp = (st.st_dev, st.st_ino, st.st_ctime_ns, st.st_mtime_ns)
     key = (here, shown, digest)
     cached = _SEEN.get(key)
@@ -103,8 +105,8 @@ def _seen(
     now = time.time_ns()
     try:
         entries = list(os.scandir(here))
-    except OSError:
-        return None, 0
+    except OSError as error:
+        return _unseen(here, error), 0
     globs = globs_of()
     names = [shown + entry.name for entry in entries]
     matched = globs.matches(shown, names)
@@ -119,6 +121,15 @@ def _seen(
         _SEEN.clear()
     _SEEN[key] = (stamp, seen)
     return seen, 1
+
+
+def _unseen(here: str, error: OSError) -> _Seen | None:
+    """A folder that could not be looked into: gone (nothing of it), or hidden whole, since
+    what it holds is unknown (no right to list it, which a command could give itself back;
+    or deeper than a path can name: then the deepest folder above it that one can)."""
+    if error.errno in (errno.ENOENT, errno.ENOTDIR):
+        return None
+    return (((nameable(here), False),), ())
 
 
 def _digest(globs: tuple[str, ...]) -> str:
