@@ -39,23 +39,50 @@ class QuotaExceeded(StockadeError):
     code = "quota_exceeded"
 
 
+class Unmeasured(StockadeError):
+    """The workspace changed under every measure: a folder moved while each was taken, so
+    none counted the whole tree. Taken as over the quota (a command that keeps moving a
+    folder would otherwise hide what sorts after it)."""
+
+    code = "quota_exceeded"
+
+
+TRIES = 3
+"""Measures taken, one after another, before a workspace that keeps changing under them
+counts as over its quota."""
+
+
 def usage(folder: str) -> int:
     """The bytes allocated to the files under ``folder``, each inode once; walked through
     folder descriptors without following a link
     (:func:`stockade.workspace.folders.statuses`), so a folder the command swaps for a link
-    while it is counted cannot add the sizes of files outside ``folder``."""
+    while it is counted cannot add the sizes of files outside ``folder``.
+
+    Raises:
+        Unmeasured: a folder moved while each of :data:`TRIES` measures was taken.
+    """
     from ..workspace.folders import statuses
 
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for info in statuses(folder):
-        if info.st_nlink > 1:
-            key = (info.st_dev, info.st_ino)
-            if key in seen:
-                continue
-            seen.add(key)
-        total += info.st_blocks * 512
-    return total
+    for _ in range(TRIES):
+        seen: set[tuple[int, int]] = set()
+        total = 0
+        try:
+            for info in statuses(folder):
+                if info.st_nlink > 1:
+                    key = (info.st_dev, info.st_ino)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                total += info.st_blocks * 512
+        except OSError:
+            continue  # a folder moved while it was measured: the measure is cut short
+        return total
+    raise Unmeasured(
+        f"{folder} changed under each of {TRIES} measures of its quota (a folder moved while "
+        "each was taken): it counts as over its quota",
+        hint="let nothing move folders in the workspace while a command runs under a quota",
+        details={"folder": folder},
+    )
 
 
 def describe(used: int, limit: int) -> str:
@@ -116,7 +143,10 @@ class Watch:
                 self._stop.abort()
                 return
             began = time.monotonic()
-            self.used = usage(self.folder)
+            try:
+                self.used = usage(self.folder)
+            except Unmeasured:
+                self.used = self.allowed + 1  # fails closed: taken as over
             self._cost = time.monotonic() - began
             if self.used > self.allowed:
                 self.exceeded = True
@@ -131,6 +161,9 @@ class Watch:
         for fd in (self._wake_r, self._wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
-        self.used = usage(self.folder)
+        try:
+            self.used = usage(self.folder)
+        except Unmeasured:
+            self.used = self.allowed + 1
         if self.used > self.allowed:
             self.exceeded = True

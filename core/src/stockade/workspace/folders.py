@@ -132,12 +132,20 @@ class Locks:
 
 
 def usage(folder: str) -> tuple[int, int]:
-    """Bytes and files under ``folder`` (symlinks not followed; see :func:`statuses`)."""
-    size = files = 0
-    for info in statuses(folder):
-        if not stat.S_ISDIR(info.st_mode):
-            size += info.st_size
-            files += 1
+    """Bytes and files under ``folder`` (symlinks not followed; see :func:`statuses`),
+    measured again when a folder moved meanwhile (the last try's error is raised)."""
+    for tries in range(3, 0, -1):
+        size = files = 0
+        try:
+            for info in statuses(folder):
+                if not stat.S_ISDIR(info.st_mode):
+                    size += info.st_size
+                    files += 1
+        except OSError:
+            if tries == 1:
+                raise
+            continue
+        break
     return size, files
 
 
@@ -151,16 +159,19 @@ def statuses(folder: str) -> Iterator[os.stat_result]:
     (``ELOOP``), so no file outside ``folder`` is counted, and a link to a FIFO never blocks
     it. It is not recursive and holds at most :data:`~stockade.trees.WINDOW` descriptors
     however deep the command made the tree (one per level would run out of them, and
-    leave what lies deeper uncounted). An entry gone or unreadable holds nothing to count;
-    a folder moved while it is walked ends the measure there.
+    leave what lies deeper uncounted). An entry gone or unreadable holds nothing to count.
+
+    Raises:
+        OSError: a folder moved while it was walked (the command is running): the measure
+            was cut short there, and must be taken again (never taken as whole: a command
+            that keeps moving a folder would hide what sorts after it).
     """
-    with contextlib.suppress(OSError):  # a folder moved meanwhile (the command is running)
-        for visit in walk_tree(resolved.realpath(folder)):  # the root itself is the caller's
-            for name in (*visit.folders, *visit.others):
-                try:
-                    yield os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
-                except OSError:
-                    continue
+    for visit in walk_tree(resolved.realpath(folder)):  # the root itself is the caller's
+        for name in (*visit.folders, *visit.others):
+            try:
+                yield os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
+            except OSError:
+                continue
 
 
 def clear(folder: str) -> int:
