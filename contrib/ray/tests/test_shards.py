@@ -120,7 +120,9 @@ def test_the_writers_run_on_the_drivers_node(tmp_path: Path) -> None:
         sharded.close()
         main.close()
     for placement, named in (
-        ({"num_cpus": 0, "resources": {"side": 1}}, "no resource side"),
+        ({"num_cpus": 0, "resources": {"side": 1}}, "has not side"),
+        ({"num_cpus": 64}, "has not CPU"),
+        ({"num_cpus": 0, "num_gpus": 1}, "has not GPU"),
         ({"scheduling_strategy": "SPREAD"}, "cannot choose its node"),
     ):
         with pytest.raises(UsageError, match=named):

@@ -92,8 +92,8 @@ def on_this_node(placement: dict[str, Any] | None) -> dict[str, Any]:
     kept to this process's node (a hard node affinity).
 
     Raises:
-        UsageError: ``placement`` names a scheduling strategy of its own, or a resource this
-            node does not have (the writer would wait for it for ever).
+        UsageError: ``placement`` names a scheduling strategy of its own, or more of a
+            resource (CPUs, GPUs, memory, a custom one) than this node has at all.
     """
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -112,12 +112,18 @@ def on_this_node(placement: dict[str, Any] | None) -> dict[str, Any]:
     here: dict[str, float] = next(
         (n.get("Resources", {}) for n in nodes if n.get("NodeID") == node), {}
     )
-    missing = sorted(set(options.get("resources") or {}) - set(here))
-    if missing:
+    asked = {
+        "CPU": options.get("num_cpus") or 0,
+        "GPU": options.get("num_gpus") or 0,
+        "memory": options.get("memory") or 0,
+        **(options.get("resources") or {}),
+    }
+    short = sorted(name for name, amount in asked.items() if amount > here.get(name, 0))
+    if short:
         raise UsageError(
-            f"the shard writers run on the driver's node, which has no resource "
-            f"{', '.join(missing)}",
-            hint="leave that resource out of the shard writers' placement",
+            f"the shard writers run on the driver's node, which has not {', '.join(short)} "
+            f"as the placement asks ({', '.join(f'{n}: {asked[n]}' for n in short)})",
+            hint="ask the shard writers' placement for what the driver's node has",
         )
     options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=False)
     return options
