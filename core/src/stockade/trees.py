@@ -233,6 +233,8 @@ def walk(
     Raises:
         OSError: a folder moved while it was walked (another process writes in the tree).
     """
+    if own:
+        own_folder(top)
     try:
         fd = os.open(top, READ_FOLDER)
     except OSError:
@@ -338,7 +340,7 @@ class FolderChain:
         Raises:
             OSError: it is gone, not a folder (a link put there), or cannot be opened.
         """
-        fd = _open_folder(self.fd, name, own=own)
+        fd = open_folder(self.fd, name, own=own)
         self._fds.append(fd)
         self._ids.append(_identity(fd))
         self._names.append(name)
@@ -379,24 +381,35 @@ def _identity(fd: int) -> tuple[int, int]:
     return info.st_dev, info.st_ino
 
 
-def _open_folder(parent: int, name: str, *, own: bool) -> int:
+def open_folder(parent: int, name: str, *, own: bool) -> int:
     """Folder ``name`` of ``parent``, opened without following a link; ``own``: a folder of
-    this user whose rights the command took away gets ``u+rwx`` back when it cannot be
-    opened (as landing gives it them).
+    this user whose rights the command took away gets ``u+rwx`` back first (as landing
+    gives it them).
 
     Raises:
         OSError: it is gone, not a folder, or cannot be opened.
     """
-    try:
-        return os.open(name, READ_FOLDER, dir_fd=parent)
-    except PermissionError:
-        if not own:
-            raise
-    fd = os.open(name, _FOLDER, dir_fd=parent)
+    if own:  # (one it can open but not search, r without x, lists names it cannot stat)
+        _owned(os.open(name, _FOLDER, dir_fd=parent))
+    return os.open(name, READ_FOLDER, dir_fd=parent)
+
+
+def own_folder(path: str) -> None:
+    """Give folder ``path`` (not followed) ``u+rwx`` back if it is this user's and lacks
+    them: a command may have taken them from the folders it wrote (``chmod 300 .``), and
+    the host must read what it made, as landing gives them back. What cannot be opened is
+    left for the caller's own open to report."""
+    with contextlib.suppress(OSError):
+        _owned(os.open(path, _FOLDER))
+
+
+def _owned(fd: int) -> None:
+    """``u+rwx`` for the folder of ``fd`` (an ``O_PATH`` descriptor, closed here) when it
+    is this user's and lacks them."""
     try:
         info = os.fstat(fd)
-        if info.st_uid == os.getuid():
-            os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(info.st_mode) | 0o700)
+        mode = stat.S_IMODE(info.st_mode)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and mode & 0o700 != 0o700:
+            os.chmod(f"/proc/self/fd/{fd}", mode | 0o700)
     finally:
         os.close(fd)
-    return os.open(name, READ_FOLDER, dir_fd=parent)

@@ -41,7 +41,7 @@ from .. import owned
 from ..confine import protected
 from ..resolved import inside
 from ..tree_copy import copy_tree
-from ..trees import remove_at
+from ..trees import open_folder, remove_at
 from . import across, clearing
 from .place import Layer
 from .rules import Rules, Tally
@@ -113,17 +113,7 @@ def _open_dir(fd: int, name: str, *, close: bool = False) -> int:
 
 
 def _open_own(fd: int, name: str) -> int:
-    try:
-        return os.open(name, _DIR, dir_fd=fd)
-    except PermissionError:
-        own = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-        try:
-            info = os.fstat(own)
-            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid():
-                os.chmod(f"/proc/self/fd/{own}", stat.S_IMODE(info.st_mode) | 0o700)
-        finally:
-            os.close(own)
-        return os.open(name, _DIR, dir_fd=fd)
+    return open_folder(fd, name, own=True)  # (r without x too: it lists what it cannot stat)
 
 
 def _lstat(fd: int, name: str) -> os.stat_result | None:

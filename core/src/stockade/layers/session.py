@@ -22,7 +22,7 @@ from typing import Literal
 from attrs import frozen
 
 from ..request.result import Changes, Guarded
-from ..trees import walk
+from ..trees import own_folder, walk
 from . import clock, journal
 from .commit import Rules, Tally, land
 from .place import Layer, aside, discard
@@ -145,10 +145,12 @@ class Session:
         self.rules, clocked = clock.settled(self.rules, self._watch)
         self._watch.close()
         try:
-            if room is not None and keep and self.growth() > room:
-                return self._discard("over-quota")
             if not keep:
                 return self._discard("discarded")
+            for layer in self.layers:  # the command may have taken its rights (chmod 300 .)
+                own_folder(layer.upper)
+            if room is not None and keep and self.growth() > room:
+                return self._discard("over-quota")
             if not any(os.listdir(layer.upper) for layer in self.layers):
                 return Landing("landed", Changes(method="layer"))  # it wrote nothing
             if wait:

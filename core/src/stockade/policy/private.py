@@ -84,7 +84,8 @@ def find(
         path = nameable(os.path.join(workspace, name))  # too deep for a path: a folder above
         if os.path.lexists(path):
             hits.setdefault(path, None)
-    found = {nameable(path): None for path in found}
+    walked = (_reachable(nameable(path)) for path in found)  # (a folder it may not search)
+    found = {path: None for path in walked if path is not None}
     real = list(dict.fromkeys((*found, *_resolved(nameable(path) for path in hits))))
     real = _with_links(workspace, real)
     outer = _outer(real)
@@ -200,13 +201,34 @@ def _literal_folder(glob: str) -> str:
 
 
 def _resolved(hits: Iterable[str]) -> list[str]:
-    """Each path resolved (the data a symlink names is what is private), if it exists."""
+    """Each path resolved (the data a symlink names is what is private), if it exists
+    (:func:`_reachable`)."""
     found: dict[str, None] = {}
     for path in hits:
-        real = resolved.realpath(path)
-        if os.path.exists(real):
+        real = _reachable(resolved.realpath(path))
+        if real is not None:
             found.setdefault(real, None)
     return list(found)
+
+
+def _reachable(path: str) -> str | None:
+    """``path`` if the host can look at it; the deepest folder above it that the host can,
+    where a folder on the way may not be searched (a command made it ``600``: a host that is
+    not root sees nothing in it, a sandbox could not hide what is in it by name, and the
+    command can give itself the right back); ``None`` where it is gone."""
+    probe = path
+    while True:
+        try:
+            os.lstat(probe)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            above = os.path.dirname(probe)
+            if above == probe:
+                return None
+            probe = above
+            continue
+        return probe
 
 
 def _with_links(workspace: str, paths: list[str]) -> list[str]:
@@ -263,8 +285,11 @@ def _links(workspace: str, inodes: set[tuple[int, int]]) -> Iterator[str]:
         for name in visit.others:
             try:
                 st = os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
-            except OSError:
-                continue
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone since it was listed
+            except OSError:  # listed but not to be looked at (a folder made 600): hidden
+                yield named[-1]
+                break
             if (st.st_dev, st.st_ino) in inodes:
                 yield named[-1] if here is None else nameable(os.path.join(here, name))
     yield from shut  # hidden whole (a command could give itself the right back)

@@ -40,9 +40,9 @@ class QuotaExceeded(StockadeError):
 
 
 class Unmeasured(StockadeError):
-    """The workspace changed under every measure: a folder moved while each was taken, so
-    none counted the whole tree. Taken as over the quota (a command that keeps moving a
-    folder would otherwise hide what sorts after it)."""
+    """No measure counted the whole workspace: a folder moved while each was taken, or it
+    holds what the host may not look at (a folder made ``600``). Taken as over the quota (a
+    command would otherwise hide from it what lies there)."""
 
     code = "quota_exceeded"
 
@@ -63,24 +63,28 @@ def usage(folder: str) -> int:
     """
     from ..workspace.folders import statuses
 
+    why = OSError()
     for _ in range(TRIES):
         seen: set[tuple[int, int]] = set()
         total = 0
         try:
-            for info in statuses(folder):
+            for info in statuses(folder, strict=True):
                 if info.st_nlink > 1:
                     key = (info.st_dev, info.st_ino)
                     if key in seen:
                         continue
                     seen.add(key)
                 total += info.st_blocks * 512
-        except OSError:
-            continue  # a folder moved while it was measured: the measure is cut short
+        except OSError as error:  # cut short: a folder moved, or what it cannot look at
+            why = error
+            continue
         return total
     raise Unmeasured(
-        f"{folder} changed under each of {TRIES} measures of its quota (a folder moved while "
-        "each was taken): it counts as over its quota",
-        hint="let nothing move folders in the workspace while a command runs under a quota",
+        f"{folder} could not be measured whole for its quota, {TRIES} times ({why.strerror}: "
+        "a folder moved while each measure was taken, or something there may not be looked "
+        "at): it counts as over its quota",
+        hint="give the workspace's folders back their rights (chmod u+rwx), and let nothing "
+        "move folders in it while a command runs under a quota",
         details={"folder": folder},
     )
 

@@ -15,6 +15,7 @@ agent loop may run several at once); it is released when the last of them ends.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -149,7 +150,7 @@ def usage(folder: str) -> tuple[int, int]:
     return size, files
 
 
-def statuses(folder: str) -> Iterator[os.stat_result]:
+def statuses(folder: str, *, strict: bool = False) -> Iterator[os.stat_result]:
     """The status of every entry under ``folder`` (not ``folder`` itself), links not
     followed: what a quota counts.
 
@@ -161,17 +162,30 @@ def statuses(folder: str) -> Iterator[os.stat_result]:
     however deep the command made the tree (one per level would run out of them, and
     leave what lies deeper uncounted). An entry gone or unreadable holds nothing to count.
 
+    ``strict`` (a quota's measure): an entry or a folder the host may not look at (a
+    command made a folder ``600`` or ``000``, and the host is not root) raises instead, since
+    what it holds is unknown.
+
     Raises:
         OSError: a folder moved while it was walked (the command is running): the measure
             was cut short there, and must be taken again (never taken as whole: a command
-            that keeps moving a folder would hide what sorts after it).
+            that keeps moving a folder would hide what sorts after it); or, ``strict``,
+            something could not be looked at.
     """
-    for visit in walk_tree(resolved.realpath(folder)):  # the root itself is the caller's
+
+    def refused(_depth: int, name: str) -> None:
+        if strict:
+            raise PermissionError(errno.EACCES, "a folder the host may not open", name)
+
+    for visit in walk_tree(resolved.realpath(folder), refused=refused):  # (the root: caller's)
         for name in (*visit.folders, *visit.others):
             try:
                 yield os.stat(name, dir_fd=visit.fd, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone since it was listed: nothing to count
             except OSError:
-                continue
+                if strict:
+                    raise
 
 
 def clear(folder: str) -> int:
