@@ -20,8 +20,11 @@ import errno
 import os
 import stat
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 import attrs
+
+T = TypeVar("T")
 
 
 def remove_tree(folder: str) -> None:
@@ -277,6 +280,26 @@ def _visit(chain: FolderChain, rel: str | None) -> Visit:
 
 
 _GONE = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # no folder there (now): nothing to walk
+
+
+TRIES = 3
+"""How many times :func:`again` takes a walk a moved folder cut short."""
+
+
+def again(take: Callable[[], T]) -> T:
+    """``take()``, a walk of a tree another process writes in, taken again when a folder
+    moved while it was walked (:func:`walk` raises ``OSError`` there, its count or search cut
+    short, never to be taken as whole), :data:`TRIES` times in all.
+
+    Raises:
+        OSError: the last try's, when every one was cut short.
+    """
+    for _ in range(TRIES - 1):
+        try:
+            return take()
+        except OSError:
+            continue
+    return take()
 
 
 def nameable(path: str) -> str:

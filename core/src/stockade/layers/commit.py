@@ -106,14 +106,10 @@ def _open_dir(fd: int, name: str, *, close: bool = False) -> int:
     """Folder ``name`` in ``fd``, not followed; a folder of this user whose rights the
     command took away is given them back first. ``close``: ``fd`` is closed after."""
     try:
-        return _open_own(fd, name)
+        return open_folder(fd, name, own=True)  # (r without x too: it lists, cannot stat)
     finally:
         if close:
             os.close(fd)
-
-
-def _open_own(fd: int, name: str) -> int:
-    return open_folder(fd, name, own=True)  # (r without x too: it lists what it cannot stat)
 
 
 def _lstat(fd: int, name: str) -> os.stat_result | None:

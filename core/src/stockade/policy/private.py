@@ -33,7 +33,7 @@ from attrs import frozen
 
 from .. import resolved
 from ..errors import SandboxUnavailable, UsageError
-from ..trees import nameable
+from ..trees import again, nameable
 from ..trees import walk as walk_tree
 from .walk import walk
 
@@ -244,22 +244,15 @@ def _with_links(workspace: str, paths: list[str]) -> list[str]:
             inodes.add((st.st_dev, st.st_ino))
     if not inodes:
         return paths
-    for _ in range(TRIES):
-        try:
-            return list(dict.fromkeys((*paths, *_links(workspace, inodes))))
-        except OSError:
-            continue  # a folder moved while it was searched: search again
-    raise SandboxUnavailable(
-        f"the workspace {workspace} kept changing while it was searched for other names of "
-        "its private files: the step cannot be kept from them",
-        hint="run the step again once nothing else moves folders in the workspace",
-        details={"workspace": workspace},
-    )
-
-
-TRIES = 3
-"""Searches for other names of a private file before a step is refused: one that a folder
-moved meanwhile cut short could have missed one."""
+    try:  # a search a moved folder cut short could have missed one: searched again
+        return again(lambda: list(dict.fromkeys((*paths, *_links(workspace, inodes)))))
+    except OSError:
+        raise SandboxUnavailable(
+            f"the workspace {workspace} kept changing while it was searched for other names "
+            "of its private files: the step cannot be kept from them",
+            hint="run the step again once nothing else moves folders in the workspace",
+            details={"workspace": workspace},
+        ) from None
 
 
 def _links(workspace: str, inodes: set[tuple[int, int]]) -> Iterator[str]:

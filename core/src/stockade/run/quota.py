@@ -26,6 +26,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import StockadeError
+from ..trees import TRIES, again
 
 if TYPE_CHECKING:
     from .executor import AbortToken
@@ -47,46 +48,41 @@ class Unmeasured(StockadeError):
     code = "quota_exceeded"
 
 
-TRIES = 3
-"""Measures taken, one after another, before a workspace that keeps changing under them
-counts as over its quota."""
-
-
 def usage(folder: str) -> int:
     """The bytes allocated to the files under ``folder``, each inode once; walked through
     folder descriptors without following a link
     (:func:`stockade.workspace.folders.statuses`), so a folder the command swaps for a link
-    while it is counted cannot add the sizes of files outside ``folder``.
+    while it is counted cannot add the sizes of files outside ``folder``; measured again
+    when one was cut short (:func:`stockade.trees.again`).
 
     Raises:
-        Unmeasured: a folder moved while each of :data:`TRIES` measures was taken.
+        Unmeasured: no measure of :data:`~stockade.trees.TRIES` counted the whole tree.
     """
     from ..workspace.folders import statuses
 
-    why = OSError()
-    for _ in range(TRIES):
+    def count() -> int:
         seen: set[tuple[int, int]] = set()
         total = 0
-        try:
-            for info in statuses(folder, strict=True):
-                if info.st_nlink > 1:
-                    key = (info.st_dev, info.st_ino)
-                    if key in seen:
-                        continue
-                    seen.add(key)
-                total += info.st_blocks * 512
-        except OSError as error:  # cut short: a folder moved, or what it cannot look at
-            why = error
-            continue
+        for info in statuses(folder, strict=True):
+            if info.st_nlink > 1:
+                key = (info.st_dev, info.st_ino)
+                if key in seen:
+                    continue
+                seen.add(key)
+            total += info.st_blocks * 512
         return total
-    raise Unmeasured(
-        f"{folder} could not be measured whole for its quota, {TRIES} times ({why.strerror}: "
-        "a folder moved while each measure was taken, or something there may not be looked "
-        "at): it counts as over its quota",
-        hint="give the workspace's folders back their rights (chmod u+rwx), and let nothing "
-        "move folders in it while a command runs under a quota",
-        details={"folder": folder},
-    )
+
+    try:
+        return again(count)
+    except OSError as error:  # cut short each time: a folder moved, or what it cannot see
+        raise Unmeasured(
+            f"{folder} could not be measured whole for its quota, {TRIES} times "
+            f"({error.strerror}: a folder moved while each measure was taken, or something "
+            "there may not be looked at): it counts as over its quota",
+            hint="give the workspace's folders back their rights (chmod u+rwx), and let "
+            "nothing move folders in it while a command runs under a quota",
+            details={"folder": folder},
+        ) from None
 
 
 def describe(used: int, limit: int) -> str:

@@ -27,7 +27,7 @@ from .. import resolved
 from ..config.schema import Config, store_folder
 from ..errors import StockadeError
 from ..request.spec import Profile
-from ..trees import empty, remove_tree  # without recursion: commands write these trees
+from ..trees import again, empty, remove_tree  # without recursion: commands write these trees
 from ..trees import walk as walk_tree
 
 
@@ -134,20 +134,17 @@ class Locks:
 
 def usage(folder: str) -> tuple[int, int]:
     """Bytes and files under ``folder`` (symlinks not followed; see :func:`statuses`),
-    measured again when a folder moved meanwhile (the last try's error is raised)."""
-    for tries in range(3, 0, -1):
+    measured again when a folder moved meanwhile (:func:`stockade.trees.again`)."""
+
+    def count() -> tuple[int, int]:
         size = files = 0
-        try:
-            for info in statuses(folder):
-                if not stat.S_ISDIR(info.st_mode):
-                    size += info.st_size
-                    files += 1
-        except OSError:
-            if tries == 1:
-                raise
-            continue
-        break
-    return size, files
+        for info in statuses(folder):
+            if not stat.S_ISDIR(info.st_mode):
+                size += info.st_size
+                files += 1
+        return size, files
+
+    return again(count)
 
 
 def statuses(folder: str, *, strict: bool = False) -> Iterator[os.stat_result]:
