@@ -21,9 +21,12 @@
 3. **The sharded record.** Events per second into one signed chain (``append_many``, 64 a
    transaction, in this process, measured again just before and just after each sharded
    run, the mean of the two), then
-   through 1, 2 and 4 shard writers (each a Ray actor appending its own chain, fed 64
-   events a batch, all shards at once, up to ``--window`` rounds in flight, anchored at
-   the end).
+   through 1, 2 and 4 shards (``stockade.record.writers.ShardedRecord``: a writer process
+   per CPU, never more than the shards, fed 64 events a batch through a pipe, all shards at
+   once, up to ``--window`` rounds in flight, anchored at the end). Measured before Ray
+   starts: the writers are the driver's own processes. The control, in the same run: two
+   and three processes appending chains of their own, nothing handed to them (what the
+   machine's cores give sharding at best).
    The target: 4 shards at least 1.8x one chain.
 
 Prints a table, then one line ``BENCH {...}`` of JSON with every figure. Nothing is asserted.
@@ -47,9 +50,11 @@ os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")  # read when Ray is 
 
 WORKERS = (1, 2, 4, 8)
 SHARDS = (1, 2, 4)
-WINDOW = 3
-"""Rounds of batches in flight to the shard writers: a writer appends one while the next
-is pickled and sent (``--window 1`` waits for each round, as the first version did)."""
+WINDOW = 8
+"""Rounds of batches in flight to the shards: a writer appends one while the next ones are
+pickled and sent (``--window 1`` waits for each round). Four shards on two cores are two
+writers of two shards each, so a round is two batches a writer: eight rounds keep a writer
+busy while the driver is not scheduled."""
 PYTHON = shutil.which("python3", path="/usr/bin:/bin") or "python3"
 """The system's python3: a venv under /tmp (as ``uv run`` may use) is hidden by the sandbox."""
 CODE = "def add(a, b):\n    return a + b\n"
@@ -195,13 +200,53 @@ def _core_fork_ms(source: Path, scratch: Path, files: int) -> dict[str, Any]:
     return found
 
 
-def _shards(scratch: Path, count: int, window: int = WINDOW) -> dict[str, float]:
-    import ray
+APART = """
+import sys, time
+from stockade.record.chain import Chain
+from stockade.record.events import AnnotationEvent
+from stockade.record.store import Store
+def events(run):
+    return [AnnotationEvent(f"b{run}-{i}", run_id=f"run{run}", step=i, name="reward", score=i)
+            for i in range(64)]
+chain = Chain(Store(sys.argv[1]))
+chain.append_many(events(-1))
+sys.stdin.readline()
+start = time.perf_counter()
+for b in range(int(sys.argv[2])):
+    chain.append_many(events(b))
+print(time.perf_counter() - start)
+"""
+"""The control: one process appending a chain of its own, nothing handed to it."""
 
+
+def _apart(scratch: Path, batches: int, processes: int) -> float:
+    """Events per second of ``processes`` chains appended apart, each in a process of its
+    own, nothing handed over: what two cores give sharding at best."""
+    each = str(batches // processes)
+    stores = [str(scratch / f"apart{processes}-{p}" / "store.db") for p in range(processes)]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", APART, store, each],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for store in stores
+    ]
+    time.sleep(1.0)  # each has imported and opened its chain
+    for run in runs:
+        assert run.stdin is not None
+        run.stdin.write("go\n")
+        run.stdin.flush()
+    took = max(float(run.communicate()[0]) for run in runs)
+    return batches // processes * processes * 64 / took
+
+
+def _shards(scratch: Path, count: int, window: int = WINDOW) -> dict[str, float]:
     from stockade.record.chain import Chain
     from stockade.record.events import AnnotationEvent
     from stockade.record.store import Store
-    from stockade_ray.shards import ShardedRecord, pack
+    from stockade.record.writers import ShardedRecord
 
     def events(run: int) -> list[Any]:
         return [
@@ -229,16 +274,15 @@ def _shards(scratch: Path, count: int, window: int = WINDOW) -> dict[str, float]
         # machine, and one taken only before still drifted 2x within a part).
         before = one_chain(f"one{shards}")
         main = Chain(Store(str(scratch / f"sharded{shards}" / "store.db")))
-        record = ShardedRecord(main, shards)
-        ray.get([w.head.remote() for w in record.writers])  # started
+        record = ShardedRecord(main, shards)  # started, its writers' chains open
         start = time.perf_counter()
         pending: list[Any] = []
         for b in range(0, batches, shards):  # one batch to every shard at once
-            pending += [w.append.remote(pack(events(b + i))) for i, w in enumerate(record.writers)]
+            pending += record.send({i: events(b + i) for i in range(shards)})
             if len(pending) >= window * shards:  # the oldest round stored before the next
-                ray.get(pending[:shards])
+                record.wait(pending[:shards])
                 pending = pending[shards:]
-        ray.get(pending)
+        record.wait(pending)
         record.anchor()
         rate = (batches // shards * shards) * 64 / (time.perf_counter() - start)
         base = (before + one_chain(f"after{shards}")) / 2
@@ -249,6 +293,12 @@ def _shards(scratch: Path, count: int, window: int = WINDOW) -> dict[str, float]
         record.close()
         main.close()
     found["chain_1_events_per_s"] = sorted(bases)[len(bases) // 2]
+    for processes in (2, 3):  # the control, between one chain measured before and after
+        before = one_chain(f"one-apart{processes}")
+        rate = _apart(scratch, batches, processes)
+        base = (before + one_chain(f"after-apart{processes}")) / 2
+        found[f"apart_{processes}_events_per_s"] = rate
+        found[f"apart_{processes}_ratio"] = rate / base
     return found
 
 
@@ -258,15 +308,25 @@ def main() -> int:
     parser.add_argument("--address", help="join this Ray cluster instead of starting one")
     parser.add_argument("--only", choices=("shards", "forks", "rollouts"), help="one part only")
     parser.add_argument("--window", type=int, default=WINDOW, help="rounds in flight to shards")
+    parser.add_argument("--events", type=int, help="events a sharded run (default 25,600)")
     args = parser.parse_args()
-    import ray
-
     from stockade.config.schema import Config, StoreConfig
 
     episodes, events = (16, 6400) if args.quick else (64, 25600)
+    events = args.events or events
     base = Path.home() / ".stockade-bench"
     base.mkdir(mode=0o700, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(dir=base))
+    figures: dict[str, Any] = {"episodes": episodes, "steps_per_episode": len(STEPS)}
+    if args.only in (None, "shards"):  # before Ray's daemons start: no part of it is Ray's
+        figures.update(_shards(scratch, events, args.window))
+    if args.only == "shards":
+        shutil.rmtree(scratch, ignore_errors=True)
+        _table(figures)
+        print("BENCH " + json.dumps(figures, default=float))
+        return 0
+    import ray
+
     temp = tempfile.mkdtemp(prefix="sr-", dir="/tmp")
     if args.address:
         ray.init(address=args.address, log_to_driver=False)
@@ -279,13 +339,10 @@ def main() -> int:
                 ray.shutdown()
                 if attempt == 2:
                     raise
-    figures: dict[str, Any] = {"episodes": episodes, "steps_per_episode": len(STEPS)}
     try:
         source = scratch / "repository"
         repository(source)
         config = Config(store=StoreConfig(path=str(scratch / "state" / "store.db")))
-        if args.only in (None, "shards"):
-            figures.update(_shards(scratch, events, args.window))
         if args.only in (None, "forks"):
             figures.update(_fork_ms(config, scratch))
         for workers in WORKERS if args.only in (None, "rollouts") else ():
@@ -329,6 +386,10 @@ def _table(f: dict[str, Any]) -> None:
         print(f"  {s} shards {f[f'shards_{s}_events_per_s']:8.0f} events/s"
               f"  {f[f'shards_{s}_ratio']:5.2f}x one chain around it"
               f" ({f[f'shards_{s}_chain_events_per_s']:.0f}){mark}")  # fmt: skip
+    for p in (2, 3) if "apart_2_ratio" in f else ():
+        print(f"  control: {p} chains apart, nothing handed over"
+              f" {f[f'apart_{p}_events_per_s']:8.0f} events/s"
+              f"  {f[f'apart_{p}_ratio']:5.2f}x one chain around it")  # fmt: skip
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 

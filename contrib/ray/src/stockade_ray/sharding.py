@@ -1,10 +1,10 @@
-"""The pool's own record, sharded: its runs' events appended by shard writer actors, anchored
+"""The pool's own record, sharded: its runs' events appended by shard writer processes, anchored
 in the driver's chain (``StockadePool(..., shards=N)``).
 
 The pool's host records through :class:`ShardingRecorder`, which takes the built-in
 recorder's place (same name, same batches, same fail-closed rule). Each event of a run
 (the pool's own run, every episode's) goes to that run's shard
-(:meth:`~stockade_ray.shards.ShardedRecord.shard_of`: a run's events stay together and in
+(:meth:`~stockade.record.writers.ShardedRecord.shard_of`: a run's events stay together and in
 order), except what the driver reads back while it decides: ``taint`` events, and events
 of no run (anchors), stay in the main chain. A batch is stored when every shard holding
 part of it and the main chain have it; a failure of either fails the batch as one store's
@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from stockade.host import Host
     from stockade.record.events import Event
     from stockade.record.store import Store
-
-    from .shards import ShardedRecord
+    from stockade.record.writers import ShardedRecord
 
 NAME = "stockade.builtin.recorder"
 """The name the pool's batches find the recorder by (the built-in one's)."""
@@ -47,7 +46,6 @@ class ShardingRecorder(Recorder):
         config: the pool host's configuration (its store is the main chain's).
         environ: its environment.
         count: how many shards.
-        placement: Ray actor options for the shard writers.
     """
 
     def __init__(
@@ -55,10 +53,9 @@ class ShardingRecorder(Recorder):
         config: Any,  # noqa: ANN401 - a stockade.config.schema.Config
         environ: Mapping[str, str],
         count: int,
-        placement: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(config, environ)
-        self.count, self.placement = count, placement
+        self.count = count
         self._record: ShardedRecord | None = None
         self._anchored = 0.0
         self._pending = False  # shard events not yet covered by an anchor
@@ -66,11 +63,9 @@ class ShardingRecorder(Recorder):
         self._actions: dict[str, str] = {}  # a command's run, by its action id, until it ends
 
     @classmethod
-    def install(
-        cls, host: Host, count: int, placement: dict[str, Any] | None = None
-    ) -> ShardingRecorder:
+    def install(cls, host: Host, count: int) -> ShardingRecorder:
         """Put a sharding recorder in the place of ``host``'s built-in one."""
-        made = cls(host.config, host.environ, count, placement)
+        made = cls(host.config, host.environ, count)
         old = host.pm.get_plugin(NAME)
         if old is not None:
             host.pm.unregister(old)
@@ -82,13 +77,11 @@ class ShardingRecorder(Recorder):
     def record(self) -> ShardedRecord:
         """The shard writers, started on first use (anchoring into this recorder's chain)."""
         if self._record is None:
-            from .shards import ShardedRecord
+            from stockade.record.writers import ShardedRecord
 
             with self._anchoring:
                 if self._record is None:
-                    self._record = ShardedRecord(
-                        self.chain(), self.count, self.placement, self.config.store.redact
-                    )
+                    self._record = ShardedRecord(self.chain(), self.count, self.config.store.redact)
         return self._record
 
     def _run_of(self, event: Event) -> str:
@@ -115,8 +108,6 @@ class ShardingRecorder(Recorder):
     def _append(self, events: Sequence[Event]) -> None:
         """Each event to its run's shard (in parallel), the rest to the main chain; then
         the shards' heads anchored when the last anchor is old."""
-        import ray
-
         from stockade.record.store import StoreError
 
         main: list[Event] = []
@@ -132,11 +123,11 @@ class ShardingRecorder(Recorder):
             super()._append(main)
         finally:
             try:
-                ray.get(refs)
-            except Exception as error:  # noqa: BLE001 - a writer lost: the batch failed
+                self.record.wait(refs)
+            except StoreError as error:  # a writer failed the batch or is gone
                 failed = StoreError(
-                    f"a shard of the record did not store its events: {error}",
-                    hint="check the shard writers and their storage (shards/ beside the store)",
+                    f"a shard of the record did not store its events: {error.message}",
+                    hint=error.hint,
                 )
                 if self.config.store.fail_closed:
                     raise failed from None

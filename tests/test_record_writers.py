@@ -1,0 +1,350 @@
+"""The sharded record's writers (``stockade.record.writers``): processes of the driver's own.
+
+Shards they write verify with the main chain, and each tampered with in turn fails, naming
+it (the untouched copy passes: the control). The writers are this process's children, one
+a CPU at most; one killed fails the batches it had not answered and every later one, with
+a store error naming its shards, while the others go on; a driver killed ends its writers;
+a shard that cannot be opened or whose key is not its record's is a store error, and no
+writer is left running.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stockade.record.chain import Chain, rows
+from stockade.record.events import AnnotationEvent
+from stockade.record.shards import shard_path, verify_shards
+from stockade.record.store import Store, StoreError
+from stockade.record.verify import verify
+from stockade.record.writer import HEADER, _answer, read_frame
+from stockade.record.writers import ShardedRecord
+from stockade.testing import CLI
+
+
+def _events(run: str, count: int) -> list[AnnotationEvent]:
+    return [
+        AnnotationEvent(f"{run}-{i}", run_id=run, step=i, name="r", score=i) for i in range(count)
+    ]
+
+
+def _verify_cli(store: Path) -> subprocess.CompletedProcess[str]:
+    config = store.parent / "config.toml"
+    config.write_text(f'[store]\npath = "{store}"\n')
+    env = {"STOCKADE_CONFIG": str(config), "STOCKADE_NO_SERVER": "1", "PATH": "/usr/bin:/bin"}
+    return subprocess.run(
+        [*CLI, "verify"], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _gone(pids: list[int], seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_alive(p) for p in pids)
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sharded")
+    main = Chain(Store(str(root / "state" / "store.db")))
+    sharded = ShardedRecord(main, 2)
+    runs = [f"episode{i}" for i in range(6)]
+    for run in runs:
+        sharded.append(_events(run, 5), run)
+    assert {sharded.shard_of(r) for r in runs} == {0, 1}  # both shards hold runs
+    sharded.anchor()
+    sharded.close()
+    main.close()
+    return root / "state" / "store.db"
+
+
+def test_one_verify_over_every_shard(record: Path) -> None:
+    store = Store(str(record))
+    checks = verify_shards(store)
+    assert [c.name for c in checks] == ["s0", "s1"]
+    assert all(c.ok and c.anchored > 0 and c.after == 0 for c in checks)
+    assert sum(c.verdict.events for c in checks if c.verdict) == 30
+    assert verify(store).ok
+    store.close()
+    ran = _verify_cli(record)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "shard s0: anchored at event" in ran.stdout and "shard s1" in ran.stdout
+
+
+@pytest.mark.parametrize("shard", ["s0", "s1"])
+@pytest.mark.parametrize("how", ["rewritten", "cut", "re-signed"])
+def test_a_shard_tampered_with_fails_verify(
+    record: Path, tmp_path: Path, shard: str, how: str
+) -> None:
+    copy = tmp_path / "state"
+    shutil.copytree(record.parent, copy)
+    store = copy / "store.db"
+    assert _verify_cli(store).returncode == 0  # the control: the untouched copy passes
+    path = shard_path(Store(str(store)), shard)
+    if how == "rewritten":
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE events SET body = replace(body, '\"score\":1', '\"score\":9')")
+    elif how == "cut":
+        with sqlite3.connect(path) as db:
+            db.execute("DELETE FROM events WHERE seq = (SELECT MAX(seq) FROM events)")
+        Path(path + ".head").unlink(missing_ok=True)  # a careful cut removes the head too
+    else:  # a whole new history under a key of its own
+        shutil.rmtree(Path(path).parent)
+        chain = Chain(Store(path))
+        chain.append_many(_events("forged", 15))
+        chain.close()
+    ran = _verify_cli(store)
+    assert ran.returncode == 1, ran.stdout
+    assert f"shard {shard}" in ran.stderr
+
+
+def test_the_writers_are_this_processs_children_one_a_cpu_at_most(tmp_path: Path) -> None:
+    main = Chain(Store(str(tmp_path / "state" / "store.db")))
+    sharded = ShardedRecord(main, 4, processes=2)
+    pids = sharded.pids()
+    try:
+        assert len(pids) == 2
+        for pid in pids:
+            status = Path(f"/proc/{pid}/status").read_text()
+            assert f"PPid:\t{os.getpid()}\n" in status
+        for run in (f"run{i}" for i in range(12)):
+            sharded.append(_events(run, 2), run)
+        sharded.anchor()
+    finally:
+        sharded.close()
+        main.close()
+    assert _gone(pids, 5)  # closed: each finished and exited
+    cpus = len(os.sched_getaffinity(0))
+    one = ShardedRecord(Chain(Store(str(tmp_path / "other" / "store.db"))), 8)
+    assert len(one.pids()) == min(8, cpus)
+    one.close()
+    checks = verify_shards(Store(str(tmp_path / "state" / "store.db")))
+    assert [c.name for c in checks] == ["s0", "s1", "s2", "s3"]
+    assert all(c.ok and c.after == 0 for c in checks), checks
+
+
+def test_a_writer_killed_fails_the_batch_it_held_and_a_new_one_takes_its_shards(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "state" / "store.db"
+    main = Chain(Store(str(store)))
+    sharded = ShardedRecord(main, 2, processes=2)
+    try:
+        first = sharded.writers[0]
+        sharded.wait(sharded.send({0: _events("before", 3)}))  # the control: it stores
+        os.kill(first.pid, signal.SIGKILL)
+        assert _gone([first.pid], 10)
+        with pytest.raises(StoreError, match=r"shard s0 .*ended.*not stored") as raised:
+            sharded.wait(sharded.send({0: _events("lost", 3), 1: _events("kept", 3)}))
+        assert "shards/" in (raised.value.hint or "")
+        sharded.wait(sharded.send({0: _events("after", 2), 1: _events("after", 2)}))
+        fresh = sharded.writers[0]
+        assert (
+            fresh.pid != first.pid
+            and f"PPid:\t{os.getpid()}\n" in Path(f"/proc/{fresh.pid}/status").read_text()
+        )
+        sharded.anchor()
+    finally:
+        sharded.close()
+        main.close()
+    opened = Store(str(store))
+    held = {}
+    for name in ("s0", "s1"):
+        shard = Store(shard_path(opened, name))
+        held[name] = {r.run_id for r in rows(shard)}
+        shard.close()
+    assert held == {"s0": {"before", "after"}, "s1": {"kept", "after"}}
+    assert all(c.ok and c.after == 0 for c in verify_shards(opened)), verify_shards(opened)
+    opened.close()
+    assert _verify_cli(store).returncode == 0
+
+
+def test_a_writer_lost_for_good_fails_every_batch_and_its_shard_is_still_anchored(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "state" / "store.db"
+    main = Chain(Store(str(store)))
+    sharded = ShardedRecord(main, 2, processes=2)
+    try:
+        sharded.wait(sharded.send({0: _events("before", 3)}))
+        folder = Path(shard_path(main.store, "s0")).parent
+        key = (folder / "signing.key").read_bytes()
+        (folder / "signing.key").unlink()
+        (folder / "signing.key").mkdir()  # no new writer can load the shard's key
+        os.kill(sharded.writers[0].pid, signal.SIGKILL)
+        for _ in range(2):  # the batch in flight, and the next: no writer took the shard
+            with pytest.raises(StoreError, match="shard s0"):
+                sharded.wait(sharded.send({0: _events("lost", 1)}))
+        sharded.anchor()  # no writer either: the lost shard's head read from its store
+    finally:
+        sharded.close()
+        main.close()
+    (folder / "signing.key").rmdir()
+    (folder / "signing.key").write_bytes(key)
+    (folder / "signing.key").chmod(0o600)
+    opened = Store(str(store))
+    assert all(c.ok and c.after == 0 for c in verify_shards(opened)), verify_shards(opened)
+    opened.close()
+
+
+KILLED = """
+import sys
+from stockade.record.chain import Chain
+from stockade.record.store import Store
+from stockade.record.writers import ShardedRecord
+sharded = ShardedRecord(Chain(Store(sys.argv[1])), 2, processes=2)
+print(*sharded.pids(), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_driver_killed_ends_its_writers(tmp_path: Path) -> None:
+    with subprocess.Popen(
+        [sys.executable, "-c", KILLED, str(tmp_path / "state" / "store.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as driver:
+        assert driver.stdout is not None
+        pids = [int(p) for p in driver.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)  # the control: they run
+        driver.kill()
+    assert _gone(pids), "a writer outlived its driver"
+
+
+def test_a_shard_that_cannot_be_opened_is_a_store_error_and_leaves_no_writer(
+    tmp_path: Path,
+) -> None:
+    main = Chain(Store(str(tmp_path / "state" / "store.db")))
+    blocker = Path(shard_path(main.store, "s1")).parent
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a folder")
+    before = _children()
+    with pytest.raises(StoreError, match="shard s1"):
+        ShardedRecord(main, 2, processes=2)
+    assert _gone(sorted(_children() - before), 10)
+    main.close()
+
+
+def test_a_shard_whose_key_is_not_its_records_fails_its_batch(tmp_path: Path) -> None:
+    main = Chain(Store(str(tmp_path / "state" / "store.db")))
+    sharded = ShardedRecord(main, 1)
+    sharded.append(_events("first", 2), "first")
+    sharded.close()
+    key = Path(shard_path(main.store, "s0")).parent / "signing.key"
+    assert key.exists()
+    key.unlink()  # the next writer makes a key of its own
+    sharded = ShardedRecord(main, 1)
+    try:
+        with pytest.raises(StoreError, match="not the key its record was signed with") as raised:
+            sharded.append(_events("second", 2), "second")
+        assert "signing.key" in (raised.value.hint or "")
+    finally:
+        sharded.close()
+        main.close()
+
+
+def _children() -> set[int]:
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            if f"PPid:\t{os.getpid()}\n" in status and _alive(int(entry.name)):
+                found.add(int(entry.name))
+    return found
+
+
+def test_a_request_the_writer_does_not_know_is_answered_with_an_error(tmp_path: Path) -> None:
+    chain = Chain(Store(str(tmp_path / "store.db")))
+    assert _answer([chain], ("drop", 0, None))[0] == "error"
+    assert _answer([chain], ("head", 3, None))[0] == "error"  # a shard it does not own
+    assert _answer([chain], ("append", 0, "not events"))[0] == "error"
+    assert _answer([chain], ("head", 0, None)) == ("ok", (0, "", chain.public))
+    chain.close()
+
+
+@given(st.binary(max_size=64))
+def test_a_cut_or_malformed_frame_ends_the_stream_never_raises(data: bytes) -> None:
+    stream = io.BytesIO(data)
+    while (body := read_frame(stream)) is not None:
+        assert len(body) <= len(data) - HEADER.size
+
+
+CUT_OFF = """
+import sys
+from stockade.record.chain import Chain
+from stockade.record.events import ActionEvent, PermissionEvent
+from stockade.record.store import Store
+from stockade.request.verdict import Classification, Decision
+chain = Chain(Store(sys.argv[1]))
+chain.append_many([
+    ActionEvent("cut", ("sleep", "9"), cwd="/", mode="read-only", origin="api",
+                profile="default", run_id="episode-cut", step=1),
+    PermissionEvent("cut", Classification("reads", ("test",)),
+                    decision=Decision("allow", "test", by="test")),
+])
+"""  # a shard writer's process that recorded an allowed command, then went away
+
+
+def test_a_shards_commands_cut_off_are_closed_on_the_next_start(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "store.db"
+    main = Chain(Store(str(path)))
+    shard = shard_path(main.store, "s0")
+    subprocess.run([sys.executable, "-c", CUT_OFF, shard], check=True, timeout=60)
+    before = Store(shard)
+    assert [r.kind for r in rows(before)] == ["action", "permission"]  # the control
+    before.close()
+    sharded = ShardedRecord(main, 1)  # the next start
+    sharded.close()
+    main.close()
+    after = Store(shard)
+    closing = [r for r in rows(after) if r.kind == "error"]
+    assert [(r.action_id, r.body["code"]) for r in closing] == [("cut", "aborted")]
+    assert "ended before its result was recorded" in closing[0].body["message"]
+    after.close()
+    (check,) = verify_shards(Store(str(path)))
+    assert check.ok and check.after == 0, check  # the closing is anchored at once
+
+
+def test_a_shard_is_named_from_its_opening_so_deleting_it_before_any_event_fails(
+    tmp_path: Path,
+) -> None:
+    """Each shard is anchored at event 0 as the record opens: a pool killed before a shard's
+    first anchor of events used to leave a folder whose deletion left no trace."""
+    store = tmp_path / "state" / "store.db"
+    main = Chain(Store(str(store)))
+    sharded = ShardedRecord(main, 2)
+    sharded.close()
+    main.close()
+    opened = Store(str(store))
+    anchored = [(r.body["shard"], r.body["seq"]) for r in rows(opened) if r.kind == "anchor"]
+    assert anchored == [("s0", 0), ("s1", 0)]
+    assert all(check.ok for check in verify_shards(opened)), verify_shards(opened)  # control
+    shutil.rmtree(Path(shard_path(opened, "s1")).parent)
+    (check,) = [c for c in verify_shards(opened) if c.name == "s1"]
+    opened.close()
+    assert not check.ok and "is missing" in check.problems[0], check
