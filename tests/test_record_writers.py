@@ -209,19 +209,25 @@ def test_a_writer_lost_for_good_fails_every_batch_and_its_shard_is_still_anchore
 
 
 KILLED = """
-import sys
+import os, sys, time
 from stockade.record.chain import Chain
 from stockade.record.store import Store
 from stockade.record.writers import ShardedRecord
 sharded = ShardedRecord(Chain(Store(sys.argv[1])), 2, processes=2)
+if sys.argv[2] == "forked" and os.fork() == 0:  # holds the writers' pipes, never execs
+    os.setsid()
+    time.sleep(60)
+    os._exit(0)
 print(*sharded.pids(), flush=True)
 sys.stdin.read()
 """
 
 
-def test_a_driver_killed_ends_its_writers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["alone", "forked"])
+def test_a_driver_killed_ends_its_writers(tmp_path: Path, how: str) -> None:
+    """Also when a child the driver forked without exec still holds their pipes."""
     with subprocess.Popen(
-        [sys.executable, "-c", KILLED, str(tmp_path / "state" / "store.db")],
+        [sys.executable, "-c", KILLED, str(tmp_path / "state" / "store.db"), how],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -229,8 +235,12 @@ def test_a_driver_killed_ends_its_writers(tmp_path: Path) -> None:
         assert driver.stdout is not None
         pids = [int(p) for p in driver.stdout.readline().split()]
         assert len(pids) == 2 and all(_alive(p) for p in pids)  # the control: they run
+        forked = _children_of(driver.pid) - set(pids)
+        assert len(forked) == (how == "forked")
         driver.kill()
-    assert _gone(pids), "a writer outlived its driver"
+    assert _gone(pids, 10), "a writer outlived its driver"
+    for pid in forked:
+        os.kill(pid, signal.SIGKILL)
 
 
 def test_a_shard_that_cannot_be_opened_is_a_store_error_and_leaves_no_writer(
@@ -266,6 +276,10 @@ def test_a_shard_whose_key_is_not_its_records_fails_its_batch(tmp_path: Path) ->
 
 
 def _children() -> set[int]:
+    return _children_of(os.getpid())
+
+
+def _children_of(parent: int) -> set[int]:
     found = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -273,7 +287,7 @@ def _children() -> set[int]:
                 status = (entry / "status").read_text()
             except OSError:
                 continue
-            if f"PPid:\t{os.getpid()}\n" in status and _alive(int(entry.name)):
+            if f"PPid:\t{parent}\n" in status and _alive(int(entry.name)):
                 found.add(int(entry.name))
     return found
 

@@ -12,9 +12,11 @@ standard output; both ways a frame is a 4-byte little-endian length and a pickle
 - an answer is ``("ok", value)`` or ``("error", message, hint)``. The first answer, before
   any request, says whether every chain opened.
 
-It ends when its standard input does (the driver closed it, or the driver died: no other
-process holds the pipe's other end), after finishing the request it was on, so a writer
-never outlives its driver by more than one batch.
+It ends when its standard input does (the driver closed it, or the driver died), after
+finishing the request it was on. A process the driver forked without running another
+program holds that pipe's other end too, so the writer also watches its parent: when the
+driver is gone (the writer has another parent), it exits at once, its transaction, if any,
+left uncommitted (:data:`WATCH` seconds at most after).
 
 Frames are pickles because a batch is the driver's own events (attrs classes), sent to the
 driver's own child over a pipe no one else holds; a pickle of the batch as one object is
@@ -28,6 +30,8 @@ import os
 import pickle
 import struct
 import sys
+import threading
+import time
 from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -35,6 +39,9 @@ if TYPE_CHECKING:
 
 HEADER = struct.Struct("<I")
 """A frame's length."""
+
+WATCH = 0.5
+"""How often a writer looks whether its driver is still its parent."""
 
 
 def read_frame(stream: IO[bytes]) -> bytes | None:
@@ -74,11 +81,18 @@ def _answer(chains: list[Chain], request: tuple[str, int, Any]) -> tuple[Any, ..
         return ("error", f"{type(error).__name__}: {error}", "")
 
 
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCH)
+    os._exit(1)  # the driver is gone: nothing will wait for an answer
+
+
 def main() -> int:
-    """Serve the driver until its requests end."""
+    """Serve the driver until its requests end, or it goes away."""
     from .chain import Chain
     from .store import Store, StoreError
 
+    threading.Thread(target=_watch, args=(os.getppid(),), daemon=True).start()
     paths, redact = json.loads(sys.argv[1])
     requests, answers = sys.stdin.buffer, sys.stdout.buffer
     chains: list[Chain] = []
