@@ -10,19 +10,35 @@ a conflict, exactly as a file both changed is: the tree stays as it is, named in
 conflicts, and nothing of it is deleted. So does a tree that holds a protected name
 (a ``.git`` made meanwhile): a protected path is never deleted, at any depth.
 
+A tree is judged twice: where it stands, then again after it is renamed aside in its folder
+(:data:`ASIDE`), where no one reaches it by its path any more. A change made while the first
+judgement walked is in the moved tree and keeps it (it is renamed back); one made after the
+rename cannot reach it by its path. What is left is a change made through a descriptor or a
+working folder held in the tree, between the second judgement and its removal. A rename
+changes the moved entry's own change time, so the moved top is judged by its modification
+time (what a folder's entries, or a file's bytes, change).
+
 Trees are walked without recursion (a stack of paths, a folder's entries listed once), so
 a tree of any depth is judged, and listed for the tally, in bounded memory per level.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import secrets
 import stat
 from collections.abc import Iterator
 
 from ..confine import protected
 from ..trees import remove_at
 from .rules import Rules, Tally
+
+ASIDE = ".stockade-clearing-"
+"""The start of the name a tree is renamed to before its second judgement."""
+
+RENAME_NOREPLACE = 1
 
 
 def changed_since(below: os.stat_result, since: int) -> bool:
@@ -86,16 +102,24 @@ def kept_by(dst: int, name: str, target: str, rules: Rules) -> tuple[str, str] |
     return judged(dst, name, target, rules)[0]
 
 
-def judged(dst: int, name: str, target: str, rules: Rules) -> tuple[tuple[str, str] | None, Found]:
+def judged(
+    dst: int, name: str, target: str, rules: Rules, *, moved: bool = False
+) -> tuple[tuple[str, str] | None, Found]:
     """:func:`kept_by`'s verdict, and the tree as it was judged (whole when nothing keeps
-    it): one walk serves the judgement and the list of what goes."""
+    it): one walk serves the judgement and the list of what goes. ``moved``: ``name`` was
+    renamed aside, so its own change time is the rename's and its modification time says
+    whether it changed."""
     found: Found = []
     path = target
     try:
         for path, info in walk(dst, name, target, strict=True):
             if protected.kind_of(path, rules.dotfiles) is not None:
                 return ("protected", path), found
-            if rules.since and changed_since(info, rules.since):
+            if rules.since and (
+                info.st_mtime_ns > rules.since
+                if moved and not found
+                else changed_since(info, rules.since)
+            ):
                 return ("changed", path), found
             found.append((path, info))
     except OSError:
@@ -122,9 +146,20 @@ def listed(found: Found) -> list[str]:
 
 
 def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) -> bool:
-    """Remove ``name`` in ``dst`` (a tree whole), unless :func:`kept_by` keeps it: then
-    it is named (:func:`note`) and stays. Whether it went."""
+    """Remove ``name`` in ``dst`` (a tree whole), unless :func:`kept_by` keeps it, where it
+    stands or once renamed aside (the module's docstring): then it is named (:func:`note`)
+    and stays. Whether it went."""
     kept, found = judged(dst, name, target, rules)
+    if kept is None and found:
+        aside = ASIDE + secrets.token_hex(8)
+        try:
+            os.rename(name, aside, src_dir_fd=dst, dst_dir_fd=dst)
+        except FileNotFoundError:
+            return True  # gone meanwhile
+        kept, found = judged(dst, aside, target, rules, moved=True)
+        if kept is not None:
+            _put_back(dst, aside, name, target, tally)
+        name = aside
     if kept is not None:
         note(target, kept, tally)
         return False
@@ -138,6 +173,19 @@ def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) 
     tally.deleted.extend(p + "/" if stat.S_ISDIR(i.st_mode) else p for p, i in found[:0:-1])
     tally.deleted.append(target + "/")
     return True
+
+
+def _put_back(dst: int, aside: str, name: str, target: str, tally: Tally) -> None:
+    """Rename a kept tree back to its name, never over what was made there meanwhile
+    (then it stays aside, and ``failed`` says where)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = ctypes.c_uint(RENAME_NOREPLACE)
+    if libc.renameat2(dst, aside.encode(), dst, name.encode(), flags) == 0:
+        return
+    code = ctypes.get_errno()
+    where = os.path.join(os.path.dirname(target), aside)
+    why = "a new one was made there meanwhile" if code == errno.EEXIST else os.strerror(code)
+    tally.failed.append(f"{target}: kept as {where}: not put back ({why})")
 
 
 def empty(dst: int, target: str, rules: Rules, tally: Tally) -> bool:

@@ -1,0 +1,151 @@
+"""A person's change made while a landing deletes a tree (last sessions' noticed list): the
+tree was judged, then removed whole, so a change made between the two went with it. Now the
+tree is renamed aside and judged again there: a change made during the first judgement keeps
+it (renamed back, a conflict), and one made after the rename cannot reach it by its path.
+Each case makes the person's change exactly in that window (the first judgement returns,
+then the change is made); the control makes none, and the deletion lands. Run against the
+code before this change, the changed cases lose the person's change."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from stockade.config.schema import Config
+from stockade.layers import clearing
+from stockade.layers.rules import Rules, Tally
+
+
+def _in_window(
+    monkeypatch: pytest.MonkeyPatch,
+    first: Callable[[], object] | None,
+    second: Callable[[], object] | None = None,
+) -> None:
+    """Do ``first`` once the first judgement of a tree returns, ``second`` once the
+    judgement of the moved tree begins."""
+    real = clearing.judged
+    done: set[str] = set()
+
+    def judged(dst, name, target, rules, *, moved=False):  # type: ignore[no-untyped-def]
+        if moved and second is not None and "second" not in done:
+            done.add("second")
+            second()
+        found = real(dst, name, target, rules, moved=moved)
+        if not moved and first is not None and "first" not in done and found[0] is None:
+            done.add("first")
+            first()
+        return found
+
+    monkeypatch.setattr(clearing, "judged", judged)
+
+
+def _tree(ws: Path) -> Rules:
+    (ws / "d" / "lib").mkdir(parents=True)
+    (ws / "d" / "a").write_text("original")
+    (ws / "notes").write_text("original")
+    time.sleep(0.05)  # older than the command by more than a clock tick
+    since = time.time_ns()
+    time.sleep(0.05)
+    return Rules(str(ws.parent / "quarantine"), since=since)
+
+
+CHANGES: dict[str, tuple[str, Callable[[Path], object], Callable[[Path], bool]]] = {
+    "an edit in the tree": (
+        "d",
+        lambda ws: (ws / "d" / "a").write_text("a person's"),
+        lambda ws: (ws / "d" / "a").read_text() == "a person's",
+    ),
+    "a file added to it": (
+        "d",
+        lambda ws: (ws / "d" / "lib" / "new.txt").write_text("a person's"),
+        lambda ws: (ws / "d" / "lib" / "new.txt").read_text() == "a person's",
+    ),
+    "a repository made in it": (
+        "d",
+        lambda ws: subprocess.run(["git", "init", "-q", str(ws / "d" / "lib")], check=True),
+        lambda ws: (ws / "d" / "lib" / ".git" / "HEAD").is_file(),
+    ),
+    "an edit of a file": (
+        "notes",
+        lambda ws: (ws / "notes").write_text("a person's"),
+        lambda ws: (ws / "notes").read_text() == "a person's",
+    ),
+}
+
+
+def _remove(ws: Path, name: str, rules: Rules) -> tuple[bool, Tally]:
+    tally = Tally()
+    fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        went = clearing.remove_unless(fd, name, str(ws / name), rules, tally)
+    finally:
+        os.close(fd)
+    return went, tally
+
+
+@pytest.mark.parametrize("case", list(CHANGES))
+@pytest.mark.parametrize("meanwhile", [True, False], ids=["changed", "control"])
+def test_a_change_made_while_a_tree_is_judged_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, meanwhile: bool
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = _tree(ws)
+    name, change, kept = CHANGES[case]
+    _in_window(monkeypatch, (lambda: change(ws)) if meanwhile else None)
+    went, tally = _remove(ws, name, rules)
+    assert not [p for p in os.listdir(ws) if p.startswith(clearing.ASIDE)]
+    if not meanwhile:  # the control: the deletion lands
+        listed = {str(ws / name), str(ws / name) + "/"}
+        assert went and not (ws / name).exists() and listed & set(tally.deleted)
+        return
+    assert not went and kept(ws), tally
+    assert tally.conflicts == [str(ws / name)] or "protected" in " ".join(tally.failed), tally
+
+
+def test_a_tree_kept_is_not_put_back_over_what_a_person_made_at_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = _tree(ws)
+
+    def remade() -> None:
+        (ws / "d").mkdir()
+        (ws / "d" / "person.txt").write_text("new")
+
+    _in_window(monkeypatch, lambda: (ws / "d" / "a").write_text("a person's"), remade)
+    went, tally = _remove(ws, "d", rules)
+    assert not went
+    assert (ws / "d" / "person.txt").read_text() == "new"  # what they made stays
+    (aside,) = [p for p in os.listdir(ws) if p.startswith(clearing.ASIDE)]
+    assert (ws / aside / "a").read_text() == "a person's"  # and so does their edit
+    assert any(f"kept as {ws / aside}" in line for line in tally.failed), tally.failed
+
+
+@pytest.mark.sandboxes("bubblewrap")
+@pytest.mark.parametrize("meanwhile", [True, False], ids=["changed", "control"])
+def test_a_landing_keeps_a_change_made_while_it_deletes_the_tree(
+    box, make_host, sandbox, monkeypatch, meanwhile
+):
+    """Through a host: a command removed ``d``; the person edits ``d/a`` once the landing
+    has judged ``d`` and before it removes it."""
+    (box.ws / "d").mkdir()
+    (box.ws / "d" / "a").write_text("original")
+    time.sleep(0.05)
+    host = make_host(allow_all=True, config=Config(sandbox=sandbox))
+    change = (lambda: (box.ws / "d" / "a").write_text("a person's")) if meanwhile else None
+    _in_window(monkeypatch, change)
+    result = host.run(box.py("import shutil\nshutil.rmtree('d')"))
+    assert result.landed == "landed", result.stderr.text
+    assert not [p for p in os.listdir(box.ws) if p.startswith(clearing.ASIDE)]
+    if not meanwhile:
+        assert not (box.ws / "d").exists() and not result.conflicts
+        return
+    assert (box.ws / "d" / "a").read_text() == "a person's"
+    assert result.conflicts == (str(box.ws / "d"),), result
