@@ -26,7 +26,7 @@ from stockade.record.recorder import Recorder
 if TYPE_CHECKING:
     from stockade.host import Host
     from stockade.record.events import Event
-    from stockade.record.store import Store
+    from stockade.record.store import Store, StoreError
     from stockade.record.writers import ShardedRecord
 
 NAME = "stockade.builtin.recorder"
@@ -101,14 +101,17 @@ class ShardingRecorder(Recorder):
         """The store of the shard holding run ``run_id``'s events (the caller closes it)."""
         from stockade.record.shards import shard_path
         from stockade.record.store import Store
+        from stockade.record.writers import shard_of
 
-        name = self.record.names[self.record.shard_of(run_id)]
+        name = f"s{shard_of(run_id, self.count)}"
         return Store(shard_path(self.chain().store, name))
 
     def _append(self, events: Sequence[Event]) -> None:
         """Each event to its run's shard (in parallel), the rest to the main chain; then
-        the shards' heads anchored when the last anchor is old."""
+        the shards' heads anchored when the last anchor is old (an anchor that fails is a
+        warning, tried again with the next batch: the batch itself is stored)."""
         from stockade.record.store import StoreError
+        from stockade.record.writers import shard_of
 
         main: list[Event] = []
         batches: dict[int, list[Event]] = {}
@@ -117,34 +120,69 @@ class ShardingRecorder(Recorder):
             if not run_id or event.kind in KEPT_IN_MAIN:
                 main.append(event)
             else:
-                batches.setdefault(self.record.shard_of(run_id), []).append(event)
-        refs = self.record.send(batches) if batches else []
+                batches.setdefault(shard_of(run_id, self.count), []).append(event)
+        refs: list[Any] = []
+        failed: StoreError | None = None
+        if batches:
+            try:  # (the writers start with the first batch: that can fail too)
+                refs = self.record.send(batches)
+            except StoreError as error:
+                failed = error
         try:
             super()._append(main)
         finally:
             try:
-                self.record.wait(refs)
+                if refs:
+                    self.record.wait(refs)
             except StoreError as error:  # a writer failed the batch or is gone
-                failed = StoreError(
-                    f"a shard of the record did not store its events: {error.message}",
-                    hint=error.hint,
-                )
-                if self.config.store.fail_closed:
-                    raise failed from None
-                print(f"stockade: warning: {failed.message}", file=sys.stderr)
+                failed = failed or error
+            if failed is not None:
+                self._failed(failed)
         if refs:
             self._pending = True
             if time.monotonic() - self._anchored > ANCHOR_SECONDS:
-                self.anchor()
+                self._anchor_now()
+
+    def _failed(self, failed: StoreError) -> None:
+        """A batch a shard did not store: raised when the store fails closed, else said."""
+        from stockade.record.store import StoreError
+
+        said = StoreError(
+            f"a shard of the record did not store its events: {failed.message}", hint=failed.hint
+        )
+        if self.config.store.fail_closed:
+            raise said from None
+        print(f"stockade: warning: {said.message}", file=sys.stderr)
+
+    def _anchor_now(self) -> None:
+        """Anchor the shards after a batch: one that fails is said, and tried again."""
+        from stockade.record.store import StoreError
+
+        try:
+            self.anchor()
+        except StoreError as error:
+            print(
+                f"stockade: warning: the shards' heads were not anchored ({error.message}); "
+                "tried again with the next batch",
+                file=sys.stderr,
+            )
 
     def anchor(self) -> None:
-        """Anchor every shard's head in the main chain now."""
+        """Anchor every shard's head in the main chain now.
+
+        Raises:
+            StoreError: the anchor was not stored (then it is tried again next time).
+        """
         with self._anchoring:
             if self._record is None or not self._pending:
                 return
             self._pending = False
             self._anchored = time.monotonic()
-            self._record.anchor()
+            try:
+                self._record.anchor()
+            except BaseException:
+                self._pending = True
+                raise
 
     def close(self) -> None:
         """Anchor what is not yet anchored, stop the writers, close the main chain."""

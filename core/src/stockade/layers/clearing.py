@@ -16,7 +16,9 @@ judgement walked is in the moved tree and keeps it (it is renamed back); one mad
 rename cannot reach it by its path. What is left is a change made through a descriptor or a
 working folder held in the tree, between the second judgement and its removal. A rename
 changes the moved entry's own change time, so the moved top is judged by its modification
-time (what a folder's entries, or a file's bytes, change).
+time (what a folder's entries, or a file's bytes, change). In a fork mounted as an overlay, a
+folder that comes from the fork's snapshot cannot be renamed (the kernel refuses, ``EXDEV``,
+without ``redirect_dir``): it is judged once, where it stands, as before.
 
 Trees are walked without recursion (a stack of paths, a folder's entries listed once), so
 a tree of any depth is judged, and listed for the tally, in bounded memory per level.
@@ -156,10 +158,15 @@ def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) 
             os.rename(name, aside, src_dir_fd=dst, dst_dir_fd=dst)
         except FileNotFoundError:
             return True  # gone meanwhile
-        kept, found = judged(dst, aside, target, rules, moved=True)
-        if kept is not None:
-            _put_back(dst, aside, name, target, tally)
-        name = aside
+        except OSError as error:
+            if error.errno != errno.EXDEV:
+                raise
+            aside = ""  # a fork's folder from its snapshot: its overlay moves none (as before)
+        if aside:
+            kept, found = judged(dst, aside, target, rules, moved=True)
+            if kept is not None:
+                _put_back(dst, aside, name, target, tally)
+            name = aside
     if kept is not None:
         note(target, kept, tally)
         return False

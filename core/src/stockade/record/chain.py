@@ -120,10 +120,11 @@ def load_key(path: str, *, create: bool) -> Ed25519PrivateKey | None:
         return load_key(path, create=False)
     except OSError as error:
         raise StoreError(f"the signing key {path} cannot be read: {error.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):  # (a folder: opening it as a file would raise)
+        os.close(fd)
+        raise StoreError(f"the signing key {path} is not a file")
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise StoreError(f"the signing key {path} is not a file")
         if info.st_mode & 0o077 or info.st_uid != os.getuid():
             raise StoreError(
                 f"the signing key {path} is readable by others or not yours",
@@ -169,8 +170,11 @@ class Redactor:
 class Chain:
     """Appends events to a store's chain. One per store connection."""
 
-    def __init__(self, store: Store, redact: Sequence[str] = ()) -> None:
+    def __init__(
+        self, store: Store, redact: Sequence[str] = (), carrier: str | None = None
+    ) -> None:
         self.store = store
+        self.carrier = carrier  # who records a command's end (live.track); None: this process
         self.redactor = Redactor(redact)
         key = load_key(key_path(store), create=True)
         assert key is not None  # noqa: S101 - create=True always gives one
@@ -237,7 +241,7 @@ class Chain:
                     if still_live:
                         staged = [s for s in staged if _live(db, s[0].action_id)]
                     for event, run_id, step, body in staged:
-                        track(db, event)
+                        track(db, event, self.carrier)
                         seq += 1
                         digest = link(prev, seq, body, run_id, step)
                         signature = self.key.sign(bytes.fromhex(digest))

@@ -42,11 +42,14 @@ def owner() -> str:
     return found
 
 
-def track(db: sqlite3.Connection, event: Event) -> None:
-    """Keep the ``live`` table in step with ``event`` (inside the caller's transaction)."""
+def track(db: sqlite3.Connection, event: Event, carrier: str | None = None) -> None:
+    """Keep the ``live`` table in step with ``event`` (inside the caller's transaction);
+    ``carrier``: the process that will record the command's end, as :func:`owner` names
+    it (by default this one; a shard writer names its driver)."""
     if event.kind == "permission":
         if event.decision.verdict == "allow":
-            db.execute("INSERT OR REPLACE INTO live VALUES (?, ?)", (event.action_id, owner()))
+            who = carrier or owner()
+            db.execute("INSERT OR REPLACE INTO live VALUES (?, ?)", (event.action_id, who))
             return
     elif event.kind not in ("result", "error", "decline"):
         return

@@ -4,15 +4,18 @@ A :class:`ShardedRecord` has ``count`` shard chains (:mod:`stockade.record.shard
 with its own store and signing key beside the main store, written in parallel by as many
 writer processes as this process may run on CPUs at once (never more than the shards: four
 shards on two cores are two processes of two chains each). Each writer is a child of this
-process (``python -m stockade.record.writer``), so it always runs on this machine, beside
-the main store that names its shards, and it ends when this process does: its only input
-is a pipe that this process alone holds.
+process (:mod:`stockade.record.writer`), so it always runs on this machine, beside the main
+store that names its shards, and it ends when this process does.
 
-The driver sends a writer a batch as one frame on that pipe and goes on; it reads the
-writer's answers, in order, when it waits for them (:meth:`ShardedRecord.wait`). A writer
-that fails a batch answers with the error, and the batch's waiter gets it as a
-:class:`~stockade.record.store.StoreError`; a writer that dies fails every batch it had
-not answered, and every later one.
+The driver sends a writer a batch as one frame on a pipe and goes on; a thread of the
+driver's reads the writer's answers, in order, as they come, so neither pipe ever fills
+while the other side waits on it. A writer that fails a batch answers with the error, and
+the batch's waiter gets it as a :class:`~stockade.record.store.StoreError`. A writer that
+dies, or answers nothing for :data:`STALL` seconds while a batch waits (stopped, hung: it
+is then killed), fails every batch it had not answered: those may be stored or not, as a
+process killed mid-commit leaves them (``stockade verify`` and the shard's log say which).
+The next batch for its shards starts a new writer in its place, at most every
+:data:`RETRY` seconds.
 
 Why not Ray actors, as before: a Ray call costs each side about 0.6 ms of CPU, about a
 third of what sharding gains on two cores, and a writer process scheduled per core rather
@@ -26,12 +29,15 @@ import hashlib
 import json
 import os
 import pickle
-import subprocess
+import select
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..run import spawn
+from . import live
 from .events import AnchorEvent
 from .shards import head_of, shard_path
 from .store import Store, StoreError
@@ -41,45 +47,55 @@ if TYPE_CHECKING:
     from .chain import Chain
     from .events import Event
 
-BACKLOG = 256
-"""Requests a writer may have unanswered before a sender reads its answers first (its
-answers' pipe then never fills while it waits for the next request)."""
-
+STALL = 120.0
+"""Seconds a writer may answer nothing, or take nothing from its pipe, while a batch waits
+on it; then it is taken for hung and killed."""
+RETRY = 5.0
+"""Seconds after a writer failed to start before another is started for its shards."""
 UNSENT = -1
 """The ticket of a request not sent: its writer is gone."""
-
 HINT = "check the shard writers' storage (shards/ beside the store) and their errors above"
 
 
 class Writer:
-    """One writer process and the shards it appends (its ``k``-th chain is ``names[k]``)."""
+    """One writer process and the shards it appends (its ``k``-th chain is ``names[k]``).
+
+    Raises:
+        StoreError: the process could not be started.
+    """
 
     def __init__(self, paths: Sequence[str], names: Sequence[str], redact: Sequence[str]) -> None:
         self.paths, self.names, self.redact = tuple(paths), tuple(names), tuple(redact)
-        environ = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "stockade.record.writer",
-                json.dumps([list(paths), list(redact)]),
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=environ,
-            start_new_session=True,  # a person's ^C stops the driver, which ends its writers
-        )
-        self.pid = self.process.pid
-        self.sent = self.received = 0
+        self.label = "/".join(self.names)
+        self.sent, self._received = 0, -1  # answer 0: the chains opened
         self._answers: dict[int, tuple[Any, ...]] = {}
-        self._sending = threading.Lock()
-        self._receiving = threading.Lock()
         self._lost: str | None = None
+        self._why = ""  # what made this process take the writer for lost
+        self.failed_at = 0.0  # when a writer meant to replace this one failed to start
+        self._sending = threading.Lock()
+        self._changed = threading.Condition()
+        searched = os.pathsep.join(p for p in sys.path if os.path.isabs(p))
+        argument = json.dumps([list(paths), list(redact), live.owner(), os.getpid()])
+        try:  # -P: nothing imported from this working folder
+            self.process = spawn.start_piped(
+                [sys.executable, "-P", "-m", "stockade.record.writer", argument],
+                env=dict(os.environ, PYTHONPATH=searched),
+            )
+        except OSError as error:
+            raise StoreError(
+                f"cannot start the writer of shard {self.label}: {error.strerror or error}",
+                hint=HINT,
+            ) from None
+        self.pid = self.process.pid
+        self._fd = self.process.stdin
+        os.set_blocking(self._fd, False)
+        self._reader = threading.Thread(target=self._read_all, daemon=True)
+        self._reader.start()
 
     @property
-    def lost(self) -> bool:
-        """The writer is known to be gone (it failed to start, died, or closed its pipe)."""
-        return self._lost is not None
+    def lost(self) -> str | None:
+        """Why the writer is gone (``None``: it is not known to be)."""
+        return self._lost
 
     def started(self) -> None:
         """Wait for the writer's first answer: every chain it owns is open.
@@ -87,32 +103,22 @@ class Writer:
         Raises:
             StoreError: one could not be opened, or the writer did not start.
         """
-        with self._receiving:
-            answer = self._read()
-        if answer[0] != "ok":
-            self._lost = f"shard {'/'.join(self.names)}: {answer[1]}"
-            raise StoreError(self._lost, hint=answer[2] or HINT)
+        self.wait(0)
 
-    def send(self, request: tuple[str, int, Any]) -> int:
-        """Send one request; its ticket for :meth:`wait` (:data:`UNSENT` when the writer is
-        gone: then :meth:`wait` says so)."""
-        data = frame(request)
+    def send(self, data: bytes) -> int:
+        """Send one request (a :func:`~stockade.record.writer.frame`); its ticket for
+        :meth:`wait` (:data:`UNSENT` when the writer is gone: then :meth:`wait` says so)."""
         with self._sending:
             if self._lost is not None:
                 return UNSENT
-            if self.sent - self.received >= BACKLOG:
-                try:
-                    self._wait_for(self.sent - BACKLOG // 2, keep=True)
-                except StoreError:
-                    return UNSENT
-            stream = self.process.stdin
-            assert stream is not None  # noqa: S101 - made with a pipe
             try:
-                stream.write(data)
-                stream.flush()
-            except (BrokenPipeError, ValueError):
-                self._gone()
+                self._write(data)
+            except OSError:
+                self._kill(f"its input pipe failed (the writer of shard {self.label} is gone)")
                 return UNSENT
+            except BaseException:  # (^C) a frame cut short: what follows would be misread
+                self._kill("a request to it was cut short")
+                raise
             self.sent += 1
             return self.sent
 
@@ -120,57 +126,102 @@ class Writer:
         """The answer to request ``ticket``.
 
         Raises:
-            StoreError: the writer failed it, or is gone.
+            StoreError: the writer failed it, or is gone, or the ticket was waited for.
         """
-        if ticket == UNSENT:
-            raise StoreError(self._gone(), hint=HINT)
-        answer = self._wait_for(ticket)
-        if answer[0] == "ok":
-            return answer[1]
-        raise StoreError(f"shard {'/'.join(self.names)}: {answer[1]}", hint=answer[2] or HINT)
+        with self._changed:
+            seen, deadline = self._received, time.monotonic() + STALL
+            while ticket not in self._answers:
+                if ticket == UNSENT or self._lost is not None:
+                    raise StoreError(self._lost or "no shard writer", hint=HINT)
+                if 0 <= ticket <= self._received:
+                    raise StoreError(f"shard {self.label}: request {ticket} was answered already")
+                if self._received != seen:
+                    seen, deadline = self._received, time.monotonic() + STALL
+                elif time.monotonic() > deadline:
+                    break
+                self._changed.wait(min(1.0, STALL))
+            else:
+                answer = self._answers.pop(ticket)
+                if answer[0] == "ok":
+                    return answer[1]
+                raise StoreError(f"shard {self.label}: {answer[1]}", hint=answer[2] or HINT)
+        self._kill(f"it answered nothing for {STALL:.0f} s (stopped, or hung)")
+        raise StoreError(self._lost or "", hint=HINT)
 
-    def _wait_for(self, ticket: int, *, keep: bool = False) -> tuple[Any, ...]:
-        with self._receiving:
-            while self.received < ticket:
-                answer = self._read()
-                self.received += 1
-                self._answers[self.received] = answer
-            return self._answers[ticket] if keep else self._answers.pop(ticket)
-
-    def _read(self) -> tuple[Any, ...]:
-        stream = self.process.stdout
-        assert stream is not None  # noqa: S101 - made with a pipe
-        body = read_frame(stream) if self._lost is None else None
-        if body is None:
-            raise StoreError(self._gone(), hint=HINT)
-        answer: tuple[Any, ...] = pickle.loads(body)  # noqa: S301 - this process's own child
-        return answer
-
-    def _gone(self) -> str:
-        if self._lost is None:
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        deadline = time.monotonic() + STALL
+        while view:
             try:
-                status = self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                status = None
-            self._lost = (
-                f"the writer of shard {'/'.join(self.names)} (process {self.pid}) ended"
-                f"{'' if status is None else f' with status {status}'}: the batches it had"
-                " not answered were not stored"
-            )
-        return self._lost
+                view = view[os.write(self._fd, view) :]
+                deadline = time.monotonic() + STALL
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise OSError("stalled") from None
+                select.select([], [self._fd], [], 1.0)
 
-    def close(self) -> None:
-        """End the writer: it finishes what it was sent, closes its chains and exits."""
-        with self._sending, contextlib.suppress(BrokenPipeError):
-            if self.process.stdin is not None and not self.process.stdin.closed:
-                self.process.stdin.close()
+    def _read_all(self) -> None:
+        stream = self.process.stdout
         try:
-            self.process.wait(60)
-        except subprocess.TimeoutExpired:
+            while (body := read_frame(stream)) is not None:
+                answer = pickle.loads(body)  # noqa: S301 - this process's own child
+                with self._changed:
+                    self._received += 1
+                    self._answers[self._received] = answer
+                    self._changed.notify_all()
+        except Exception:  # noqa: BLE001, S110 - a malformed answer: the writer is lost
+            pass
+        self._kill("")
+
+    def _kill(self, why: str) -> None:
+        """Take the writer for lost (``why``; empty: it ended), and make sure it is."""
+        with self._changed:
+            if self._lost is not None:
+                return
+            self._why = self._why or why  # (its reader, seeing it end, says it too)
+        self.process.kill()
+        status = self.process.wait(5)
+        ended = "" if status is None else f" with status {status}"
+        unanswered = self.sent - max(self._received, 0)
+        with self._changed:
+            self._lost = self._lost or (
+                f"the writer of shard {self.label} (process {self.pid}) ended{ended}"
+                f"{': ' + self._why if self._why else ''}; {unanswered} batch(es) sent to it "
+                "had no answer: they may be stored or not (`stockade verify` and the "
+                "shard's log say)"
+            )
+            self._changed.notify_all()
+
+    def note(self, why: str) -> None:
+        """Add to why the writer is lost (a replacement that did not start)."""
+        with self._changed:
+            self._lost = f"{self._lost or 'lost'}; no new writer started: {why}"
+        self.failed_at = time.monotonic()
+
+    def end(self) -> None:
+        """Ask the writer to end (it finishes what it was sent first) and close its pipe."""
+        with self._sending:
+            if self._lost is None:
+                with contextlib.suppress(OSError):
+                    self._write(frame(("end", 0, None)))
+            with contextlib.suppress(OSError):
+                self.process.close_input()
+
+    def join(self, deadline: float) -> None:
+        """Wait until ``deadline`` (monotonic) for the writer to end, then kill it."""
+        if self.process.wait(max(0.0, deadline - time.monotonic())) is None:
             self.process.kill()
-            self.process.wait()
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+            self.process.wait(60)
+        self._reader.join(5)
+        with self._changed:
+            self._lost = self._lost or f"the writers of shard {self.label} were closed"
+            self._changed.notify_all()
+        self.process.stdout.close()
+
+
+def shard_of(run_id: str, count: int) -> int:
+    """Which of ``count`` shards run ``run_id``'s events go to (always the same one)."""
+    return int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16) % count
 
 
 class ShardedRecord:
@@ -184,7 +235,8 @@ class ShardedRecord:
             run on), never more than ``count``.
 
     Raises:
-        StoreError: a shard's store could not be opened (no writer is left running).
+        StoreError: a writer could not start or a shard's store could not be opened (no
+            writer is left running).
     """
 
     def __init__(
@@ -199,6 +251,7 @@ class ShardedRecord:
         width = max(1, min(count, processes or len(os.sched_getaffinity(0))))
         self.writers: list[Writer] = []
         self._replacing = threading.Lock()
+        self._closed = False
         try:
             for p in range(width):
                 names = self.names[p::width]  # shard i: writer i % width, its chain i // width
@@ -206,7 +259,7 @@ class ShardedRecord:
                 self.writers.append(Writer(paths, names, redact))
             for writer in self.writers:  # started together, waited for together
                 writer.started()
-            # A shard's commands cut off by a killed driver (its writer went with it) are
+            # A shard's commands cut off by a killed driver (its writers went with it) are
             # closed before anything new is appended; then every shard is anchored at once,
             # an empty one at event 0: from here on the main chain names it, and a shard
             # deleted before its next anchor (a pool killed within its first second) is
@@ -219,41 +272,77 @@ class ShardedRecord:
 
     def shard_of(self, run_id: str) -> int:
         """The shard a run's events go to (always the same one)."""
-        return int(hashlib.sha256(run_id.encode()).hexdigest()[:8], 16) % len(self.names)
+        return shard_of(run_id, len(self.names))
 
     def pids(self) -> list[int]:
         """The writer processes' ids."""
         return [writer.pid for writer in self.writers]
 
-    def _request(self, op: str, shard: int, payload: object = None) -> tuple[Writer, int]:
+    def _writer(self, shard: int) -> tuple[Writer, int]:
+        """The writer of ``shard`` (a new one in place of a lost one), and the shard's
+        index among its chains.
+
+        Raises:
+            StoreError: the record is closed.
+        """
+        if self._closed:
+            raise StoreError("the sharded record is closed", hint="append before closing it")
         width = len(self.writers)
         writer = self.writers[shard % width]
-        if writer.lost:
+        if writer.lost is not None:
             writer = self._replace(shard % width)
-        return writer, writer.send((op, shard // width, payload))
+        return writer, shard // width
 
     def _replace(self, place: int) -> Writer:
         """A new writer in place of the lost one at ``place`` (the batches the lost one had
-        not answered stay failed); the lost one when no new one starts. The commands the
-        lost one recorded as started are not closed: this driver records their ends."""
+        not answered stay failed); the lost one when no new one starts (tried again after
+        :data:`RETRY` seconds). The commands the lost one recorded as started are not
+        closed: they are this driver's, which records their ends."""
         with self._replacing:
             lost = self.writers[place]
-            if not lost.lost:
-                return lost  # another thread replaced it
-            fresh = Writer(lost.paths, lost.names, lost.redact)
+            if lost.lost is None or time.monotonic() - lost.failed_at < RETRY:
+                return lost  # another thread replaced it, or one failed to start just now
+            try:
+                fresh = Writer(lost.paths, lost.names, lost.redact)
+            except StoreError as error:
+                lost.note(error.message)
+                return lost
             try:
                 fresh.started()
-            except StoreError:
-                fresh.close()
+            except StoreError as error:
+                fresh.end()
+                fresh.join(time.monotonic() + 5)
+                lost.note(error.message)
                 return lost
-            lost.close()
+            lost.end()
+            lost.join(time.monotonic() + 5)
             self.writers[place] = fresh
             return fresh
 
+    def _request(self, op: str, shard: int, payload: object = None) -> tuple[Writer, int]:
+        writer, index = self._writer(shard)
+        return writer, writer.send(frame((op, index, payload)))
+
     def send(self, batches: dict[int, list[Event]]) -> list[tuple[Writer, int]]:
         """Send each shard its batch; the tickets of their appends (for :meth:`wait`, which
-        raises for a batch a lost writer was not sent)."""
-        return [self._request("append", i, events) for i, events in batches.items() if events]
+        raises for a batch a lost writer was not sent).
+
+        Raises:
+            StoreError: a batch cannot be pickled (then none is sent), or the record is
+                closed.
+        """
+        framed = []
+        for i, events in batches.items():
+            if events:
+                writer, index = self._writer(i)
+                try:
+                    framed.append((writer, frame(("append", index, events))))
+                except Exception as error:  # noqa: BLE001 - an event pickle cannot take
+                    raise StoreError(
+                        f"a batch for shard {self.names[i]} cannot be sent: {error}",
+                        hint="record events made of plain values",
+                    ) from None
+        return [(writer, writer.send(data)) for writer, data in framed]
 
     def wait(self, tickets: Sequence[tuple[Writer, int]]) -> list[Any]:
         """The answers to ``tickets``, every one waited for.
@@ -279,10 +368,9 @@ class ShardedRecord:
     def anchor(self, *, every: bool = False) -> list[AnchorEvent]:
         """Each shard's head, appended to the main chain as an ``anchor`` event (``every``:
         an empty shard's too, at event 0)."""
+        asked = [self._request("head", i) for i in range(len(self.names))]
         heads = []
-        for i, (writer, ticket) in enumerate(
-            [self._request("head", i) for i in range(len(self.names))]
-        ):
+        for i, (writer, ticket) in enumerate(asked):
             try:
                 heads.append(writer.wait(ticket))
             except StoreError:  # its writer is gone and none started: read its store here
@@ -310,6 +398,10 @@ class ShardedRecord:
         return seq, digest, key
 
     def close(self) -> None:
-        """End every writer (each finishes what it was sent first)."""
+        """End every writer (each finishes what it was sent first), together."""
+        self._closed = True
         for writer in self.writers:
-            writer.close()
+            writer.end()
+        deadline = time.monotonic() + 60
+        for writer in self.writers:
+            writer.join(deadline)

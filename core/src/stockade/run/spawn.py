@@ -1,7 +1,7 @@
 """The process starts that are not a command's plan, in one place.
 
 Every command an agent asks for is started by the executor (``stockade-local``) from a
-:class:`~stockade.request.plan.LaunchPlan`: confined, observed and recorded. Five other
+:class:`~stockade.request.plan.LaunchPlan`: confined, observed and recorded. Six other
 starts exist, and none of them can go through a plan:
 
 - :func:`probe` runs a sandbox backend's own binary (``bwrap --version``, a trial sandbox)
@@ -16,6 +16,8 @@ starts exist, and none of them can go through a plan:
   nothing to confine, approve or record.
 - :func:`start_detached` starts the warm server (``stockade serve``) for the command line's
   thin client: Stockade itself, not a command; the commands it runs go through plans.
+- :func:`start_piped` starts the sharded record's writers
+  (:mod:`stockade.record.writers`): Stockade itself, writing its own record; no command.
 
 This module uses the standard library only and imports nothing of Stockade: the bubblewrap
 provider carries its source into the sandbox, where it runs under ``python -I -S`` ahead of
@@ -28,6 +30,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+
+MYPY = False
+"""True for the type checker alone (this module imports no ``typing``: above)."""
+if MYPY:
+    import subprocess
 
 
 class Probed:
@@ -130,3 +137,68 @@ def start_detached(argv: Sequence[str], *, log: str, env: dict[str, str]) -> int
     finally:
         os.close(fd)
     return child.pid
+
+
+class Piped:
+    """A child started by :func:`start_piped`: its pipes and its end.
+
+    Attributes:
+        pid: its process id.
+        stdin: the write end of its standard input (a raw descriptor).
+        stdout: its standard output, to read (a buffered file).
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdin is not None and process.stdout is not None  # noqa: S101
+        self._process = process
+        self.pid = process.pid
+        self.stdin = process.stdin.fileno()
+        self.stdout = process.stdout
+        self._input = process.stdin
+
+    def poll(self) -> int | None:
+        """Its exit status, or ``None`` while it runs."""
+        return self._process.poll()
+
+    def wait(self, timeout: float) -> int | None:
+        """Its exit status once it ended, waiting at most ``timeout`` seconds (``None``:
+        it still runs)."""
+        import subprocess
+
+        try:
+            return self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self) -> None:
+        """``SIGKILL`` it (nothing when it has ended)."""
+        if self._process.poll() is None:
+            self._process.kill()
+
+    def close_input(self) -> None:
+        """Close its standard input's write end (it reads the end of its input)."""
+        if not self._input.closed:
+            os.set_blocking(self.stdin, True)
+            self._input.close()
+
+
+def start_piped(argv: Sequence[str], *, env: dict[str, str]) -> Piped:
+    """Start ``argv`` in a session of its own (a person's ^C stops this process, which ends
+    it), its standard input and output pipes of this process's, its standard error this
+    process's.
+
+    Raises:
+        OSError: it could not be started.
+    """
+    import subprocess
+
+    return Piped(
+        subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
+        )
+    )
