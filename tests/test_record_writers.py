@@ -518,3 +518,56 @@ def test_close_ends_the_writers_while_a_forked_child_holds_their_pipes(tmp_path:
     took, child = ran.stdout.split()
     os.kill(int(child), signal.SIGKILL)
     assert float(took) < 10, ran.stdout
+
+
+def test_a_writer_imports_nothing_from_the_drivers_search_path(tmp_path: Path) -> None:
+    """``-P`` is not enough: the driver's ``sys.path`` (its script's folder first, or its
+    working folder under ``python -m``) handed on as ``PYTHONPATH`` put it back. Here the
+    driver has taken what it needs, then a folder with a planted ``json.py`` stands first
+    on its ``sys.path``, as its script's folder does."""
+    planted = tmp_path / "scripts"
+    planted.mkdir()
+    marker = tmp_path / "imported"
+    plant = f"import os\nopen({str(marker)!r}, 'a').write(str(os.getpid()))\nraise SystemExit(7)\n"
+    (planted / "json.py").write_text(plant)
+    driver = (
+        "import sys\n"
+        "from stockade.record.chain import Chain\nfrom stockade.record.store import Store\n"
+        "from stockade.record.writers import ShardedRecord\n"
+        f"sys.path.insert(0, {str(planted)!r})\n"
+        "record = ShardedRecord(Chain(Store(sys.argv[1])), 1)\nrecord.close()\n"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", driver, str(tmp_path / "state" / "store.db")],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert ran.returncode == 0 and not marker.exists(), ran.stderr
+
+
+def test_close_racing_a_replacement_leaves_no_writer(tmp_path: Path) -> None:
+    main = Chain(Store(str(tmp_path / "state" / "store.db")))
+    sharded = ShardedRecord(main, 1)
+    first = sharded.pids()[0]
+    os.kill(first, signal.SIGKILL)
+    assert _gone([first], 10)
+    before = _children()
+    started = threading.Event()
+    errors: list[BaseException] = []
+
+    def append() -> None:
+        started.set()
+        for _ in range(50):
+            try:
+                sharded.append(_events("r", 1), "r")
+            except StoreError as error:
+                errors.append(error)
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    started.wait()
+    sharded.close()
+    thread.join(60)
+    assert not thread.is_alive()
+    assert _gone(sorted(_children() - before), 10), "a writer started after close() ran on"
+    assert all("closed" in str(e) or "ended" in str(e) for e in errors), errors
+    main.close()

@@ -117,3 +117,46 @@ def test_a_writer_killed_mid_pool_fails_the_step_it_held_and_the_pool_goes_on(bo
     store.close()
     assert said == [["echo", "one"], ["echo", "two"]]  # the lost step never ran
     assert _verify_cli(path).returncode == 0
+
+
+def test_a_main_chain_failure_does_not_stop_the_shards_being_anchored(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed append closes the recorder's main chain and opens another: the shards'
+    anchors go to the new one (they went to the closed one, every later anchor failed, and
+    closing the pool raised)."""
+    from stockade.config.load import parse_config
+    from stockade.record import chain as chains
+    from stockade.record.events import AnnotationEvent
+    from stockade.record.store import StoreError
+    from stockade_ray import sharding
+
+    monkeypatch.setattr(sharding, "ANCHOR_SECONDS", 0.0)
+    path = tmp_path / "state" / "store.db"
+    config = parse_config(f'[store]\npath = "{path}"\nfail_closed = true\n')
+    recorder = sharding.ShardingRecorder(config, {}, 2)
+
+    def event(run: str, i: int) -> AnnotationEvent:
+        return AnnotationEvent(f"{run}-{i}", run_id=run, step=i, name="r", score=i)
+
+    recorder.stockade_record_batch([event("a", 1), event("", 0)])
+    real, failing = chains.Chain.append_many, [True]
+
+    def once(self, events, **how):  # type: ignore[no-untyped-def]
+        if self.store.path == str(path) and failing:
+            failing.clear()
+            raise StoreError("the disk was full for a moment")
+        return real(self, events, **how)
+
+    monkeypatch.setattr(chains.Chain, "append_many", once)
+    with pytest.raises(StoreError):
+        recorder.stockade_record_batch([event("a", 2), event("", 1)])
+    for i in range(3, 6):
+        recorder.stockade_record_batch([event("a", i)])
+    recorder.close()
+    store = Store(str(path))
+    checks = verify_shards(store)
+    anchors = [r for r in rows(store) if r.kind == "anchor"]
+    store.close()
+    assert all(c.ok and c.after == 0 for c in checks), checks  # every shard event anchored
+    assert len(anchors) > 2

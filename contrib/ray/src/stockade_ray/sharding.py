@@ -60,6 +60,7 @@ class ShardingRecorder(Recorder):
         self._anchored = 0.0
         self._pending = False  # shard events not yet covered by an anchor
         self._anchoring = threading.Lock()
+        self._failed_start: tuple[float, StoreError] | None = None  # the writers' last start
         self._actions: dict[str, str] = {}  # a command's run, by its action id, until it ends
 
     @classmethod
@@ -75,13 +76,25 @@ class ShardingRecorder(Recorder):
 
     @property
     def record(self) -> ShardedRecord:
-        """The shard writers, started on first use (anchoring into this recorder's chain)."""
+        """The shard writers, started on first use (anchoring into this recorder's chain);
+        a start that failed is not tried again for :data:`~stockade.record.writers.RETRY`
+        seconds (its error is raised again)."""
         if self._record is None:
-            from stockade.record.writers import ShardedRecord
+            from stockade.record.store import StoreError
+            from stockade.record.writers import RETRY, ShardedRecord
 
             with self._anchoring:
+                failed = self._failed_start
+                if failed is not None and time.monotonic() - failed[0] < RETRY:
+                    raise StoreError(failed[1].message, hint=failed[1].hint)  # not again yet
                 if self._record is None:
-                    self._record = ShardedRecord(self.chain(), self.count, self.config.store.redact)
+                    try:
+                        self._record = ShardedRecord(
+                            self.chain(), self.count, self.config.store.redact
+                        )
+                    except StoreError as error:
+                        self._failed_start = (time.monotonic(), error)
+                        raise
         return self._record
 
     def _run_of(self, event: Event) -> str:
@@ -178,6 +191,7 @@ class ShardingRecorder(Recorder):
                 return
             self._pending = False
             self._anchored = time.monotonic()
+            self._record.main = self.chain()  # (a failed append closes the chain it had)
             try:
                 self._record.anchor()
             except BaseException:
@@ -186,13 +200,15 @@ class ShardingRecorder(Recorder):
 
     def close(self) -> None:
         """Anchor what is not yet anchored, stop the writers, close the main chain."""
-        if self._record is not None:
-            try:
-                self.anchor()
-            finally:
-                self._record.close()
-                self._record = None
-        super().close()
+        try:
+            if self._record is not None:
+                try:
+                    self.anchor()
+                finally:
+                    self._record.close()
+                    self._record = None
+        finally:
+            super().close()
 
 
 __all__ = ["ANCHOR_SECONDS", "KEPT_IN_MAIN", "ShardingRecorder"]

@@ -123,7 +123,8 @@ def main() -> int:
             chains.append(Chain(Store(path), redact, carrier))
     except (StoreError, OSError) as error:
         message = getattr(error, "message", None) or str(error)
-        answers.write(frame(_error(message, getattr(error, "hint", None))))
+        where = os.path.dirname(paths[len(chains)])
+        answers.write(frame(_error(message, f"check {where} (a shard of the record)")))
         answers.flush()
         return 1
     answers.write(frame(("ok", os.getpid())))

@@ -57,6 +57,19 @@ UNSENT = -1
 HINT = "check the shard writers' storage (shards/ beside the store) and their errors above"
 
 
+def _search_path() -> str:
+    """The writer's ``PYTHONPATH``: the folder this ``stockade`` package was imported from,
+    then the absolute entries of this process's own ``PYTHONPATH``. Never a folder a command
+    may write in that the driver's ``sys.path`` holds by chance (its script's folder, its
+    working folder under ``python -m``), nor a relative entry: the writer holds the shard's
+    signing key."""
+    import stockade
+
+    own = os.path.dirname(os.path.dirname(os.path.abspath(stockade.__file__)))
+    given = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    return os.pathsep.join([own, *(p for p in given if os.path.isabs(p) and p != own)])
+
+
 class Writer:
     """One writer process and the shards it appends (its ``k``-th chain is ``names[k]``).
 
@@ -71,10 +84,11 @@ class Writer:
         self._answers: dict[int, tuple[Any, ...]] = {}
         self._lost: str | None = None
         self._why = ""  # what made this process take the writer for lost
+        self._base = ""  # why it is lost, before what a replacement said
         self.failed_at = 0.0  # when a writer meant to replace this one failed to start
         self._sending = threading.Lock()
         self._changed = threading.Condition()
-        searched = os.pathsep.join(p for p in sys.path if os.path.isabs(p))
+        searched = _search_path()
         argument = json.dumps([list(paths), list(redact), live.owner(), os.getpid()])
         try:  # -P: nothing imported from this working folder
             self.process = spawn.start_piped(
@@ -113,8 +127,12 @@ class Writer:
                 return UNSENT
             try:
                 self._write(data)
-            except OSError:
-                self._kill(f"its input pipe failed (the writer of shard {self.label} is gone)")
+            except OSError as error:
+                self._kill(
+                    f"it took nothing from its pipe for {STALL:.0f} s (stopped, or hung)"
+                    if error.errno is None
+                    else f"its input pipe failed: {error.strerror}"
+                )
                 return UNSENT
             except BaseException:  # (^C) a frame cut short: what follows would be misread
                 self._kill("a request to it was cut short")
@@ -133,8 +151,11 @@ class Writer:
             while ticket not in self._answers:
                 if ticket == UNSENT or self._lost is not None:
                     raise StoreError(self._lost or "no shard writer", hint=HINT)
-                if 0 <= ticket <= self._received:
-                    raise StoreError(f"shard {self.label}: request {ticket} was answered already")
+                if 0 <= ticket <= self._received or ticket > self.sent:
+                    raise StoreError(
+                        f"shard {self.label}: request {ticket} was answered already, or never sent",
+                        hint="wait for each ticket send gave, once",
+                    )
                 if self._received != seen:
                     seen, deadline = self._received, time.monotonic() + STALL
                 elif time.monotonic() > deadline:
@@ -193,9 +214,10 @@ class Writer:
             self._changed.notify_all()
 
     def note(self, why: str) -> None:
-        """Add to why the writer is lost (a replacement that did not start)."""
+        """Say why no writer replaced this lost one (the last reason only)."""
         with self._changed:
-            self._lost = f"{self._lost or 'lost'}; no new writer started: {why}"
+            self._base = self._base or self._lost or "lost"
+            self._lost = f"{self._base}; no new writer started: {why}"
         self.failed_at = time.monotonic()
 
     def end(self) -> None:
@@ -299,6 +321,8 @@ class ShardedRecord:
         :data:`RETRY` seconds). The commands the lost one recorded as started are not
         closed: they are this driver's, which records their ends."""
         with self._replacing:
+            if self._closed:
+                raise StoreError("the sharded record is closed", hint="append before closing it")
             lost = self.writers[place]
             if lost.lost is None or time.monotonic() - lost.failed_at < RETRY:
                 return lost  # another thread replaced it, or one failed to start just now
@@ -399,7 +423,8 @@ class ShardedRecord:
 
     def close(self) -> None:
         """End every writer (each finishes what it was sent first), together."""
-        self._closed = True
+        with self._replacing:  # no replacement starts after this
+            self._closed = True
         for writer in self.writers:
             writer.end()
         deadline = time.monotonic() + 60
