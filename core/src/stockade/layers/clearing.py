@@ -16,9 +16,10 @@ judgement walked is in the moved tree and keeps it (it is renamed back); one mad
 rename cannot reach it by its path. What is left is a change made through a descriptor or a
 working folder held in the tree, between the second judgement and its removal. A rename
 changes the moved entry's own change time, so the moved top is judged by its modification
-time (what a folder's entries, or a file's bytes, change). In a fork mounted as an overlay, a
-folder that comes from the fork's snapshot cannot be renamed (the kernel refuses, ``EXDEV``,
-without ``redirect_dir``): it is judged once, where it stands, as before.
+time (what a folder's entries, or a file's bytes, change). In a fork mounted as an overlay,
+a tree is judged once, where it stands, as before: renaming a file of the fork's snapshot
+would copy it up whole, and the kernel refuses to rename a folder of it (``EXDEV``, without
+``redirect_dir``).
 
 Trees are walked without recursion (a stack of paths, a folder's entries listed once), so
 a tree of any depth is judged, and listed for the tally, in bounded memory per level.
@@ -31,6 +32,7 @@ import errno
 import os
 import secrets
 import stat
+import struct
 from collections.abc import Iterator
 
 from ..confine import protected
@@ -41,6 +43,8 @@ ASIDE = ".stockade-clearing-"
 """The start of the name a tree is renamed to before its second judgement."""
 
 RENAME_NOREPLACE = 1
+OVERLAY = 0x794C7630
+"""The overlay file system's magic number (``f_type``)."""
 
 
 def changed_since(below: os.stat_result, since: int) -> bool:
@@ -152,7 +156,7 @@ def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) 
     stands or once renamed aside (the module's docstring): then it is named (:func:`note`)
     and stays. Whether it went."""
     kept, found = judged(dst, name, target, rules)
-    if kept is None and found:
+    if kept is None and found and not _on_overlay(dst):
         aside = ASIDE + secrets.token_hex(8)
         try:
             os.rename(name, aside, src_dir_fd=dst, dst_dir_fd=dst)
@@ -180,6 +184,16 @@ def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) 
     tally.deleted.extend(p + "/" if stat.S_ISDIR(i.st_mode) else p for p, i in found[:0:-1])
     tally.deleted.append(target + "/")
     return True
+
+
+def _on_overlay(fd: int) -> bool:
+    """Whether folder ``fd`` is on an overlay (a fork mounted on the host): renaming there
+    copies a file of the snapshot up whole, and a folder of it cannot be renamed."""
+    found = ctypes.create_string_buffer(512)  # a struct statfs, its f_type first
+    if ctypes.CDLL(None, use_errno=True).fstatfs(fd, found) != 0:
+        return False
+    kind: int = struct.unpack_from("=L", found.raw)[0]
+    return kind == OVERLAY
 
 
 def _put_back(dst: int, aside: str, name: str, target: str, tally: Tally) -> None:
