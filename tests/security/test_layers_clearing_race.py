@@ -8,6 +8,7 @@ code before this change, the changed cases lose the person's change."""
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
@@ -149,3 +150,76 @@ def test_a_landing_keeps_a_change_made_while_it_deletes_the_tree(
         return
     assert (box.ws / "d" / "a").read_text() == "a person's"
     assert result.conflicts == (str(box.ws / "d"),), result
+
+
+@pytest.mark.parametrize("name", ["d", "notes"])
+def test_an_older_entry_moved_in_under_the_name_meanwhile_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A person moves the entry away and an older one (a backup they restore) in under its
+    name while the first judgement walks: nothing in it is newer than the command, but it
+    is not what was judged (an attack review: it was deleted)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    restore = tmp_path / "ws" / "restore"
+    restore.mkdir()
+    (restore / "thesis.tex").write_text("a person's")
+    if name == "notes":
+        restore.rename(tmp_path / "ws" / "restore.d")
+        restore.write_text("a person's")
+    rules = _tree(ws)
+
+    def swap() -> None:
+        (ws / name).rename(ws / f"{name}.away")
+        restore.rename(ws / name)
+
+    _in_window(monkeypatch, swap)
+    went, tally = _remove(ws, name, rules)
+    assert not went and tally.conflicts == [str(ws / name)], tally
+    kept = ws / name / "thesis.tex" if name == "d" else ws / name
+    assert kept.read_text() == "a person's"
+    assert not [p for p in os.listdir(ws) if p.startswith(clearing.ASIDE)]
+
+
+def test_a_removal_that_stops_part_way_puts_the_rest_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What could not be removed (an immutable file, a folder the host may not write) stays
+    at its name, and ``failed`` says the tree was partly deleted (it stayed hidden under the
+    aside name, said to be "not deleted")."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = _tree(ws)
+    real = clearing.remove_at
+
+    def part(dst: int, name: str, **how: object) -> None:
+        os.unlink(f"{name}/a", dir_fd=dst)
+        raise OSError(errno.ENOTEMPTY, os.strerror(errno.ENOTEMPTY))
+
+    monkeypatch.setattr(clearing, "remove_at", part)
+    went, tally = _remove(ws, "d", rules)
+    assert not went and sorted(os.listdir(ws / "d")) == ["lib"]
+    assert tally.failed == [f"{ws / 'd'}: partly deleted (Directory not empty); what is left stays"]
+    assert not [p for p in os.listdir(ws) if p.startswith(clearing.ASIDE)]
+    monkeypatch.setattr(clearing, "remove_at", real)
+
+
+def test_an_entry_an_opaque_folder_cannot_remove_is_named_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = _tree(ws)
+
+    def refused(dst: int, name: str) -> str | None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(clearing, "_move_aside", refused)
+    tally = Tally()
+    fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert not clearing.empty(fd, str(ws), rules, tally)
+    finally:
+        os.close(fd)
+    assert f"{ws / 'd'}: not deleted: Permission denied" in tally.failed, tally
+    assert (ws / "d" / "a").exists() and (ws / "notes").exists()

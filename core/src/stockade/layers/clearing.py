@@ -154,36 +154,67 @@ def listed(found: Found) -> list[str]:
 def remove_unless(dst: int, name: str, target: str, rules: Rules, tally: Tally) -> bool:
     """Remove ``name`` in ``dst`` (a tree whole), unless :func:`kept_by` keeps it, where it
     stands or once renamed aside (the module's docstring): then it is named (:func:`note`)
-    and stays. Whether it went."""
+    and stays. Whether it went.
+
+    Raises:
+        OSError: it could not be moved aside, or removed where it stands.
+    """
     kept, found = judged(dst, name, target, rules)
+    aside = ""
     if kept is None and found and not _on_overlay(dst):
-        aside = ASIDE + secrets.token_hex(8)
-        try:
-            os.rename(name, aside, src_dir_fd=dst, dst_dir_fd=dst)
-        except FileNotFoundError:
+        moved = _move_aside(dst, name)
+        if moved is None:
             return True  # gone meanwhile
-        except OSError as error:
-            if error.errno != errno.EXDEV:
-                raise
-            aside = ""  # a fork's folder from its snapshot: its overlay moves none (as before)
-        if aside:
-            kept, found = judged(dst, aside, target, rules, moved=True)
-            if kept is not None:
-                _put_back(dst, aside, name, target, tally)
-            name = aside
+        aside = moved
+    if aside:
+        first = found[0][1]
+        kept, found = judged(dst, aside, target, rules, moved=True)
+        if kept is None and found and not _same(first, found[0][1]):
+            kept = ("changed", target)  # another entry was moved in under its name
+        if kept is not None:
+            _put_back(dst, aside, name, target, tally)
     if kept is not None:
         note(target, kept, tally)
         return False
     if not found:
         return True  # gone already
-    if not stat.S_ISDIR(found[0][1].st_mode):
-        os.unlink(name, dir_fd=dst)
-        tally.deleted.append(target)
-        return True
-    remove_at(dst, name)  # by descriptors, never following a link, however deep
+    try:
+        if not stat.S_ISDIR(found[0][1].st_mode):
+            os.unlink(aside or name, dir_fd=dst)
+            tally.deleted.append(target)
+            return True
+        remove_at(dst, aside or name)  # by descriptors, never following a link, however deep
+    except OSError as error:
+        if not aside:
+            raise
+        # What could not be removed goes back to its name, or says where it is.
+        _put_back(dst, aside, name, target, tally, partly=error.strerror or str(error))
+        return False
     tally.deleted.extend(p + "/" if stat.S_ISDIR(i.st_mode) else p for p, i in found[:0:-1])
     tally.deleted.append(target + "/")
     return True
+
+
+def _move_aside(dst: int, name: str) -> str | None:
+    """Rename ``name`` in ``dst`` to a new :data:`ASIDE` name; that name (``""``: it cannot
+    be renamed, a fork's folder from its snapshot; ``None``: it is gone)."""
+    aside = ASIDE + secrets.token_hex(8)
+    try:
+        os.rename(name, aside, src_dir_fd=dst, dst_dir_fd=dst)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+        return ""
+    return aside
+
+
+def _same(before: os.stat_result, now: os.stat_result) -> bool:
+    """Whether an entry looked at twice is the same, unchanged but for its change time (a
+    rename's): not another moved in under its name, nor one whose mode or owner changed."""
+    keys = ("st_dev", "st_ino", "st_mode", "st_uid", "st_gid", "st_size", "st_mtime_ns")
+    return all(getattr(before, k) == getattr(now, k) for k in keys)
 
 
 def _on_overlay(fd: int) -> bool:
@@ -196,17 +227,23 @@ def _on_overlay(fd: int) -> bool:
     return kind == OVERLAY
 
 
-def _put_back(dst: int, aside: str, name: str, target: str, tally: Tally) -> None:
+def _put_back(
+    dst: int, aside: str, name: str, target: str, tally: Tally, *, partly: str = ""
+) -> None:
     """Rename a kept tree back to its name, never over what was made there meanwhile
-    (then it stays aside, and ``failed`` says where)."""
+    (then it stays aside, and ``failed`` says where). ``partly``: why removing it stopped
+    part-way (``failed`` says so, and where what is left stays)."""
     libc = ctypes.CDLL(None, use_errno=True)
     flags = ctypes.c_uint(RENAME_NOREPLACE)
-    if libc.renameat2(dst, aside.encode(), dst, name.encode(), flags) == 0:
-        return
-    code = ctypes.get_errno()
+    back = libc.renameat2(dst, aside.encode(), dst, name.encode(), flags) == 0
+    code = 0 if back else ctypes.get_errno()
     where = os.path.join(os.path.dirname(target), aside)
     why = "a new one was made there meanwhile" if code == errno.EEXIST else os.strerror(code)
-    tally.failed.append(f"{target}: kept as {where}: not put back ({why})")
+    if partly:
+        rest = "what is left stays" if back else f"what is left is at {where} ({why})"
+        tally.failed.append(f"{target}: partly deleted ({partly}); {rest}")
+    elif not back:
+        tally.failed.append(f"{target}: kept as {where}: not put back ({why})")
 
 
 def empty(dst: int, target: str, rules: Rules, tally: Tally) -> bool:
@@ -214,5 +251,10 @@ def empty(dst: int, target: str, rules: Rules, tally: Tally) -> bool:
     what :func:`remove_unless` keeps; whether it is empty now."""
     emptied = True
     for name in sorted(os.listdir(dst)):
-        emptied &= remove_unless(dst, name, os.path.join(target, name), rules, tally)
+        path = os.path.join(target, name)
+        try:
+            emptied &= remove_unless(dst, name, path, rules, tally)
+        except OSError as error:  # not moved aside, or not removed: it stays, and is named
+            tally.failed.append(f"{path}: not deleted: {error.strerror or error}")
+            emptied = False
     return emptied
