@@ -12,13 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from helpers.store import verify_cli
 from stockade.record.chain import Chain
 from stockade.record.events import AnchorEvent, AnnotationEvent
 from stockade.record.shards import head_of, shard_path, verify_shards
 from stockade.record.store import Store
-from stockade.testing import CLI
 
-STOCKADE = [*CLI]  # the native client when the session runs through the server
 SHARDS = ("s0", "s1")
 
 
@@ -55,12 +54,7 @@ def record(tmp_path: Path) -> Path:
 
 
 def _verify(store: Path) -> subprocess.CompletedProcess[str]:
-    config = store.parent.parent / "config.toml"
-    config.write_text(f'[store]\npath = "{store}"\n')
-    env = {"STOCKADE_CONFIG": str(config), "STOCKADE_NO_SERVER": "1", "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [*STOCKADE, "verify"], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
+    return verify_cli(store, store.parent.parent / "config.toml")
 
 
 def test_every_shard_is_verified_with_the_main_chain(record: Path) -> None:

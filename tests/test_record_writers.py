@@ -18,13 +18,14 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from helpers.procs import alive, wait_until
+from helpers.store import verify_cli
 from stockade.record.chain import Chain, rows
 from stockade.record.events import AnnotationEvent
 from stockade.record.shards import shard_path, verify_shards
@@ -32,7 +33,6 @@ from stockade.record.store import Store, StoreError
 from stockade.record.verify import verify
 from stockade.record.writer import HEADER, _answer, read_frame
 from stockade.record.writers import ShardedRecord
-from stockade.testing import CLI
 
 
 def _events(run: str, count: int) -> list[AnnotationEvent]:
@@ -41,28 +41,8 @@ def _events(run: str, count: int) -> list[AnnotationEvent]:
     ]
 
 
-def _verify_cli(store: Path) -> subprocess.CompletedProcess[str]:
-    config = store.parent / "config.toml"
-    config.write_text(f'[store]\npath = "{store}"\n')
-    env = {"STOCKADE_CONFIG": str(config), "STOCKADE_NO_SERVER": "1", "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [*CLI, "verify"], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
-
-
 def _gone(pids: list[int], seconds: float = 30) -> bool:
-    deadline = time.monotonic() + seconds
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not any(_alive(p) for p in pids)
+    return wait_until(lambda: not any(alive(p) for p in pids), seconds)
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +68,7 @@ def test_one_verify_over_every_shard(record: Path) -> None:
     assert sum(c.verdict.events for c in checks if c.verdict) == 30
     assert verify(store).ok
     store.close()
-    ran = _verify_cli(record)
+    ran = verify_cli(record)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert "shard s0: anchored at event" in ran.stdout and "shard s1" in ran.stdout
 
@@ -101,7 +81,7 @@ def test_a_shard_tampered_with_fails_verify(
     copy = tmp_path / "state"
     shutil.copytree(record.parent, copy)
     store = copy / "store.db"
-    assert _verify_cli(store).returncode == 0  # the control: the untouched copy passes
+    assert verify_cli(store).returncode == 0  # the control: the untouched copy passes
     path = shard_path(Store(str(store)), shard)
     if how == "rewritten":
         with sqlite3.connect(path) as db:
@@ -115,7 +95,7 @@ def test_a_shard_tampered_with_fails_verify(
         chain = Chain(Store(path))
         chain.append_many(_events("forged", 15))
         chain.close()
-    ran = _verify_cli(store)
+    ran = verify_cli(store)
     assert ran.returncode == 1, ran.stdout
     assert f"shard {shard}" in ran.stderr
 
@@ -179,7 +159,7 @@ def test_a_writer_killed_fails_the_batch_it_held_and_a_new_one_takes_its_shards(
     assert runs == {"s0": {"before", "after"}, "s1": {"kept", "after"}}
     assert all(c.ok and c.after == 0 for c in verify_shards(opened)), verify_shards(opened)
     opened.close()
-    assert _verify_cli(store).returncode == 0
+    assert verify_cli(store).returncode == 0
 
 
 def test_a_writer_lost_for_good_fails_every_batch_and_its_shard_is_still_anchored(
@@ -238,7 +218,7 @@ def test_a_driver_killed_ends_its_writers(tmp_path: Path, how: str) -> None:
     ) as driver:
         assert driver.stdout is not None
         pids = [int(p) for p in driver.stdout.readline().split()]
-        assert len(pids) == 2 and all(_alive(p) for p in pids)  # the control: they run
+        assert len(pids) == 2 and all(alive(p) for p in pids)  # the control: they run
         forked = _children_of(driver.pid) - set(pids)
         assert len(forked) == (how == "forked")
         driver.kill()
@@ -291,7 +271,7 @@ def _children_of(parent: int) -> set[int]:
                 status = (entry / "status").read_text()
             except OSError:
                 continue
-            if f"PPid:\t{parent}\n" in status and _alive(int(entry.name)):
+            if f"PPid:\t{parent}\n" in status and alive(int(entry.name)):
                 found.add(int(entry.name))
     return found
 

@@ -25,6 +25,15 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
+def verify_cli(store: Path, config: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``stockade verify`` of ``store``, in-process, with a config naming it (written to
+    ``config``, by default ``config.toml`` beside the store)."""
+    config = config or store.parent / "config.toml"
+    config.write_text(f'[store]\npath = "{store}"\n')
+    env = {"STOCKADE_CONFIG": str(config), "STOCKADE_NO_SERVER": "1", "PATH": "/usr/bin:/bin"}
+    return cli("verify", env=env)
+
+
 def _rows(path: Path) -> list[dict[str, Any]]:
     db = sqlite3.connect(path)
     db.row_factory = sqlite3.Row

@@ -46,6 +46,8 @@ def _in_window(
 
 
 def _tree(ws: Path) -> Rules:
+    """A tree to delete in ``ws`` (made if missing), and rules whose command began after it."""
+    ws.mkdir(exist_ok=True)
     (ws / "d" / "lib").mkdir(parents=True)
     (ws / "d" / "a").write_text("original")
     (ws / "notes").write_text("original")
@@ -53,6 +55,11 @@ def _tree(ws: Path) -> Rules:
     since = time.time_ns()
     time.sleep(0.05)
     return Rules(str(ws.parent / "quarantine"), since=since)
+
+
+def _aside(ws: Path) -> list[str]:
+    """What stands under a clearing's aside name in ``ws`` (nothing, once a landing ends)."""
+    return [p for p in os.listdir(ws) if p.startswith(clearing.ASIDE)]
 
 
 CHANGES: dict[str, tuple[str, Callable[[Path], object], Callable[[Path], bool]]] = {
@@ -95,12 +102,11 @@ def test_a_change_made_while_a_tree_is_judged_keeps_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str, meanwhile: bool
 ) -> None:
     ws = tmp_path / "ws"
-    ws.mkdir()
     rules = _tree(ws)
     name, change, kept = CHANGES[case]
     _in_window(monkeypatch, (lambda: change(ws)) if meanwhile else None)
     went, tally = _remove(ws, name, rules)
-    assert not [p for p in os.listdir(ws) if p.startswith(clearing.ASIDE)]
+    assert not _aside(ws)
     if not meanwhile:  # the control: the deletion lands
         listed = {str(ws / name), str(ws / name) + "/"}
         assert went and not (ws / name).exists() and listed & set(tally.deleted)
@@ -113,7 +119,6 @@ def test_a_tree_kept_is_not_put_back_over_what_a_person_made_at_its_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = tmp_path / "ws"
-    ws.mkdir()
     rules = _tree(ws)
 
     def remade() -> None:
@@ -124,7 +129,7 @@ def test_a_tree_kept_is_not_put_back_over_what_a_person_made_at_its_name(
     went, tally = _remove(ws, "d", rules)
     assert not went
     assert (ws / "d" / "person.txt").read_text() == "new"  # what they made stays
-    (aside,) = [p for p in os.listdir(ws) if p.startswith(clearing.ASIDE)]
+    (aside,) = _aside(ws)
     assert (ws / aside / "a").read_text() == "a person's"  # and so does their edit
     assert any(f"kept as {ws / aside}" in line for line in tally.failed), tally.failed
 
@@ -144,7 +149,7 @@ def test_a_landing_keeps_a_change_made_while_it_deletes_the_tree(
     _in_window(monkeypatch, change)
     result = host.run(box.py("import shutil\nshutil.rmtree('d')"))
     assert result.landed == "landed", result.stderr.text
-    assert not [p for p in os.listdir(box.ws) if p.startswith(clearing.ASIDE)]
+    assert not _aside(box.ws)
     if not meanwhile:
         assert not (box.ws / "d").exists() and not result.conflicts
         return
@@ -178,7 +183,7 @@ def test_an_older_entry_moved_in_under_the_name_meanwhile_is_kept(
     assert not went and tally.conflicts == [str(ws / name)], tally
     kept = ws / name / "thesis.tex" if name == "d" else ws / name
     assert kept.read_text() == "a person's"
-    assert not [p for p in os.listdir(ws) if p.startswith(clearing.ASIDE)]
+    assert not _aside(ws)
 
 
 def test_a_removal_that_stops_part_way_puts_the_rest_back(
@@ -188,7 +193,6 @@ def test_a_removal_that_stops_part_way_puts_the_rest_back(
     at its name, and ``failed`` says the tree was partly deleted (it stayed hidden under the
     aside name, said to be "not deleted")."""
     ws = tmp_path / "ws"
-    ws.mkdir()
     rules = _tree(ws)
     real = clearing.remove_at
 
@@ -200,7 +204,7 @@ def test_a_removal_that_stops_part_way_puts_the_rest_back(
     went, tally = _remove(ws, "d", rules)
     assert not went and sorted(os.listdir(ws / "d")) == ["lib"]
     assert tally.failed == [f"{ws / 'd'}: partly deleted (Directory not empty); what is left stays"]
-    assert not [p for p in os.listdir(ws) if p.startswith(clearing.ASIDE)]
+    assert not _aside(ws)
     monkeypatch.setattr(clearing, "remove_at", real)
 
 
@@ -208,7 +212,6 @@ def test_an_entry_an_opaque_folder_cannot_remove_is_named_not_raised(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ws = tmp_path / "ws"
-    ws.mkdir()
     rules = _tree(ws)
 
     def refused(dst: int, name: str) -> str | None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,17 +20,9 @@ from stockade.record.store import Store
 
 pytest.importorskip("ray")  # optional (see conftest.py)
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tests"))
 
-STOCKADE = [sys.executable, "-c", "from stockade.cli import entry; entry()"]
-
-
-def _verify_cli(store: Path) -> subprocess.CompletedProcess[str]:
-    config = store.parent / "config.toml"
-    config.write_text(f'[store]\npath = "{store}"\n')
-    env = {"STOCKADE_CONFIG": str(config), "STOCKADE_NO_SERVER": "1", "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        [*STOCKADE, "verify"], capture_output=True, text=True, env=env, timeout=120, check=False
-    )
+from helpers.store import verify_cli
 
 
 def test_a_sharded_pool_records_its_runs_in_shards_that_verify_covers(box: Box) -> None:
@@ -68,12 +59,12 @@ def test_a_sharded_pool_records_its_runs_in_shards_that_verify_covers(box: Box) 
     assert {run for run, kind in held if kind == "result"} == runs
     assert {run for run, kind in held if kind == "annotation"} == {e.run_id for e in episodes}
     store.close()
-    assert _verify_cli(path).returncode == 0  # one verify over the main chain and both shards
+    assert verify_cli(path).returncode == 0  # one verify over the main chain and both shards
     name = f"s{int(hashlib.sha256(own.encode()).hexdigest()[:8], 16) % 2}"  # the pool's run's
     shard = shard_path(Store(str(path)), name)
     with sqlite3.connect(shard) as db:  # a step's event rewritten in a shard: verify fails
         db.execute("UPDATE events SET body = replace(body, '\"step\":1', '\"step\":7')")
-    ran = _verify_cli(path)
+    ran = verify_cli(path)
     assert ran.returncode == 1 and f"shard {name}" in ran.stderr, ran.stdout + ran.stderr
 
 
@@ -116,7 +107,7 @@ def test_a_writer_killed_mid_pool_fails_the_step_it_held_and_the_pool_goes_on(bo
     shard.close()
     store.close()
     assert said == [["echo", "one"], ["echo", "two"]]  # the lost step never ran
-    assert _verify_cli(path).returncode == 0
+    assert verify_cli(path).returncode == 0
 
 
 def test_a_main_chain_failure_does_not_stop_the_shards_being_anchored(

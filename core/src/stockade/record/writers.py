@@ -229,6 +229,11 @@ class Writer:
             with contextlib.suppress(OSError):
                 self.process.close_input()
 
+    def stop(self, seconds: float) -> None:
+        """:meth:`end` it, and :meth:`join` it within ``seconds``."""
+        self.end()
+        self.join(time.monotonic() + seconds)
+
     def join(self, deadline: float) -> None:
         """Wait until ``deadline`` (monotonic) for the writer to end, then kill it."""
         if self.process.wait(max(0.0, deadline - time.monotonic())) is None:
@@ -307,8 +312,7 @@ class ShardedRecord:
         Raises:
             StoreError: the record is closed.
         """
-        if self._closed:
-            raise StoreError("the sharded record is closed", hint="append before closing it")
+        self._refuse_closed()
         width = len(self.writers)
         writer = self.writers[shard % width]
         if writer.lost is not None:
@@ -321,8 +325,7 @@ class ShardedRecord:
         :data:`RETRY` seconds). The commands the lost one recorded as started are not
         closed: they are this driver's, which records their ends."""
         with self._replacing:
-            if self._closed:
-                raise StoreError("the sharded record is closed", hint="append before closing it")
+            self._refuse_closed()  # (again: close() may have begun meanwhile)
             lost = self.writers[place]
             if lost.lost is None or time.monotonic() - lost.failed_at < RETRY:
                 return lost  # another thread replaced it, or one failed to start just now
@@ -334,14 +337,16 @@ class ShardedRecord:
             try:
                 fresh.started()
             except StoreError as error:
-                fresh.end()
-                fresh.join(time.monotonic() + 5)
+                fresh.stop(5)
                 lost.note(error.message)
                 return lost
-            lost.end()
-            lost.join(time.monotonic() + 5)
+            lost.stop(5)
             self.writers[place] = fresh
             return fresh
+
+    def _refuse_closed(self) -> None:
+        if self._closed:
+            raise StoreError("the sharded record is closed", hint="append before closing it")
 
     def _request(self, op: str, shard: int, payload: object = None) -> tuple[Writer, int]:
         writer, index = self._writer(shard)
